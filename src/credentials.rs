@@ -1,0 +1,75 @@
+//! Credentials that must never reach logs, events, status or error messages.
+
+use std::fmt;
+
+/// A secret string (BMC password, Ironic password). `Debug` and `Display` print `***`;
+/// the value is only reachable through [`SecretString::expose`], so every place that
+/// sends it somewhere is easy to find.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct SecretString(String);
+
+impl SecretString {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret value, for the one call that has to send it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for SecretString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl fmt::Display for SecretString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl From<String> for SecretString {
+    fn from(value: String) -> Self {
+        Self(value)
+    }
+}
+
+/// A user name and password pair.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub username: String,
+    pub password: SecretString,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &self.password)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_never_formats_its_value() {
+        let creds = Credentials {
+            username: "admin".into(),
+            password: SecretString::new("hunter2"),
+        };
+        let shown = format!("{creds:?} {} {:?}", creds.password, creds.password);
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("admin"));
+        assert_eq!(creds.password.expose(), "hunter2");
+    }
+}

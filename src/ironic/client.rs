@@ -1,0 +1,432 @@
+use std::hash::{BuildHasher, Hasher};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use url::Url;
+
+use super::error::{IronicError, fault_string};
+use super::types::{Microversion, Node, NodeCreate, Port, PowerTarget, ProvisionTarget};
+use crate::credentials::{Credentials, SecretString};
+
+/// The oldest Ironic API bmo talks to (the same floor as upstream metal3).
+pub const MIN_MICROVERSION: Microversion = Microversion::new(1, 89);
+/// The newest microversion bmo knows the behaviour of; it asks for no more than this.
+const MAX_MICROVERSION: Microversion = Microversion::new(1, 95);
+const VERSION_HEADER: &str = "X-OpenStack-Ironic-API-Version";
+
+/// How bmo authenticates to Ironic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IronicAuth {
+    None,
+    Basic(Credentials),
+}
+
+impl IronicAuth {
+    /// Reads upstream's layout: `DIR/ironic/username` and `DIR/ironic/password`. Both
+    /// absent means no authentication; one without the other is an error.
+    pub fn from_auth_dir(dir: &Path) -> Result<Self, IronicError> {
+        let user_file = dir.join("ironic").join("username");
+        let pass_file = dir.join("ironic").join("password");
+        let read = |p: &Path| match std::fs::read_to_string(p) {
+            Ok(s) => Ok(Some(s.trim_end_matches(['\r', '\n']).to_owned())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(IronicError::Setup(format!(
+                "cannot read {}: {e}",
+                p.display()
+            ))),
+        };
+        match (read(&user_file)?, read(&pass_file)?) {
+            (None, None) => Ok(Self::None),
+            (Some(username), Some(password)) => Ok(Self::Basic(Credentials {
+                username,
+                password: SecretString::new(password),
+            })),
+            (Some(_), None) => Err(IronicError::Setup(format!(
+                "{} exists but {} does not; provide both or neither",
+                user_file.display(),
+                pass_file.display()
+            ))),
+            (None, Some(_)) => Err(IronicError::Setup(format!(
+                "{} exists but {} does not; provide both or neither",
+                pass_file.display(),
+                user_file.display()
+            ))),
+        }
+    }
+}
+
+/// Everything needed to build an [`IronicClient`].
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// The API root including `/v1/`.
+    pub endpoint: Url,
+    pub auth: IronicAuth,
+    pub ca_file: Option<PathBuf>,
+    pub insecure: bool,
+    pub timeout: Duration,
+    /// Attempts for a call Ironic answers with 409 (node locked) or 503.
+    pub max_attempts: u32,
+    pub retry_base_delay: Duration,
+}
+
+impl ClientConfig {
+    pub fn new(endpoint: Url) -> Self {
+        Self {
+            endpoint,
+            auth: IronicAuth::None,
+            ca_file: None,
+            insecure: false,
+            timeout: Duration::from_secs(60),
+            max_attempts: 8,
+            retry_base_delay: Duration::from_millis(500),
+        }
+    }
+}
+
+/// A connected Ironic API client with a negotiated microversion.
+#[derive(Debug, Clone)]
+pub struct IronicClient {
+    http: reqwest::Client,
+    endpoint: Url,
+    auth: IronicAuth,
+    microversion: Microversion,
+    max_attempts: u32,
+    retry_base_delay: Duration,
+}
+
+#[derive(serde::Deserialize)]
+struct VersionDoc {
+    version: VersionInfo,
+}
+
+#[derive(serde::Deserialize)]
+struct VersionInfo {
+    version: String,
+}
+
+#[derive(serde::Deserialize)]
+struct PortList {
+    ports: Vec<Port>,
+}
+
+#[derive(serde::Deserialize)]
+struct NodeList {
+    nodes: Vec<Node>,
+}
+
+impl IronicClient {
+    /// Builds the HTTP client and negotiates the microversion with Ironic.
+    pub async fn connect(config: ClientConfig) -> Result<Self, IronicError> {
+        let mut endpoint = config.endpoint.clone();
+        if !endpoint.path().ends_with('/') {
+            endpoint.set_path(&format!("{}/", endpoint.path()));
+        }
+        let mut builder = reqwest::Client::builder()
+            .timeout(config.timeout)
+            .connect_timeout(config.timeout.min(Duration::from_secs(10)))
+            .user_agent(concat!("bmo/", env!("CARGO_PKG_VERSION")));
+        if let Some(ca) = &config.ca_file {
+            let pem = std::fs::read(ca).map_err(|e| {
+                IronicError::Setup(format!("cannot read Ironic CA file {}: {e}", ca.display()))
+            })?;
+            for cert in reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+                IronicError::Setup(format!("Ironic CA file {} is not PEM: {e}", ca.display()))
+            })? {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        if config.insecure {
+            builder = builder.danger_accept_invalid_certs(true);
+        }
+        let http = builder
+            .build()
+            .map_err(|e| IronicError::Setup(e.to_string()))?;
+        let mut client = Self {
+            http,
+            endpoint,
+            auth: config.auth,
+            microversion: MIN_MICROVERSION,
+            max_attempts: config.max_attempts.max(1),
+            retry_base_delay: config.retry_base_delay,
+        };
+        client.microversion = client.negotiate().await?;
+        Ok(client)
+    }
+
+    /// The microversion sent with every request.
+    pub fn microversion(&self) -> Microversion {
+        self.microversion
+    }
+
+    pub fn endpoint(&self) -> &Url {
+        &self.endpoint
+    }
+
+    async fn negotiate(&self) -> Result<Microversion, IronicError> {
+        let doc: VersionDoc = self
+            .call(Method::GET, &[], Option::<&()>::None)
+            .await?
+            .ok_or_else(|| self.decode_error(&Method::GET, "", "empty version document"))?;
+        let max: Microversion = doc
+            .version
+            .version
+            .parse()
+            .map_err(|e: String| self.decode_error(&Method::GET, "", &e))?;
+        if max < MIN_MICROVERSION {
+            return Err(IronicError::MicroversionTooOld {
+                endpoint: self.endpoint.to_string(),
+                max,
+                needed: MIN_MICROVERSION,
+            });
+        }
+        Ok(max.min(MAX_MICROVERSION))
+    }
+
+    fn decode_error(&self, method: &Method, path: &str, detail: &str) -> IronicError {
+        IronicError::Decode {
+            method: method.to_string(),
+            path: format!("/{path}"),
+            detail: detail.to_owned(),
+        }
+    }
+
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.endpoint.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(segments);
+        }
+        url
+    }
+
+    /// Sends one request, retrying 409 and 503 with jittered exponential backoff.
+    /// `Ok(None)` is an empty (204) answer.
+    async fn call<T: DeserializeOwned, B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        segments: &[&str],
+        body: Option<&B>,
+    ) -> Result<Option<T>, IronicError> {
+        self.call_with_query(method, segments, &[], body).await
+    }
+
+    async fn call_with_query<T: DeserializeOwned, B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        segments: &[&str],
+        query: &[(&str, &str)],
+        body: Option<&B>,
+    ) -> Result<Option<T>, IronicError> {
+        let url = self.url(segments);
+        let path = segments.join("/");
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut req = self
+                .http
+                .request(method.clone(), url.clone())
+                .header(VERSION_HEADER, self.microversion.to_string());
+            if !query.is_empty() {
+                req = req.query(query);
+            }
+            if let IronicAuth::Basic(creds) = &self.auth {
+                req = req.basic_auth(&creds.username, Some(creds.password.expose()));
+            }
+            if let Some(body) = body {
+                req = req.json(body);
+            }
+            let resp = req
+                .send()
+                .await
+                .map_err(|source| IronicError::Unreachable {
+                    endpoint: self.endpoint.to_string(),
+                    source: source.without_url(),
+                })?;
+            let status = resp.status();
+            if status.is_success() {
+                let bytes = resp
+                    .bytes()
+                    .await
+                    .map_err(|source| IronicError::Unreachable {
+                        endpoint: self.endpoint.to_string(),
+                        source: source.without_url(),
+                    })?;
+                if status == StatusCode::NO_CONTENT || bytes.is_empty() {
+                    return Ok(None);
+                }
+                return serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|e| self.decode_error(&method, &path, &e.to_string()));
+            }
+            if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+                return Err(IronicError::Unauthorized {
+                    endpoint: self.endpoint.to_string(),
+                    status,
+                });
+            }
+            let text = resp.text().await.unwrap_or_default();
+            let retryable =
+                status == StatusCode::CONFLICT || status == StatusCode::SERVICE_UNAVAILABLE;
+            if retryable && attempt < self.max_attempts {
+                let delay = jittered_backoff(self.retry_base_delay, attempt);
+                tracing::debug!(%status, attempt, ?delay, path = %path, "Ironic busy, retrying");
+                tokio::time::sleep(delay).await;
+                continue;
+            }
+            return Err(IronicError::Api {
+                method: method.to_string(),
+                path: format!("/{path}"),
+                status,
+                message: fault_string(&text),
+            });
+        }
+    }
+
+    /// A node by UUID or name; `None` when Ironic has no such node.
+    pub async fn get_node(&self, ident: &str) -> Result<Option<Node>, IronicError> {
+        match self
+            .call(Method::GET, &["nodes", ident], Option::<&()>::None)
+            .await
+        {
+            Ok(node) => Ok(node),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// All nodes, with full details.
+    pub async fn list_nodes(&self) -> Result<Vec<Node>, IronicError> {
+        let list: Option<NodeList> = self
+            .call(Method::GET, &["nodes", "detail"], Option::<&()>::None)
+            .await?;
+        Ok(list.map(|l| l.nodes).unwrap_or_default())
+    }
+
+    pub async fn create_node(&self, node: &NodeCreate) -> Result<Node, IronicError> {
+        self.call(Method::POST, &["nodes"], Some(node))
+            .await?
+            .ok_or_else(|| self.decode_error(&Method::POST, "nodes", "empty answer"))
+    }
+
+    /// Deletes a node; a node that is already gone counts as deleted.
+    pub async fn delete_node(&self, ident: &str) -> Result<(), IronicError> {
+        match self
+            .call::<Value, ()>(Method::DELETE, &["nodes", ident], None)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn set_provision_state(
+        &self,
+        ident: &str,
+        target: ProvisionTarget,
+    ) -> Result<(), IronicError> {
+        self.call::<Value, _>(
+            Method::PUT,
+            &["nodes", ident, "states", "provision"],
+            Some(&json!({ "target": target })),
+        )
+        .await
+        .map(drop)
+    }
+
+    pub async fn set_power_state(
+        &self,
+        ident: &str,
+        target: PowerTarget,
+        timeout_secs: Option<u32>,
+    ) -> Result<(), IronicError> {
+        let mut body = json!({ "target": target });
+        if let Some(t) = timeout_secs {
+            body["timeout"] = json!(t);
+        }
+        self.call::<Value, _>(
+            Method::PUT,
+            &["nodes", ident, "states", "power"],
+            Some(&body),
+        )
+        .await
+        .map(drop)
+    }
+
+    pub async fn create_port(&self, node_uuid: &str, mac: &str) -> Result<Port, IronicError> {
+        self.call(
+            Method::POST,
+            &["ports"],
+            Some(&json!({ "node_uuid": node_uuid, "address": mac })),
+        )
+        .await?
+        .ok_or_else(|| self.decode_error(&Method::POST, "ports", "empty answer"))
+    }
+
+    /// The port with this MAC address, if any node has one.
+    pub async fn find_port_by_mac(&self, mac: &str) -> Result<Option<Port>, IronicError> {
+        let list: Option<PortList> = self
+            .call_with_query(
+                Method::GET,
+                &["ports", "detail"],
+                &[("address", mac)],
+                Option::<&()>::None,
+            )
+            .await?;
+        Ok(list.and_then(|l| l.ports.into_iter().next()))
+    }
+}
+
+/// `base * 2^(attempt-1)`, capped at 30 s, scaled by a random factor in [0.5, 1.5) so
+/// that many callers retrying the same locked node spread out.
+fn jittered_backoff(base: Duration, attempt: u32) -> Duration {
+    let exp = base.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
+    let capped = exp.min(Duration::from_secs(30));
+    let random = std::hash::RandomState::new().build_hasher().finish();
+    let factor = 0.5 + (random % 1000) as f64 / 1000.0;
+    capped.mul_f64(factor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_stays_bounded() {
+        let base = Duration::from_millis(100);
+        for attempt in 1..40 {
+            let d = jittered_backoff(base, attempt);
+            assert!(d <= Duration::from_secs(45), "attempt {attempt}: {d:?}");
+            let nominal = base
+                .saturating_mul(1 << (attempt - 1).min(16))
+                .min(Duration::from_secs(30));
+            assert!(
+                d >= nominal / 2,
+                "attempt {attempt}: {d:?} < half of {nominal:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn auth_dir_reads_both_files_or_neither() {
+        let dir = std::env::temp_dir().join(format!("bmo-auth-test-{}", std::process::id()));
+        let ironic = dir.join("ironic");
+        std::fs::create_dir_all(&ironic).unwrap();
+        assert_eq!(IronicAuth::from_auth_dir(&dir).unwrap(), IronicAuth::None);
+        std::fs::write(ironic.join("username"), "bmo\n").unwrap();
+        let err = IronicAuth::from_auth_dir(&dir).unwrap_err().to_string();
+        assert!(err.contains("password"), "{err}");
+        std::fs::write(ironic.join("password"), "s3cret\n").unwrap();
+        match IronicAuth::from_auth_dir(&dir).unwrap() {
+            IronicAuth::Basic(c) => {
+                assert_eq!(c.username, "bmo");
+                assert_eq!(c.password.expose(), "s3cret");
+            }
+            other => panic!("expected basic auth, got {other:?}"),
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,10 @@
+//! Ironic REST client: authentication, microversion negotiation, retries and typed
+//! calls. It knows Ironic's API and nothing about Kubernetes.
+
+mod client;
+mod error;
+mod types;
+
+pub use client::{ClientConfig, IronicAuth, IronicClient, MIN_MICROVERSION};
+pub use error::IronicError;
+pub use types::{Microversion, Node, NodeCreate, Port, PowerTarget, ProvisionTarget};

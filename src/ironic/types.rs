@@ -1,0 +1,172 @@
+//! Ironic API objects, with only the fields bmo reads or writes.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// An Ironic API microversion such as `1.89`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Microversion {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl Microversion {
+    pub const fn new(major: u32, minor: u32) -> Self {
+        Self { major, minor }
+    }
+}
+
+impl fmt::Display for Microversion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+impl FromStr for Microversion {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (major, minor) = s
+            .split_once('.')
+            .ok_or_else(|| format!("microversion {s:?} is not MAJOR.MINOR"))?;
+        let parse = |part: &str| {
+            part.parse::<u32>()
+                .map_err(|_| format!("microversion {s:?} is not MAJOR.MINOR"))
+        };
+        Ok(Self::new(parse(major)?, parse(minor)?))
+    }
+}
+
+/// A node as Ironic returns it.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct Node {
+    pub uuid: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    pub driver: String,
+    #[serde(default)]
+    pub provision_state: Option<String>,
+    #[serde(default)]
+    pub target_provision_state: Option<String>,
+    #[serde(default)]
+    pub power_state: Option<String>,
+    #[serde(default)]
+    pub target_power_state: Option<String>,
+    #[serde(default)]
+    pub last_error: Option<String>,
+    #[serde(default)]
+    pub maintenance: bool,
+    #[serde(default)]
+    pub maintenance_reason: Option<String>,
+    #[serde(default)]
+    pub reservation: Option<String>,
+    #[serde(default)]
+    pub properties: Map<String, Value>,
+    #[serde(default)]
+    pub instance_info: Map<String, Value>,
+    #[serde(default)]
+    pub extra: Map<String, Value>,
+}
+
+impl Node {
+    /// The provision state, `enroll` when Ironic left it empty.
+    pub fn provision_state(&self) -> &str {
+        self.provision_state.as_deref().unwrap_or("enroll")
+    }
+}
+
+/// The body of `POST /v1/nodes`. Interfaces left `None` take Ironic's defaults.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NodeCreate {
+    pub name: String,
+    pub driver: String,
+    /// Contains credentials: never log this struct's `driver_info`.
+    #[serde(skip_serializing_if = "Map::is_empty")]
+    pub driver_info: Map<String, Value>,
+    #[serde(skip_serializing_if = "Map::is_empty")]
+    pub properties: Map<String, Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub boot_interface: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deploy_interface: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inspect_interface: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub management_interface: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub power_interface: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raid_interface: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vendor_interface: Option<String>,
+}
+
+/// A port (NIC) of a node.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct Port {
+    pub uuid: String,
+    pub address: String,
+    pub node_uuid: String,
+    #[serde(default)]
+    pub pxe_enabled: Option<bool>,
+}
+
+/// Targets of `PUT /v1/nodes/{id}/states/provision`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProvisionTarget {
+    Manage,
+    Provide,
+    Inspect,
+    Active,
+    Deleted,
+    Rebuild,
+    Clean,
+    Abort,
+    Adopt,
+}
+
+/// Targets of `PUT /v1/nodes/{id}/states/power`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum PowerTarget {
+    #[serde(rename = "power on")]
+    On,
+    #[serde(rename = "power off")]
+    Off,
+    #[serde(rename = "rebooting")]
+    Reboot,
+    #[serde(rename = "soft power off")]
+    SoftOff,
+    #[serde(rename = "soft rebooting")]
+    SoftReboot,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn microversion_parses_and_orders_numerically() {
+        let a: Microversion = "1.9".parse().unwrap();
+        let b: Microversion = "1.89".parse().unwrap();
+        assert!(a < b);
+        assert_eq!(b.to_string(), "1.89");
+        assert!("1".parse::<Microversion>().is_err());
+        assert!("1.x".parse::<Microversion>().is_err());
+    }
+
+    #[test]
+    fn power_targets_use_ironic_spelling() {
+        assert_eq!(
+            serde_json::to_value(PowerTarget::SoftReboot).unwrap(),
+            "soft rebooting"
+        );
+        assert_eq!(
+            serde_json::to_value(ProvisionTarget::Manage).unwrap(),
+            "manage"
+        );
+    }
+}

@@ -1,0 +1,12 @@
+//! bmo: bare-metal host provisioning for Kubernetes.
+//!
+//! The library holds everything the `bmo` binary does; `main.rs` only parses the
+//! command line and calls in here. See `docs/architecture.md` for the map.
+
+pub mod config;
+pub mod credentials;
+pub mod ironic;
+pub mod run;
+pub mod telemetry;
+pub mod tls;
+pub mod version;

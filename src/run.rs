@@ -1,0 +1,128 @@
+//! `bmo run`: connects to Kubernetes and Ironic, serves the health probes, and runs
+//! until SIGINT or SIGTERM.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+
+use crate::config::Config;
+use crate::ironic::{ClientConfig, IronicAuth, IronicClient, IronicError};
+use crate::version::BUILD;
+
+/// Why `bmo run` could not start or stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("no usable Kubernetes configuration (in-cluster or KUBECONFIG): {0}")]
+    KubeConfig(#[source] kube::config::InferConfigError),
+    #[error("cannot create the Kubernetes client: {0}")]
+    KubeClient(#[source] kube::Error),
+    #[error("cannot reach the Kubernetes API server: {0}")]
+    KubeUnreachable(#[source] kube::Error),
+    #[error(transparent)]
+    Ironic(#[from] IronicError),
+    #[error("cannot listen on {addr} for health probes: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("health server failed: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+#[derive(Clone)]
+struct Health {
+    ready: Arc<AtomicBool>,
+}
+
+/// Runs bmo until a shutdown signal arrives.
+pub async fn run(config: Config) -> Result<(), RunError> {
+    tracing::info!(
+        version = BUILD.version,
+        commit = BUILD.git_commit,
+        built = BUILD.build_date,
+        rustc = BUILD.rustc,
+        "{BUILD}"
+    );
+
+    let kube_config = kube::Config::infer().await.map_err(RunError::KubeConfig)?;
+    let kube_url = kube_config.cluster_url.to_string();
+    let kube = kube::Client::try_from(kube_config).map_err(RunError::KubeClient)?;
+    let server = kube
+        .apiserver_version()
+        .await
+        .map_err(RunError::KubeUnreachable)?;
+    tracing::info!(url = %kube_url, version = %server.git_version, "connected to Kubernetes");
+
+    let mut ironic_config = ClientConfig::new(config.ironic_endpoint.clone());
+    ironic_config.auth = IronicAuth::from_auth_dir(&config.auth_root_dir)?;
+    ironic_config.ca_file = config.ironic_cacert_file.clone();
+    ironic_config.insecure = config.ironic_insecure;
+    ironic_config.timeout = config.ironic_timeout();
+    let auth_kind = match ironic_config.auth {
+        IronicAuth::None => "none",
+        IronicAuth::Basic(_) => "http basic",
+    };
+    let ironic = IronicClient::connect(ironic_config).await?;
+    tracing::info!(endpoint = %ironic.endpoint(), microversion = %ironic.microversion(), auth = auth_kind, "connected to Ironic");
+
+    let health = Health {
+        ready: Arc::new(AtomicBool::new(false)),
+    };
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(health.clone());
+    let listener = tokio::net::TcpListener::bind(config.health_addr)
+        .await
+        .map_err(|source| RunError::Listen {
+            addr: config.health_addr,
+            source,
+        })?;
+    tracing::info!(addr = %config.health_addr, "serving /healthz and /readyz");
+    health.ready.store(true, Ordering::SeqCst);
+
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(RunError::Serve)?;
+    tracing::info!("shut down");
+    Ok(())
+}
+
+async fn readyz(State(health): State<Health>) -> (StatusCode, &'static str) {
+    if health.ready.load(Ordering::SeqCst) {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "starting")
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch SIGTERM; only SIGINT stops bmo");
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => tracing::info!("SIGINT received, shutting down"),
+            _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}

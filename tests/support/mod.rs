@@ -1,0 +1,169 @@
+//! Shared helpers for the integration tests: the real stack that `tests/env/stack`
+//! brings up, read from its env file.
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use bmo::credentials::{Credentials, SecretString};
+use bmo::ironic::{ClientConfig, IronicAuth, IronicClient};
+use url::Url;
+
+/// The running test stack.
+#[derive(Debug)]
+pub struct Stack {
+    pub env_file: PathBuf,
+    pub dir: PathBuf,
+    pub kubeconfig: PathBuf,
+    pub operator_kubeconfig: PathBuf,
+    pub ironic_endpoint: Url,
+    pub ironic_auth: IronicAuth,
+    pub redfish_url: Url,
+    pub redfish_credentials: Credentials,
+    pub redfish_system_ids: Vec<String>,
+    pub redfish_system_macs: Vec<String>,
+    vars: HashMap<String, String>,
+}
+
+const HOW_TO_START: &str = "run the tests through the stack: `tests/env/stack run -- cargo test` (README, \"Run the tests\")";
+
+impl Stack {
+    /// The stack described by `$BMO_STACK_ENV` (or `target/test-stack.env`). Panics
+    /// with instructions when no stack is up: a missing stack is a failure, not a skip.
+    pub fn get() -> &'static Stack {
+        static STACK: OnceLock<Stack> = OnceLock::new();
+        STACK.get_or_init(|| match Self::load() {
+            Ok(stack) => stack,
+            Err(why) => panic!("the test stack is not up: {why}; {HOW_TO_START}"),
+        })
+    }
+
+    fn load() -> Result<Stack, String> {
+        bmo::tls::install_crypto_provider();
+        let env_file = std::env::var_os("BMO_STACK_ENV")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-stack.env"));
+        let text = std::fs::read_to_string(&env_file)
+            .map_err(|e| format!("cannot read the env file {}: {e}", env_file.display()))?;
+        let vars = parse_env_file(&text);
+        let var = |key: &str| {
+            vars.get(key)
+                .cloned()
+                .ok_or_else(|| format!("{} has no {key}", env_file.display()))
+        };
+        let url = |key: &str| -> Result<Url, String> {
+            let v = var(key)?;
+            Url::parse(&v)
+                .map_err(|e| format!("{key}={v} in {} is not a URL: {e}", env_file.display()))
+        };
+        let dir = PathBuf::from(var("BMO_STACK_DIR")?);
+        if !dir.is_dir() {
+            return Err(format!(
+                "{} names the stack directory {}, which is gone (the stack was stopped)",
+                env_file.display(),
+                dir.display()
+            ));
+        }
+        let ironic_auth = match var("IRONIC_AUTH_STRATEGY")?.as_str() {
+            "http_basic" => IronicAuth::Basic(Credentials {
+                username: var("IRONIC_USERNAME")?,
+                password: SecretString::new(var("IRONIC_PASSWORD")?),
+            }),
+            _ => IronicAuth::None,
+        };
+        let list = |key: &str| -> Result<Vec<String>, String> {
+            Ok(var(key)?
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect())
+        };
+        Ok(Stack {
+            kubeconfig: PathBuf::from(var("KUBECONFIG")?),
+            operator_kubeconfig: PathBuf::from(var("BMO_OPERATOR_KUBECONFIG")?),
+            ironic_endpoint: url("IRONIC_ENDPOINT")?,
+            ironic_auth,
+            redfish_url: url("REDFISH_EMULATOR_URL")?,
+            redfish_credentials: Credentials {
+                username: var("REDFISH_USERNAME")?,
+                password: SecretString::new(var("REDFISH_PASSWORD")?),
+            },
+            redfish_system_ids: list("REDFISH_SYSTEM_IDS")?,
+            redfish_system_macs: list("REDFISH_SYSTEM_MACS")?,
+            env_file,
+            dir,
+            vars,
+        })
+    }
+
+    /// Any variable of the env file.
+    pub fn var(&self, key: &str) -> Option<&str> {
+        self.vars.get(key).map(String::as_str)
+    }
+
+    /// A Kubernetes client with the admin kubeconfig.
+    pub async fn kube_client(&self) -> kube::Client {
+        kube_client_from(&self.kubeconfig).await
+    }
+
+    /// An Ironic client with the stack's authentication.
+    pub async fn ironic(&self) -> IronicClient {
+        let mut config = ClientConfig::new(self.ironic_endpoint.clone());
+        config.auth = self.ironic_auth.clone();
+        IronicClient::connect(config)
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to the stack's Ironic: {e}"))
+    }
+}
+
+pub async fn kube_client_from(kubeconfig: &Path) -> kube::Client {
+    let raw = kube::config::Kubeconfig::read_from(kubeconfig)
+        .unwrap_or_else(|e| panic!("cannot read kubeconfig {}: {e}", kubeconfig.display()));
+    let config = kube::Config::from_custom_kubeconfig(raw, &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("kubeconfig {} is unusable: {e}", kubeconfig.display()));
+    kube::Client::try_from(config).unwrap_or_else(|e| panic!("cannot build kube client: {e}"))
+}
+
+/// Reads `export KEY=value` lines, as `tests/env/stack` writes them.
+fn parse_env_file(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| {
+            let l = l.strip_prefix("export ").unwrap_or(l);
+            let (k, v) = l.split_once('=')?;
+            Some((k.trim().to_owned(), v.trim().to_owned()))
+        })
+        .collect()
+}
+
+/// A name no other test run uses, for objects in the shared stack.
+pub fn unique_name(prefix: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::hash::RandomState::new().build_hasher().finish();
+    format!("{prefix}-{:08x}", random as u32)
+}
+
+/// Polls `check` every `interval` until it returns `Some`, or panics after `timeout`
+/// naming `what` and the last observation.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match check().await {
+            Ok(v) => return v,
+            Err(observed) => observed,
+        };
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}; last seen: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
