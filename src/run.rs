@@ -41,13 +41,7 @@ struct Health {
 
 /// Runs bmo until a shutdown signal arrives.
 pub async fn run(config: Config) -> Result<(), RunError> {
-    tracing::info!(
-        version = BUILD.version,
-        commit = BUILD.git_commit,
-        built = BUILD.build_date,
-        rustc = BUILD.rustc,
-        "{BUILD}"
-    );
+    tracing::info!("{BUILD}");
 
     let kube_config = kube::Config::infer().await.map_err(RunError::KubeConfig)?;
     let kube_url = kube_config.cluster_url.to_string();

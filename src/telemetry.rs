@@ -1,5 +1,7 @@
 //! Logging set-up: human-readable by default, JSON on request.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 /// How log lines are written.
@@ -18,7 +20,8 @@ pub fn init(format: LogFormat, default_level: &str) {
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     // try_init: a second call (tests) keeps the first subscriber.
     let _ = match format {
         LogFormat::Human => builder.with_target(false).try_init(),

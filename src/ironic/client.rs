@@ -119,7 +119,8 @@ struct NodeList {
 }
 
 impl IronicClient {
-    /// Builds the HTTP client and negotiates the microversion with Ironic.
+    /// Builds the HTTP client, negotiates the microversion with Ironic and checks that
+    /// Ironic accepts the credentials.
     pub async fn connect(config: ClientConfig) -> Result<Self, IronicError> {
         let mut endpoint = config.endpoint.clone();
         if !endpoint.path().ends_with('/') {
@@ -154,6 +155,16 @@ impl IronicClient {
             retry_base_delay: config.retry_base_delay,
         };
         client.microversion = client.negotiate().await?;
+        // The version document is public; a small authenticated read proves the
+        // credentials now rather than at the first host.
+        client
+            .call_with_query::<Value, ()>(
+                Method::GET,
+                &["nodes"],
+                &[("limit", "1"), ("fields", "uuid")],
+                None,
+            )
+            .await?;
         Ok(client)
     }
 

@@ -42,10 +42,15 @@ impl Stack {
     }
 
     fn load() -> Result<Stack, String> {
-        bmo::tls::install_crypto_provider();
         let env_file = std::env::var_os("BMO_STACK_ENV")
             .map(PathBuf::from)
             .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-stack.env"));
+        Self::load_from(env_file)
+    }
+
+    /// A stack described by the env file at `env_file`.
+    pub fn load_from(env_file: PathBuf) -> Result<Stack, String> {
+        bmo::tls::install_crypto_provider();
         let text = std::fs::read_to_string(&env_file)
             .map_err(|e| format!("cannot read the env file {}: {e}", env_file.display()))?;
         let vars = parse_env_file(&text);
@@ -166,4 +171,74 @@ where
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// A `bmo` process started by a test; killed when dropped. Its stderr (the log) goes to
+/// a file that [`BmoProcess::log`] reads.
+pub struct BmoProcess {
+    child: std::process::Child,
+    log_path: PathBuf,
+}
+
+impl BmoProcess {
+    /// Starts `bmo ARGS` with `env` added to the test's environment.
+    pub fn start(args: &[&str], env: &[(&str, &str)]) -> BmoProcess {
+        let log_path = std::env::temp_dir().join(format!("{}.log", unique_name("bmo-test")));
+        let log = std::fs::File::create(&log_path).expect("create log file");
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bmo"));
+        cmd.args(args)
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log);
+        let child = cmd.spawn().expect("start bmo");
+        BmoProcess { child, log_path }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What bmo has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Sends a signal by name (`TERM`, `INT`, `KILL`).
+    pub fn signal(&self, name: &str) {
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} {} failed", self.pid());
+    }
+
+    /// Waits up to `timeout` for bmo to exit; panics (with its log) if it does not.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for bmo") {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                panic!("bmo did not exit within {timeout:?}; log:\n{}", self.log());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for BmoProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log_path);
+    }
+}
+
+/// A loopback port nothing listens on (bound, then released).
+pub fn free_port() -> u16 {
+    let socket = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    socket.local_addr().expect("local addr").port()
 }
