@@ -1,5 +1,6 @@
 //! The `bmo` command line. Parses arguments and calls into the library.
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use bmo::config::Config;
@@ -21,6 +22,13 @@ struct Cli {
 enum Command {
     /// Run the operator: host controller and provisioning network services.
     Run(Config),
+    /// Print the CRDs (BareMetalHost, HardwareData) and admission policies as YAML.
+    Crds {
+        /// Write them as files under this directory (crds/, admission/) instead,
+        /// e.g. `bmo crds --out-dir deploy` to refresh the checked-in copies.
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<std::path::PathBuf>,
+    },
     /// Print version, git commit, build date and rustc version.
     Version {
         /// Print as JSON.
@@ -38,6 +46,22 @@ async fn main() -> anyhow::Result<()> {
             telemetry::init(config.log_format, "info");
             bmo::run::run(config).await?;
         }
+        Command::Crds { out_dir } => match out_dir {
+            None => print!("{}", bmo::api::crd::render_all()?),
+            Some(dir) => {
+                for manifest in bmo::api::crd::manifests()? {
+                    let path = dir.join(manifest.path);
+                    if let Some(parent) = path.parent() {
+                        std::fs::create_dir_all(parent).with_context(|| {
+                            format!("cannot create directory {}", parent.display())
+                        })?;
+                    }
+                    std::fs::write(&path, manifest.yaml)
+                        .with_context(|| format!("cannot write {}", path.display()))?;
+                    println!("wrote {}", path.display());
+                }
+            }
+        },
         Command::Version { json } => {
             if json {
                 println!("{}", serde_json::to_string_pretty(&BUILD)?);

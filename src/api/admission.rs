@@ -1,0 +1,192 @@
+//! ValidatingAdmissionPolicies for the BareMetalHost rules a CRD schema cannot express:
+//! the DELETE guard, and checks that need the object's namespace or annotations (CRD
+//! CEL rules see neither). They run inside kube-apiserver; no webhook is deployed.
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
+    ValidatingAdmissionPolicySpec, Validation, Variable,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::host::{ALLOW_DELETE_WHILE_CONSUMED_ANNOTATION, HARDWARE_DETAILS_ANNOTATION};
+use super::{GROUP, VERSION};
+
+/// Name of the policy (and its binding) that refuses deleting hosts in use.
+pub const DELETE_GUARD_POLICY: &str = "bmo-baremetalhost-delete-guard";
+/// Name of the policy (and its binding) for namespace and annotation rules.
+pub const REFERENCES_POLICY: &str = "bmo-baremetalhost-references";
+
+/// A policy with its binding, and the file under `deploy/` that holds both.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub file: &'static str,
+    pub policy: ValidatingAdmissionPolicy,
+    pub binding: ValidatingAdmissionPolicyBinding,
+}
+
+/// Every admission policy bmo ships.
+pub fn policies() -> Vec<Policy> {
+    vec![delete_guard(), references()]
+}
+
+fn delete_guard() -> Policy {
+    let key = ALLOW_DELETE_WHILE_CONSUMED_ANNOTATION;
+    let validation = Validation {
+        expression: format!(
+            "!has(oldObject.spec.consumerRef) || (has(oldObject.metadata.annotations) \
+             && '{key}' in oldObject.metadata.annotations && oldObject.metadata.annotations['{key}'] == 'true')"
+        ),
+        message: Some(format!(
+            "this BareMetalHost is in use (spec.consumerRef is set): release it from its consumer first, \
+             or set the annotation {key}: \"true\" to delete it anyway"
+        )),
+        message_expression: Some(format!(
+            "'BareMetalHost ' + oldObject.metadata.name + ' is in use (spec.consumerRef names ' \
+             + (has(oldObject.spec.consumerRef.kind) ? oldObject.spec.consumerRef.kind + ' ' : '') \
+             + (has(oldObject.spec.consumerRef.name) ? oldObject.spec.consumerRef.name : '(no name)') \
+             + '): release it from its consumer first, or set the annotation {key}: \"true\" to delete it anyway'"
+        )),
+        reason: Some("Forbidden".into()),
+    };
+    policy(
+        "admission/baremetalhost-delete-guard.yaml",
+        DELETE_GUARD_POLICY,
+        &["DELETE"],
+        Vec::new(),
+        Vec::new(),
+        vec![validation],
+    )
+}
+
+fn references() -> Policy {
+    let same_namespace = |field: &str| Validation {
+        expression: format!(
+            "!has(object.spec.{field}) || !has(object.spec.{field}.namespace) \
+             || object.spec.{field}.namespace == '' || object.spec.{field}.namespace == object.metadata.namespace"
+        ),
+        message: Some(format!(
+            "spec.{field}.namespace must be empty or the host's own namespace: bmo reads this Secret only from the host's namespace"
+        )),
+        message_expression: None,
+        reason: Some("Invalid".into()),
+    };
+    let variables = vec![
+        Variable {
+            name: "inspect".into(),
+            expression: "has(object.metadata.annotations) && 'inspect.metal3.io' in object.metadata.annotations \
+                         ? object.metadata.annotations['inspect.metal3.io'] : ''"
+                .into(),
+        },
+        Variable {
+            name: "hasHardwareDetails".into(),
+            expression: format!(
+                "has(object.metadata.annotations) && '{HARDWARE_DETAILS_ANNOTATION}' in object.metadata.annotations"
+            ),
+        },
+        Variable {
+            name: "inspectionMode".into(),
+            expression: "has(object.spec.inspectionMode) ? object.spec.inspectionMode : ''".into(),
+        },
+    ];
+    let validations = vec![
+        same_namespace("userData"),
+        same_namespace("networkData"),
+        same_namespace("metaData"),
+        Validation {
+            expression: "variables.inspect in ['', 'disabled']".into(),
+            message: Some(
+                "metadata.annotations[inspect.metal3.io] must be \"\" (inspect again) or \"disabled\"; prefer spec.inspectionMode".into(),
+            ),
+            message_expression: None,
+            reason: Some("Invalid".into()),
+        },
+        Validation {
+            expression: "!(variables.inspect == 'disabled' && variables.inspectionMode != '' && variables.inspectionMode != 'disabled')".into(),
+            message: Some(
+                "metadata.annotations[inspect.metal3.io]: \"disabled\" contradicts spec.inspectionMode: remove the annotation and keep spec.inspectionMode".into(),
+            ),
+            message_expression: None,
+            reason: Some("Invalid".into()),
+        },
+        Validation {
+            expression: "!(variables.inspect == 'disabled' && has(object.spec.bmc) && object.spec.bmc.address != '') \
+                         || (has(object.spec.bootMACAddress) && object.spec.bootMACAddress != '')"
+                .into(),
+            message: Some(
+                "spec.bootMACAddress is required when inspection is disabled by metadata.annotations[inspect.metal3.io]: without inspection the boot NIC cannot be discovered".into(),
+            ),
+            message_expression: None,
+            reason: Some("Invalid".into()),
+        },
+        Validation {
+            expression: "!variables.hasHardwareDetails || variables.inspect == 'disabled' || variables.inspectionMode == 'disabled'".into(),
+            message: Some(format!(
+                "metadata.annotations[{HARDWARE_DETAILS_ANNOTATION}] needs inspection disabled (spec.inspectionMode: disabled): supplied hardware details replace inspection"
+            )),
+            message_expression: None,
+            reason: Some("Invalid".into()),
+        },
+    ];
+    // A host being deleted must stay updatable (finalizer removal), whatever it holds.
+    let not_deleting = vec![MatchCondition {
+        name: "not-being-deleted".into(),
+        expression: "!has(object.metadata.deletionTimestamp)".into(),
+    }];
+    policy(
+        "admission/baremetalhost-references.yaml",
+        REFERENCES_POLICY,
+        &["CREATE", "UPDATE"],
+        not_deleting,
+        variables,
+        validations,
+    )
+}
+
+fn policy(
+    file: &'static str,
+    name: &str,
+    operations: &[&str],
+    match_conditions: Vec<MatchCondition>,
+    variables: Vec<Variable>,
+    validations: Vec<Validation>,
+) -> Policy {
+    let rules = MatchResources {
+        resource_rules: Some(vec![NamedRuleWithOperations {
+            api_groups: Some(vec![GROUP.into()]),
+            api_versions: Some(vec![VERSION.into()]),
+            operations: Some(operations.iter().map(|&op| op.into()).collect()),
+            resources: Some(vec!["baremetalhosts".into()]),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    let meta = ObjectMeta {
+        name: Some(name.into()),
+        labels: Some([("app.kubernetes.io/part-of".to_owned(), "bmo".to_owned())].into()),
+        ..Default::default()
+    };
+    Policy {
+        file,
+        policy: ValidatingAdmissionPolicy {
+            metadata: meta.clone(),
+            spec: Some(ValidatingAdmissionPolicySpec {
+                failure_policy: Some("Fail".into()),
+                match_constraints: Some(rules),
+                match_conditions: (!match_conditions.is_empty()).then_some(match_conditions),
+                variables: (!variables.is_empty()).then_some(variables),
+                validations: Some(validations),
+                ..Default::default()
+            }),
+            status: None,
+        },
+        binding: ValidatingAdmissionPolicyBinding {
+            metadata: meta,
+            spec: ValidatingAdmissionPolicyBindingSpec {
+                policy_name: name.into(),
+                validation_actions: vec!["Deny".into()],
+                ..Default::default()
+            },
+        },
+    }
+}
