@@ -7,6 +7,7 @@ pub mod bmc;
 pub mod config;
 pub mod credentials;
 pub mod ironic;
+pub mod provisioner;
 pub mod run;
 pub mod telemetry;
 pub mod tls;
