@@ -4,9 +4,11 @@
 //! command line and calls in here. See `docs/architecture.md` for the map.
 
 pub mod api;
+pub mod bmc;
 pub mod config;
 pub mod credentials;
 pub mod ironic;
+pub mod provisioner;
 pub mod run;
 pub mod telemetry;
 pub mod tls;

@@ -29,6 +29,18 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out_dir: Option<std::path::PathBuf>,
     },
+    /// Check a BMC address: print the Ironic driver, interfaces and driver_info it
+    /// becomes (credentials are never shown), or say what is wrong with it.
+    Bmc {
+        /// The address, as in spec.bmc.address (e.g. redfish://10.0.0.5/redfish/v1/Systems/1).
+        address: String,
+        /// As spec.bmc.disableCertificateVerification.
+        #[arg(long)]
+        disable_certificate_verification: bool,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print version, git commit, build date and rustc version.
     Version {
         /// Print as JSON.
@@ -62,6 +74,25 @@ async fn main() -> anyhow::Result<()> {
                 }
             }
         },
+        Command::Bmc {
+            address,
+            disable_certificate_verification,
+            json,
+        } => {
+            let parsed = match bmo::bmc::BmcAddress::parse(&address) {
+                Ok(parsed) => parsed,
+                Err(e) => {
+                    eprintln!("bmo bmc: {e}");
+                    std::process::exit(2);
+                }
+            };
+            let report = bmo::bmc::AddressReport::new(&parsed, disable_certificate_verification);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", report.to_text());
+            }
+        }
         Command::Version { json } => {
             if json {
                 println!("{}", serde_json::to_string_pretty(&BUILD)?);

@@ -1,5 +1,7 @@
 use std::hash::{BuildHasher, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
@@ -9,7 +11,9 @@ use serde_json::{Value, json};
 use url::Url;
 
 use super::error::{IronicError, fault_string};
-use super::types::{Microversion, Node, NodeCreate, Port, PowerTarget, ProvisionTarget};
+use super::types::{
+    Microversion, Node, NodeCreate, PatchOp, Port, PowerTarget, ProvisionRequest, ProvisionTarget,
+};
 use crate::credentials::{Credentials, SecretString};
 
 /// The oldest Ironic API bmo talks to (the same floor as upstream metal3).
@@ -96,6 +100,8 @@ pub struct IronicClient {
     microversion: Microversion,
     max_attempts: u32,
     retry_base_delay: Duration,
+    /// Requests answered "node locked" (409) or 503 and sent again, for tests and metrics.
+    busy_retries: Arc<AtomicU64>,
 }
 
 #[derive(serde::Deserialize)]
@@ -153,6 +159,7 @@ impl IronicClient {
             microversion: MIN_MICROVERSION,
             max_attempts: config.max_attempts.max(1),
             retry_base_delay: config.retry_base_delay,
+            busy_retries: Arc::default(),
         };
         client.microversion = client.negotiate().await?;
         // The version document is public; a small authenticated read proves the
@@ -175,6 +182,12 @@ impl IronicClient {
 
     pub fn endpoint(&self) -> &Url {
         &self.endpoint
+    }
+
+    /// How many requests this client (and its clones) sent again because Ironic said
+    /// the node was locked (409) or it was unavailable (503).
+    pub fn busy_retries(&self) -> u64 {
+        self.busy_retries.load(Ordering::Relaxed)
     }
 
     async fn negotiate(&self) -> Result<Microversion, IronicError> {
@@ -279,9 +292,12 @@ impl IronicClient {
                 });
             }
             let text = resp.text().await.unwrap_or_default();
-            let retryable =
-                status == StatusCode::CONFLICT || status == StatusCode::SERVICE_UNAVAILABLE;
+            // 409 also means "wrong state" (InvalidState), which waiting does not fix;
+            // only a lock held by a conductor goes away by itself.
+            let retryable = status == StatusCode::SERVICE_UNAVAILABLE
+                || (status == StatusCode::CONFLICT && is_locked_message(&text));
             if retryable && attempt < self.max_attempts {
+                self.busy_retries.fetch_add(1, Ordering::Relaxed);
                 let delay = jittered_backoff(self.retry_base_delay, attempt);
                 tracing::debug!(%status, attempt, ?delay, path = %path, "Ironic busy, retrying");
                 tokio::time::sleep(delay).await;
@@ -367,6 +383,109 @@ impl IronicClient {
         .map(drop)
     }
 
+    /// `PATCH /v1/nodes/{id}` with a JSON patch.
+    pub async fn patch_node(&self, ident: &str, ops: &[PatchOp]) -> Result<Node, IronicError> {
+        self.call(Method::PATCH, &["nodes", ident], Some(ops))
+            .await?
+            .ok_or_else(|| self.decode_error(&Method::PATCH, "nodes", "empty answer"))
+    }
+
+    /// A provision state change with clean steps, deploy steps or a config drive.
+    pub async fn change_provision_state(
+        &self,
+        ident: &str,
+        request: &ProvisionRequest,
+    ) -> Result<(), IronicError> {
+        self.call::<Value, _>(
+            Method::PUT,
+            &["nodes", ident, "states", "provision"],
+            Some(request),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// `{inventory, plugin_data}` from the last inspection; `None` when there is none.
+    pub async fn get_inventory(&self, ident: &str) -> Result<Option<Value>, IronicError> {
+        match self
+            .call(
+                Method::GET,
+                &["nodes", ident, "inventory"],
+                Option::<&()>::None,
+            )
+            .await
+        {
+            Ok(doc) => Ok(doc),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `GET /v1/nodes/{id}/validate`: per interface `{result, reason}`.
+    pub async fn validate_node(&self, ident: &str) -> Result<Value, IronicError> {
+        Ok(self
+            .call(
+                Method::GET,
+                &["nodes", ident, "validate"],
+                Option::<&()>::None,
+            )
+            .await?
+            .unwrap_or(Value::Null))
+    }
+
+    pub async fn set_maintenance(&self, ident: &str, reason: &str) -> Result<(), IronicError> {
+        self.call::<Value, _>(
+            Method::PUT,
+            &["nodes", ident, "maintenance"],
+            Some(&json!({ "reason": reason })),
+        )
+        .await
+        .map(drop)
+    }
+
+    pub async fn clear_maintenance(&self, ident: &str) -> Result<(), IronicError> {
+        self.call::<Value, ()>(Method::DELETE, &["nodes", ident, "maintenance"], None)
+            .await
+            .map(drop)
+    }
+
+    /// `PUT /v1/nodes/{id}/states/raid`: the target RAID configuration.
+    pub async fn set_target_raid_config(
+        &self,
+        ident: &str,
+        config: &Value,
+    ) -> Result<(), IronicError> {
+        self.call::<Value, _>(
+            Method::PUT,
+            &["nodes", ident, "states", "raid"],
+            Some(config),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The ports of one node.
+    pub async fn list_node_ports(&self, node_uuid: &str) -> Result<Vec<Port>, IronicError> {
+        let list: Option<PortList> = self
+            .call_with_query(
+                Method::GET,
+                &["ports", "detail"],
+                &[("node_uuid", node_uuid)],
+                Option::<&()>::None,
+            )
+            .await?;
+        Ok(list.map(|l| l.ports).unwrap_or_default())
+    }
+
+    /// `POST /v1/continue_inspection`: what the inspection ramdisk sends when it has
+    /// collected the inventory (tests play the ramdisk with it).
+    pub async fn continue_inspection(&self, body: &Value) -> Result<Value, IronicError> {
+        Ok(self
+            .call(Method::POST, &["continue_inspection"], Some(body))
+            .await?
+            .unwrap_or(Value::Null))
+    }
+
     pub async fn create_port(&self, node_uuid: &str, mac: &str) -> Result<Port, IronicError> {
         self.call(
             Method::POST,
@@ -389,6 +508,13 @@ impl IronicClient {
             .await?;
         Ok(list.and_then(|l| l.ports.into_iter().next()))
     }
+}
+
+/// Whether a 409 body is Ironic's NodeLocked ("Node X is locked by host Y, please
+/// retry after the current operation is completed.").
+fn is_locked_message(body: &str) -> bool {
+    let message = fault_string(body).to_ascii_lowercase();
+    message.contains("is locked by") || message.contains("please retry")
 }
 
 /// `base * 2^(attempt-1)`, capped at 30 s, scaled by a random factor in [0.5, 1.5) so

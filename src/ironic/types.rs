@@ -69,6 +69,34 @@ pub struct Node {
     pub instance_info: Map<String, Value>,
     #[serde(default)]
     pub extra: Map<String, Value>,
+    /// Ironic masks passwords in what it returns (`******`).
+    #[serde(default)]
+    pub driver_info: Map<String, Value>,
+    #[serde(default)]
+    pub instance_uuid: Option<String>,
+    #[serde(default)]
+    pub automated_clean: Option<bool>,
+    #[serde(default)]
+    pub fault: Option<String>,
+    #[serde(default)]
+    pub inspection_started_at: Option<String>,
+    #[serde(default)]
+    pub inspection_finished_at: Option<String>,
+    /// The clean step running now: `{interface, step, ...}` or `{}`.
+    #[serde(default)]
+    pub clean_step: Option<Value>,
+    #[serde(default)]
+    pub deploy_step: Option<Value>,
+    #[serde(default)]
+    pub boot_interface: Option<String>,
+    #[serde(default)]
+    pub deploy_interface: Option<String>,
+    #[serde(default)]
+    pub inspect_interface: Option<String>,
+    #[serde(default)]
+    pub raid_interface: Option<String>,
+    #[serde(default)]
+    pub power_interface: Option<String>,
 }
 
 impl Node {
@@ -102,6 +130,65 @@ pub struct NodeCreate {
     pub raid_interface: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vendor_interface: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bios_interface: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub firmware_interface: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub automated_clean: Option<bool>,
+}
+
+/// One operation of a JSON patch (RFC 6902) as Ironic's `PATCH` takes it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PatchOp {
+    pub op: &'static str,
+    pub path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+}
+
+impl PatchOp {
+    /// Sets `path` (JSON patch `add` replaces an existing member).
+    pub fn set(path: impl Into<String>, value: impl Into<Value>) -> Self {
+        Self {
+            op: "add",
+            path: path.into(),
+            value: Some(value.into()),
+        }
+    }
+
+    /// Removes `path`; Ironic refuses to remove what is not there.
+    pub fn remove(path: impl Into<String>) -> Self {
+        Self {
+            op: "remove",
+            path: path.into(),
+            value: None,
+        }
+    }
+}
+
+/// The body of `PUT /v1/nodes/{id}/states/provision`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProvisionRequest {
+    pub target: ProvisionTarget,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clean_steps: Option<Vec<Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deploy_steps: Option<Vec<Value>>,
+    /// Contains user data: never log it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub configdrive: Option<Value>,
+}
+
+impl ProvisionRequest {
+    pub fn new(target: ProvisionTarget) -> Self {
+        Self {
+            target,
+            clean_steps: None,
+            deploy_steps: None,
+            configdrive: None,
+        }
+    }
 }
 
 /// A port (NIC) of a node.

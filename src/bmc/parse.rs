@@ -1,0 +1,229 @@
+//! The address grammar: `scheme://host[:port][/path][?query]`, the opaque form
+//! `scheme:host[:port]`, and bare `host`, `host:port`, `[v6]:port` (meaning ipmi).
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use super::{BmcAddress, BmcHost, BmcType, SCHEMES};
+
+/// Why an address was refused. Each message names the address, what is wrong and
+/// what would be accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BmcAddressError {
+    #[error(
+        "the BMC address is empty; write e.g. redfish://10.0.0.5/redfish/v1/Systems/1 or ipmi://10.0.0.5"
+    )]
+    Empty,
+    #[error(
+        "unknown BMC type '{scheme}' in address {address}; accepted: {}",
+        SCHEMES.join(", ")
+    )]
+    UnknownScheme { scheme: String, address: String },
+    #[error("BMC address {address} has no host; write it as {scheme}://HOST[:PORT]")]
+    MissingHost { scheme: String, address: String },
+    #[error(
+        "BMC address {address} has an invalid host '{host}'; use an IPv4 address, an IPv6 address in brackets, or a DNS name"
+    )]
+    BadHost { host: String, address: String },
+    #[error(
+        "BMC address {address} has an invalid port '{port}'; the port must be a number from 1 to 65535"
+    )]
+    BadPort { port: String, address: String },
+    #[error(
+        "BMC address {address} contains a user name or password; remove it and put the credentials in the secret named by credentialsName"
+    )]
+    CredentialsInAddress { address: String },
+    #[error("BMC address {address} contains whitespace or control characters; remove them")]
+    BadCharacters { address: String },
+    #[error(
+        "'{mac}' is not a MAC address; write six hex pairs separated by colons, e.g. 52:54:00:12:34:56"
+    )]
+    BadMac { mac: String },
+}
+
+pub(super) fn parse(address: &str) -> Result<BmcAddress, BmcAddressError> {
+    let trimmed = address.trim();
+    if trimmed.is_empty() {
+        return Err(BmcAddressError::Empty);
+    }
+    if trimmed.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(BmcAddressError::BadCharacters {
+            address: address.to_owned(),
+        });
+    }
+    // Error messages repeat the address; never with a password in it.
+    let redacted = redact_userinfo(trimmed);
+    let trimmed = redacted.as_str();
+    let (scheme, rest) = split_scheme(trimmed);
+    let scheme_name = scheme.unwrap_or("ipmi");
+    let (kind, transport) =
+        BmcType::from_scheme(scheme_name).ok_or_else(|| BmcAddressError::UnknownScheme {
+            scheme: scheme_name.to_owned(),
+            address: trimmed.to_owned(),
+        })?;
+
+    // authority [/path] [?query] [#fragment]; the fragment has no meaning and is dropped.
+    let rest = rest.split('#').next().unwrap_or_default();
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let (path, query) = match tail.split_once('?') {
+        Some((p, q)) => (p, q),
+        None => (tail, ""),
+    };
+    if authority.contains('@') {
+        return Err(BmcAddressError::CredentialsInAddress {
+            address: trimmed.to_owned(),
+        });
+    }
+    let missing_host = || BmcAddressError::MissingHost {
+        scheme: scheme_name.to_owned(),
+        address: trimmed.to_owned(),
+    };
+    if authority.is_empty() {
+        return Err(missing_host());
+    }
+    let (host_text, port_text) = split_host_port(authority, scheme.is_none(), trimmed)?;
+    if host_text.is_empty() {
+        return Err(missing_host());
+    }
+    let host = parse_host(host_text, authority.starts_with('['), trimmed)?;
+    let port = port_text.map(|p| parse_port(p, trimmed)).transpose()?;
+    let query = query
+        .split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => (k.to_owned(), v.to_owned()),
+            None => (kv.to_owned(), String::new()),
+        })
+        .collect();
+    Ok(BmcAddress {
+        original: trimmed.to_owned(),
+        kind,
+        transport,
+        host,
+        port,
+        path: path.to_owned(),
+        query,
+    })
+}
+
+/// The address with anything before an `@` in its authority replaced by `***`.
+fn redact_userinfo(address: &str) -> String {
+    let (prefix, rest) = match address.find("://") {
+        Some(i) => address.split_at(i + 3),
+        None => ("", address),
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{prefix}***{}", &rest[at..]),
+        None => address.to_owned(),
+    }
+}
+
+/// `(scheme, rest)`. `scheme://rest` and `scheme:rest` (when `scheme` is a known BMC
+/// scheme) have one; anything else is a bare `host[:port]`.
+fn split_scheme(address: &str) -> (Option<&str>, &str) {
+    if let Some((scheme, rest)) = address.split_once("://") {
+        return (Some(scheme), rest);
+    }
+    if let Some((scheme, rest)) = address.split_once(':')
+        && BmcType::from_scheme(scheme).is_some()
+    {
+        return (Some(scheme), rest);
+    }
+    (None, address)
+}
+
+fn split_host_port<'a>(
+    authority: &'a str,
+    bare: bool,
+    address: &str,
+) -> Result<(&'a str, Option<&'a str>), BmcAddressError> {
+    if let Some(inner) = authority.strip_prefix('[') {
+        let Some((host, after)) = inner.split_once(']') else {
+            return Err(BmcAddressError::BadHost {
+                host: authority.to_owned(),
+                address: address.to_owned(),
+            });
+        };
+        return match after {
+            "" => Ok((host, None)),
+            _ => match after.strip_prefix(':') {
+                Some(port) => Ok((host, Some(port))),
+                None => Err(BmcAddressError::BadHost {
+                    host: authority.to_owned(),
+                    address: address.to_owned(),
+                }),
+            },
+        };
+    }
+    // A bare address may be an unbracketed IPv6 literal (without a port); inside a
+    // URL the brackets are required, else `fd00::1:443` would be ambiguous.
+    if authority.matches(':').count() > 1 {
+        return if bare && authority.parse::<Ipv6Addr>().is_ok() {
+            Ok((authority, None))
+        } else {
+            Err(BmcAddressError::BadHost {
+                host: authority.to_owned(),
+                address: address.to_owned(),
+            })
+        };
+    }
+    Ok(match authority.split_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (authority, None),
+    })
+}
+
+fn parse_host(host: &str, bracketed: bool, address: &str) -> Result<BmcHost, BmcAddressError> {
+    let bad = || BmcAddressError::BadHost {
+        host: host.to_owned(),
+        address: address.to_owned(),
+    };
+    if bracketed || host.contains(':') {
+        return host
+            .parse::<Ipv6Addr>()
+            .map(BmcHost::Ipv6)
+            .map_err(|_| bad());
+    }
+    if let Ok(ip) = host.parse::<Ipv4Addr>() {
+        return Ok(BmcHost::Ipv4(ip));
+    }
+    // Something that looks like a dotted quad but did not parse is a typo, not a name.
+    if host
+        .split('.')
+        .all(|l| l.chars().all(|c| c.is_ascii_digit()))
+    {
+        return Err(bad());
+    }
+    if is_dns_name(host) {
+        Ok(BmcHost::Name(host.to_owned()))
+    } else {
+        Err(bad())
+    }
+}
+
+/// RFC 1123 host name: dot-separated labels of 1–63 letters, digits and inner hyphens.
+fn is_dns_name(host: &str) -> bool {
+    host.len() <= 253
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+fn parse_port(port: &str, address: &str) -> Result<u16, BmcAddressError> {
+    let bad = || BmcAddressError::BadPort {
+        port: port.to_owned(),
+        address: address.to_owned(),
+    };
+    if port.is_empty() || !port.chars().all(|c| c.is_ascii_digit()) {
+        return Err(bad());
+    }
+    match port.parse::<u16>() {
+        Ok(0) | Err(_) => Err(bad()),
+        Ok(p) => Ok(p),
+    }
+}

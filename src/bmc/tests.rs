@@ -1,0 +1,522 @@
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::credentials::SecretString;
+
+fn creds() -> Credentials {
+    Credentials {
+        username: "admin".into(),
+        password: SecretString::new("pw"),
+    }
+}
+
+fn info(address: &str) -> Map<String, Value> {
+    BmcAddress::parse(address)
+        .unwrap_or_else(|e| panic!("{address}: {e}"))
+        .driver_info(&creds(), false)
+}
+
+/// (scheme, driver, boot, raid, needs MAC, ISO boot) for every scheme, as the
+/// upstream table has them.
+const TABLE: &[(&str, &str, &str, &str, bool, bool)] = &[
+    ("ipmi", "ipmi", "ipxe", "no-raid", false, false),
+    ("libvirt", "ipmi", "ipxe", "no-raid", true, false),
+    ("redfish", "redfish", "ipxe", "redfish", false, false),
+    ("redfish+http", "redfish", "ipxe", "redfish", false, false),
+    ("redfish+https", "redfish", "ipxe", "redfish", false, false),
+    ("ilo5-redfish", "redfish", "ipxe", "redfish", false, false),
+    (
+        "ilo5-redfish+http",
+        "redfish",
+        "ipxe",
+        "redfish",
+        false,
+        false,
+    ),
+    (
+        "ilo5-redfish+https",
+        "redfish",
+        "ipxe",
+        "redfish",
+        false,
+        false,
+    ),
+    (
+        "idrac-redfish",
+        "idrac",
+        "ipxe",
+        "idrac-redfish",
+        false,
+        false,
+    ),
+    (
+        "idrac-redfish+http",
+        "idrac",
+        "ipxe",
+        "idrac-redfish",
+        false,
+        false,
+    ),
+    (
+        "idrac-redfish+https",
+        "idrac",
+        "ipxe",
+        "idrac-redfish",
+        false,
+        false,
+    ),
+    (
+        "redfish-virtualmedia",
+        "redfish",
+        "redfish-virtual-media",
+        "redfish",
+        false,
+        true,
+    ),
+    (
+        "redfish-virtualmedia+http",
+        "redfish",
+        "redfish-virtual-media",
+        "redfish",
+        false,
+        true,
+    ),
+    (
+        "redfish-virtualmedia+https",
+        "redfish",
+        "redfish-virtual-media",
+        "redfish",
+        false,
+        true,
+    ),
+    (
+        "ilo5-virtualmedia",
+        "redfish",
+        "redfish-virtual-media",
+        "redfish",
+        false,
+        true,
+    ),
+    (
+        "ilo5-virtualmedia+http",
+        "redfish",
+        "redfish-virtual-media",
+        "redfish",
+        false,
+        true,
+    ),
+    (
+        "ilo5-virtualmedia+https",
+        "redfish",
+        "redfish-virtual-media",
+        "redfish",
+        false,
+        true,
+    ),
+    (
+        "idrac-virtualmedia",
+        "idrac",
+        "idrac-redfish-virtual-media",
+        "idrac-redfish",
+        false,
+        true,
+    ),
+    (
+        "idrac-virtualmedia+http",
+        "idrac",
+        "idrac-redfish-virtual-media",
+        "idrac-redfish",
+        false,
+        true,
+    ),
+    (
+        "idrac-virtualmedia+https",
+        "idrac",
+        "idrac-redfish-virtual-media",
+        "idrac-redfish",
+        false,
+        true,
+    ),
+    (
+        "redfish-uefihttp",
+        "redfish",
+        "redfish-https",
+        "redfish",
+        false,
+        true,
+    ),
+    (
+        "redfish-uefihttp+http",
+        "redfish",
+        "redfish-https",
+        "redfish",
+        false,
+        true,
+    ),
+    (
+        "redfish-uefihttp+https",
+        "redfish",
+        "redfish-https",
+        "redfish",
+        false,
+        true,
+    ),
+    ("fake", "fake-hardware", "fake", "fake", false, false),
+];
+
+#[test]
+fn every_scheme_maps_to_its_driver_and_interfaces() {
+    assert_eq!(TABLE.len(), SCHEMES.len(), "every scheme is in the table");
+    for &(scheme, driver, boot, raid, needs_mac, iso) in TABLE {
+        let addr = BmcAddress::parse(&format!("{scheme}://192.0.2.1/redfish/v1/Systems/1"))
+            .unwrap_or_else(|e| panic!("{scheme}: {e}"));
+        let settings = addr.driver_settings(false);
+        assert_eq!(settings.driver, driver, "{scheme}");
+        assert_eq!(settings.interfaces.boot, Some(boot), "{scheme}");
+        assert_eq!(settings.interfaces.raid, Some(raid), "{scheme}");
+        assert_eq!(addr.kind.needs_boot_mac(), needs_mac, "{scheme}");
+        assert_eq!(addr.kind.supports_iso_boot(), iso, "{scheme}");
+        assert_eq!(
+            addr.kind.needs_provisioning_network(),
+            !iso && scheme != "fake",
+            "{scheme}"
+        );
+        // The scheme's upper-case spelling is the same scheme.
+        let upper = BmcAddress::parse(&format!("{}://192.0.2.1", scheme.to_uppercase())).unwrap();
+        assert_eq!(upper.kind, addr.kind, "{scheme}");
+    }
+}
+
+#[test]
+fn idrac_uses_idrac_interfaces_everywhere() {
+    let s = BmcAddress::parse("idrac-virtualmedia://10.0.0.1/redfish/v1/Systems/System.Embedded.1")
+        .unwrap()
+        .driver_settings(false);
+    let i = s.interfaces;
+    assert_eq!(
+        (i.bios, i.management, i.power, i.vendor, i.firmware),
+        (
+            Some("idrac-redfish"),
+            Some("idrac-redfish"),
+            Some("idrac-redfish"),
+            Some("idrac-redfish"),
+            Some("redfish")
+        )
+    );
+}
+
+#[test]
+fn ipmi_driver_info_defaults_port_and_privilege() {
+    let i = info("ipmi://192.0.2.10");
+    assert_eq!(i["ipmi_address"], "192.0.2.10");
+    assert_eq!(i["ipmi_port"], "623");
+    assert_eq!(i["ipmi_priv_level"], "ADMINISTRATOR");
+    assert_eq!(i["ipmi_username"], "admin");
+    assert_eq!(i["ipmi_password"], "pw");
+    let i = info("ipmi://192.0.2.10:6230?privilegelevel=OPERATOR");
+    assert_eq!(i["ipmi_port"], "6230");
+    assert_eq!(i["ipmi_priv_level"], "OPERATOR");
+}
+
+#[test]
+fn bare_host_and_host_port_mean_ipmi() {
+    for (address, host, port) in [
+        ("192.0.2.10", "192.0.2.10", "623"),
+        ("192.0.2.10:6231", "192.0.2.10", "6231"),
+        ("bmc-1.example.com", "bmc-1.example.com", "623"),
+        ("bmc-1.example.com:6232", "bmc-1.example.com", "6232"),
+        ("[fd00::10]:6233", "fd00::10", "6233"),
+        ("[fd00::10]", "fd00::10", "623"),
+        ("fd00::10", "fd00::10", "623"),
+        ("ipmi:192.0.2.10", "192.0.2.10", "623"),
+        ("ipmi:192.0.2.10:777", "192.0.2.10", "777"),
+    ] {
+        let addr = BmcAddress::parse(address).unwrap_or_else(|e| panic!("{address}: {e}"));
+        assert_eq!(addr.kind, BmcType::Ipmi, "{address}");
+        let i = addr.driver_info(&creds(), false);
+        assert_eq!(i["ipmi_address"], host, "{address}");
+        assert_eq!(i["ipmi_port"], port, "{address}");
+    }
+}
+
+#[test]
+fn libvirt_is_ipmi_through_virtualbmc() {
+    let i = info("libvirt://192.168.122.1:6233/");
+    assert_eq!(i["ipmi_address"], "192.168.122.1");
+    assert_eq!(i["ipmi_port"], "6233");
+}
+
+#[test]
+fn redfish_address_keeps_transport_port_and_system_id() {
+    let i = info("redfish://10.0.0.5:8443/redfish/v1/Systems/1");
+    assert_eq!(i["redfish_address"], "https://10.0.0.5:8443");
+    assert_eq!(i["redfish_system_id"], "/redfish/v1/Systems/1");
+    assert_eq!(i["redfish_username"], "admin");
+    assert_eq!(i["redfish_password"], "pw");
+    assert!(!i.contains_key("redfish_verify_ca"));
+
+    let i = info("redfish+http://bmc.example.com/redfish/v1/Systems/abc");
+    assert_eq!(i["redfish_address"], "http://bmc.example.com");
+    let i = info("idrac-virtualmedia+https://[fd00::5]:443/redfish/v1/Systems/System.Embedded.1");
+    assert_eq!(i["redfish_address"], "https://[fd00::5]:443");
+    assert_eq!(
+        i["redfish_system_id"],
+        "/redfish/v1/Systems/System.Embedded.1"
+    );
+    let i = info("redfish:10.0.0.5");
+    assert_eq!(i["redfish_address"], "https://10.0.0.5");
+}
+
+#[test]
+fn redfish_root_path_is_not_a_system_id() {
+    for address in [
+        "redfish://10.0.0.5",
+        "redfish://10.0.0.5/",
+        "redfish://10.0.0.5/redfish/v1",
+        "redfish://10.0.0.5/redfish/v1/",
+    ] {
+        assert!(
+            !info(address).contains_key("redfish_system_id"),
+            "{address}"
+        );
+    }
+    // UEFI HTTP always passes the path.
+    assert_eq!(
+        info("redfish-uefihttp://10.0.0.5/")["redfish_system_id"],
+        "/"
+    );
+}
+
+#[test]
+fn disable_certificate_verification_sets_verify_ca_false_for_redfish_only() {
+    let addr = BmcAddress::parse("redfish://10.0.0.5/redfish/v1/Systems/1").unwrap();
+    assert_eq!(
+        addr.driver_info(&creds(), true)["redfish_verify_ca"],
+        json!(false)
+    );
+    let addr = BmcAddress::parse("ipmi://10.0.0.5").unwrap();
+    assert!(
+        !addr
+            .driver_info(&creds(), true)
+            .contains_key("ipmi_verify_ca")
+    );
+}
+
+#[test]
+fn fake_scheme_is_fake_hardware_without_credentials() {
+    let addr = BmcAddress::parse("fake://rack1-host07").unwrap();
+    assert_eq!(addr.kind, BmcType::Fake);
+    let s = addr.driver_settings(false);
+    assert_eq!(s.driver, "fake-hardware");
+    let i = s.interfaces;
+    for iface in [
+        i.boot,
+        i.bios,
+        i.management,
+        i.power,
+        i.raid,
+        i.vendor,
+        i.firmware,
+    ] {
+        assert_eq!(iface, Some("fake"));
+    }
+    assert!(addr.driver_info(&creds(), false).is_empty());
+}
+
+#[test]
+fn driver_settings_never_contain_credentials() {
+    for scheme in SCHEMES {
+        let addr = BmcAddress::parse(&format!("{scheme}://192.0.2.1")).unwrap();
+        let shown = serde_json::to_string(&addr.driver_settings(true)).unwrap();
+        assert!(!shown.contains("\"pw\""), "{scheme}: {shown}");
+        assert!(!shown.contains("admin"), "{scheme}: {shown}");
+    }
+}
+
+#[test]
+fn malformed_addresses_say_what_is_wrong() {
+    use BmcAddressError as E;
+    type IsExpected = fn(&BmcAddressError) -> bool;
+    let cases: &[(&str, IsExpected, &str)] = &[
+        ("", |e| matches!(e, E::Empty), "empty"),
+        ("   ", |e| matches!(e, E::Empty), "empty"),
+        (
+            "foo://10.0.0.1",
+            |e| matches!(e, E::UnknownScheme { .. }),
+            "unknown BMC type 'foo'",
+        ),
+        (
+            "ipmi+https://10.0.0.1",
+            |e| matches!(e, E::UnknownScheme { .. }),
+            "accepted: ipmi, libvirt",
+        ),
+        (
+            "redfish+ftp://10.0.0.1",
+            |e| matches!(e, E::UnknownScheme { .. }),
+            "redfish+ftp",
+        ),
+        (
+            "ilo4://10.0.0.1",
+            |e| matches!(e, E::UnknownScheme { .. }),
+            "ilo4",
+        ),
+        (
+            "redfish://",
+            |e| matches!(e, E::MissingHost { .. }),
+            "has no host",
+        ),
+        (
+            "redfish:///redfish/v1/Systems/1",
+            |e| matches!(e, E::MissingHost { .. }),
+            "has no host",
+        ),
+        (
+            "ipmi://:623",
+            |e| matches!(e, E::MissingHost { .. }),
+            "has no host",
+        ),
+        (
+            "redfish://[]:443",
+            |e| matches!(e, E::MissingHost { .. }),
+            "has no host",
+        ),
+        (
+            "redfish://10.0.0.1:abc",
+            |e| matches!(e, E::BadPort { .. }),
+            "invalid port 'abc'",
+        ),
+        (
+            "redfish://10.0.0.1:",
+            |e| matches!(e, E::BadPort { .. }),
+            "invalid port ''",
+        ),
+        (
+            "10.0.0.1:0",
+            |e| matches!(e, E::BadPort { .. }),
+            "1 to 65535",
+        ),
+        (
+            "10.0.0.1:65536",
+            |e| matches!(e, E::BadPort { .. }),
+            "65536",
+        ),
+        (
+            "redfish://[fd00::1]:99999",
+            |e| matches!(e, E::BadPort { .. }),
+            "99999",
+        ),
+        (
+            "redfish://10.0.0.300",
+            |e| matches!(e, E::BadHost { .. }),
+            "invalid host '10.0.0.300'",
+        ),
+        (
+            "redfish://bmc_1.example.com",
+            |e| matches!(e, E::BadHost { .. }),
+            "bmc_1",
+        ),
+        (
+            "redfish://-bmc.example.com",
+            |e| matches!(e, E::BadHost { .. }),
+            "-bmc",
+        ),
+        (
+            "redfish://bmc..example.com",
+            |e| matches!(e, E::BadHost { .. }),
+            "invalid host",
+        ),
+        (
+            "redfish://[fd00::zz]",
+            |e| matches!(e, E::BadHost { .. }),
+            "fd00::zz",
+        ),
+        (
+            "redfish://[fd00::1",
+            |e| matches!(e, E::BadHost { .. }),
+            "invalid host",
+        ),
+        (
+            "redfish://[fd00::1]x",
+            |e| matches!(e, E::BadHost { .. }),
+            "invalid host",
+        ),
+        (
+            "redfish://fd00::1:443",
+            |e| matches!(e, E::BadHost { .. }),
+            "in brackets",
+        ),
+        (
+            "redfish://admin:pw@10.0.0.1",
+            |e| matches!(e, E::CredentialsInAddress { .. }),
+            "credentialsName",
+        ),
+        (
+            "foo://admin:pw@10.0.0.1",
+            |e| matches!(e, E::UnknownScheme { .. }),
+            "foo://***@10.0.0.1",
+        ),
+        (
+            "redfish://10.0.0.1/a b",
+            |e| matches!(e, E::BadCharacters { .. }),
+            "whitespace",
+        ),
+    ];
+    for (address, is_expected, text) in cases {
+        let err = BmcAddress::parse(address).expect_err(address);
+        assert!(is_expected(&err), "{address:?}: wrong error {err:?}");
+        let message = err.to_string();
+        assert!(
+            message.contains(text),
+            "{address:?}: {message:?} lacks {text:?}"
+        );
+        assert!(
+            !message.contains("pw@"),
+            "{address:?}: message repeats the password"
+        );
+    }
+}
+
+#[test]
+fn macs_are_normalised_or_refused() {
+    assert_eq!(parse_mac("52:54:00:AB:cd:01").unwrap(), "52:54:00:ab:cd:01");
+    assert_eq!(parse_mac("52-54-00-ab-cd-01").unwrap(), "52:54:00:ab:cd:01");
+    for bad in [
+        "",
+        "52:54:00:ab:cd",
+        "52:54:00:ab:cd:01:02",
+        "52:54:00:ab:cd:0g",
+        "5254.00ab.cd01",
+        "525:4:00:ab:cd:01",
+    ] {
+        let err = parse_mac(bad).expect_err(bad).to_string();
+        assert!(err.contains("not a MAC address"), "{bad}: {err}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4000))]
+
+    #[test]
+    fn parser_never_panics_on_any_string(s in ".{0,80}") {
+        let _ = BmcAddress::parse(&s).map(|a| a.driver_info(&creds(), true));
+    }
+
+    #[test]
+    fn parser_never_panics_on_address_like_strings(
+        s in "(ipmi|redfish|fake|idrac-virtualmedia\\+http|x)?(:|://)?\\[?[0-9a-f:.\\]\\[@%-]{0,30}(:[0-9]{0,6})?(/[a-z0-9/]{0,10})?(\\?[a-z=&]{0,10})?"
+    ) {
+        let _ = BmcAddress::parse(&s).map(|a| a.driver_info(&creds(), true));
+    }
+
+    #[test]
+    fn every_accepted_address_keeps_its_host_and_port(
+        scheme_index in 0..SCHEMES.len(),
+        a in 1u8..255, b in 0u8..255, port in 1u16..,
+    ) {
+        let scheme = SCHEMES[scheme_index];
+        let addr = BmcAddress::parse(&format!("{scheme}://10.{a}.{b}.1:{port}/x")).unwrap();
+        prop_assert_eq!(addr.port, Some(port));
+        prop_assert_eq!(addr.host.to_string(), format!("10.{a}.{b}.1"));
+    }
+}

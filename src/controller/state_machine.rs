@@ -1,0 +1,609 @@
+//! The host lifecycle as pure functions: no I/O, no clock, no randomness.
+//!
+//! [`plan`] looks at a host and what the reconciler learned about it ([`Facts`]) and
+//! names the one thing to do now ([`Step`]). When that is a provisioner call, the
+//! reconciler makes it and hands the result to [`after`], which says how the status
+//! changes ([`Update`]). The reconciler only loads, calls and saves.
+
+use std::time::Duration;
+
+use crate::api::{
+    BareMetalHost, BareMetalHostStatus, ErrorType, OperationalStatus, ProvisioningState as State,
+};
+
+/// How often a host in a stable state is looked at (power, changes).
+pub const STEADY_POLL: Duration = Duration::from_secs(60);
+/// How often an unmanaged or detached host is looked at.
+pub const SLOW_POLL: Duration = Duration::from_secs(600);
+/// After this many failures, deletion gives up on deprovisioning / power-off.
+pub const DELETE_RETRY_LIMIT: i64 = 3;
+
+/// What the reconciler found out before planning.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Facts {
+    pub credentials: CredentialsCheck,
+    /// The power the BMC reports, for hosts in a stable state.
+    pub power: Option<bool>,
+    /// A provisioning slot is free (`PROVISIONING_LIMIT`).
+    pub has_capacity: bool,
+    /// A reboot is asked for by annotation: `Some(hard)` while one is present.
+    pub reboot: Option<RebootRequest>,
+}
+
+/// A `reboot.metal3.io[/suffix]` annotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RebootRequest {
+    pub hard: bool,
+    /// Suffix-less annotations are one-shot: removed once the host is off.
+    pub one_shot: bool,
+}
+
+/// The BMC credentials Secret, as the reconciler found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialsCheck {
+    Valid,
+    /// The Secret does not exist (yet).
+    Missing(String),
+    /// It exists but cannot be used (empty username, bad address, …).
+    Invalid(String),
+}
+
+/// A provisioner operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    Register,
+    Inspect { refresh: bool },
+    Prepare,
+    Provision,
+    Deprovision,
+    Adopt,
+    PowerOn,
+    PowerOff { hard: bool },
+    Detach,
+    Delete,
+}
+
+impl Operation {
+    /// The error type a failure of this operation sets.
+    pub fn error_type(self, state: State) -> ErrorType {
+        match self {
+            Self::Register => ErrorType::Registration,
+            Self::Inspect { .. } => ErrorType::Inspection,
+            Self::Prepare => ErrorType::Preparation,
+            Self::Provision | Self::Deprovision => ErrorType::Provisioning,
+            Self::Adopt => ErrorType::ProvisionedRegistration,
+            Self::PowerOn | Self::PowerOff { .. } => ErrorType::PowerManagement,
+            Self::Detach => ErrorType::Detach,
+            Self::Delete => match state {
+                State::Deleting => ErrorType::Registration,
+                _ => ErrorType::Detach,
+            },
+        }
+    }
+
+    /// The event reason of a failure of this operation.
+    pub fn failure_reason(self, state: State) -> &'static str {
+        match self.error_type(state) {
+            ErrorType::Registration => "RegistrationError",
+            ErrorType::ProvisionedRegistration => "ProvisionedRegistrationError",
+            ErrorType::Inspection => "InspectionError",
+            ErrorType::Preparation => "PreparationError",
+            ErrorType::Provisioning => "ProvisioningError",
+            ErrorType::PowerManagement => "PowerManagementError",
+            ErrorType::Detach => "DetachError",
+            ErrorType::Servicing => "ServicingError",
+        }
+    }
+}
+
+/// The one thing to do now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Change the status only (no hardware involved), then look again at once.
+    Transition(Update),
+    /// Ask the provisioner.
+    Call(Operation),
+    /// Nothing to do; look again after this long.
+    Wait(Duration),
+    /// Deletion is complete: drop the finalizer.
+    Finish,
+}
+
+/// What a provisioner call reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallResult {
+    /// The operation reached its end.
+    Done,
+    /// Still running; look again after this long. `changed` when the call started
+    /// something.
+    InProgress { after: Duration, changed: bool },
+    /// Failed, with one human sentence.
+    Failed(String),
+}
+
+/// How the status changes.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Update {
+    pub state: Option<State>,
+    pub error: ErrorChange,
+    pub powered_on: Option<bool>,
+    /// `provisioningFailCount` goes up by one.
+    pub provisioning_failed: bool,
+    /// The spec's image / custom deploy become the provisioned ones (or are cleared).
+    pub record_provisioned: Option<bool>,
+    pub operational_status: Option<OperationalStatus>,
+    /// An event for the host: (reason, message, is a warning).
+    pub event: Option<(String, String, bool)>,
+    /// Remove the one-shot reboot annotation.
+    pub clear_reboot: bool,
+    /// Remove the inspect (re-inspection) annotation.
+    pub clear_inspect_annotation: bool,
+    pub requeue: Requeue,
+}
+
+/// When to look at the host again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Requeue {
+    /// At once (something changed).
+    #[default]
+    Now,
+    After(Duration),
+    /// After the error backoff for the new error count.
+    Backoff,
+    /// Not until something about the host changes (watch event).
+    OnChange,
+}
+
+/// Error fields.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ErrorChange {
+    #[default]
+    Keep,
+    /// Success: operationalStatus OK, errorType, errorMessage and errorCount cleared.
+    Clear,
+    /// A failure: errorCount goes up by one.
+    Set(ErrorType, String),
+}
+
+fn status(host: &BareMetalHost) -> BareMetalHostStatus {
+    host.status.clone().unwrap_or_default()
+}
+
+fn annotation<'a>(host: &'a BareMetalHost, key: &str) -> Option<&'a str> {
+    host.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// The host should be provisioned with an image or custom deploy it does not have.
+pub fn needs_provisioning(host: &BareMetalHost) -> bool {
+    let st = status(host);
+    if !host.spec.online {
+        return false;
+    }
+    if let Some(method) = host
+        .spec
+        .custom_deploy
+        .as_ref()
+        .map(|c| c.method.as_str())
+        .filter(|m| !m.is_empty())
+    {
+        return st.provisioning.custom_deploy.as_ref().map(|c| c.method.as_str()) != Some(method);
+    }
+    let spec_url = host.spec.image.as_ref().map(|i| i.url.as_str()).filter(|u| !u.is_empty());
+    let status_url = st.provisioning.image.as_ref().map(|i| i.url.as_str()).filter(|u| !u.is_empty());
+    spec_url.is_some() && status_url.is_none()
+}
+
+/// The image or custom deploy in the spec no longer matches what was provisioned.
+pub fn provisioning_cancelled(host: &BareMetalHost) -> bool {
+    let st = status(host);
+    let spec_url = host.spec.image.as_ref().map(|i| i.url.as_str()).filter(|u| !u.is_empty());
+    let status_url = st.provisioning.image.as_ref().map(|i| i.url.as_str()).filter(|u| !u.is_empty());
+    if let Some(method) = host
+        .spec
+        .custom_deploy
+        .as_ref()
+        .map(|c| c.method.as_str())
+        .filter(|m| !m.is_empty())
+    {
+        let status_method = st.provisioning.custom_deploy.as_ref().map(|c| c.method.as_str());
+        return (status_method.is_some() && status_method != Some(method))
+            || (status_url.is_some() && spec_url != status_url);
+    }
+    if st.provisioning.custom_deploy.is_some() {
+        return true;
+    }
+    match spec_url {
+        None => true,
+        Some(url) => status_url.is_some_and(|s| s != url),
+    }
+}
+
+fn detached(host: &BareMetalHost) -> bool {
+    annotation(host, crate::api::host::DETACHED_ANNOTATION).is_some()
+}
+
+/// The `deleteAction` of the detached annotation is `delay`.
+fn delete_delayed_by_detach(host: &BareMetalHost) -> bool {
+    annotation(host, crate::api::host::DETACHED_ANNOTATION)
+        .and_then(|v| serde_json::from_str::<serde_json::Value>(v).ok())
+        .and_then(|v| v.get("deleteAction").and_then(|a| a.as_str()).map(str::to_owned))
+        .is_some_and(|a| a == "delay")
+}
+
+/// Whether the provisioner must (re-)register the host before the state's own work.
+pub fn needs_registration(host: &BareMetalHost) -> bool {
+    let state = host.provisioning_state();
+    let st = status(host);
+    !matches!(state, State::None | State::Unmanaged | State::Deleting)
+        && st.operational_status != OperationalStatus::Detached
+        && host.metadata.deletion_timestamp.is_none()
+}
+
+fn transition(to: State, reason: &str, message: String) -> Step {
+    Step::Transition(Update {
+        state: Some(to),
+        event: Some((reason.to_owned(), message, false)),
+        ..Default::default()
+    })
+}
+
+/// Decides the one thing to do for `host` now.
+pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
+    let state = host.provisioning_state();
+    let st = status(host);
+
+    if host.metadata.deletion_timestamp.is_some() {
+        return plan_delete(host, &st, state);
+    }
+
+    // Detached: Ironic forgets the host; the object stays as it is.
+    if detached(host) {
+        if st.operational_status == OperationalStatus::Detached {
+            return Step::Wait(SLOW_POLL);
+        }
+        if matches!(
+            state,
+            State::Provisioned | State::ExternallyProvisioned | State::Ready | State::Available
+        ) {
+            return Step::Call(Operation::Detach);
+        }
+        return Step::Wait(STEADY_POLL);
+    } else if st.operational_status == OperationalStatus::Detached {
+        // Annotation removed: re-attach through registration.
+        return Step::Transition(Update {
+            operational_status: Some(OperationalStatus::Ok),
+            event: Some(("Reattached".into(), "detached annotation removed; managing the host again".into(), false)),
+            ..Default::default()
+        });
+    }
+
+    if st.operational_status == OperationalStatus::Delayed
+        && facts.has_capacity
+        && matches!(state, State::Available | State::Provisioned | State::Provisioning | State::Inspecting | State::Deprovisioning | State::Registering | State::Preparing)
+    {
+        return Step::Transition(Update {
+            error: ErrorChange::Clear,
+            ..Default::default()
+        });
+    }
+
+    match state {
+        State::None => {
+            if host.has_bmc_details() {
+                transition(State::Registering, "Registering", "registering the host with the provisioner".into())
+            } else {
+                Step::Transition(Update {
+                    state: Some(State::Unmanaged),
+                    operational_status: Some(OperationalStatus::Discovered),
+                    event: Some(("Discovered".into(), "no BMC details: the host is unmanaged until spec.bmc is set".into(), false)),
+                    ..Default::default()
+                })
+            }
+        }
+        State::Unmanaged => {
+            if host.has_bmc_details() {
+                transition(State::Registering, "Registering", "BMC details added; registering the host".into())
+            } else {
+                Step::Wait(SLOW_POLL)
+            }
+        }
+        State::Registering => {
+            if let Some(step) = credentials_problem(facts) {
+                return step;
+            }
+            Step::Call(Operation::Register)
+        }
+        State::Inspecting | State::MatchProfile => {
+            if state == State::MatchProfile || host.inspection_disabled() {
+                return Step::Transition(Update {
+                    state: Some(State::Preparing),
+                    error: ErrorChange::Clear,
+                    event: Some(("InspectionSkipped".into(), "inspection disabled; hardware details not gathered".into(), false)),
+                    ..Default::default()
+                });
+            }
+            Step::Call(Operation::Inspect {
+                refresh: annotation(host, crate::api::host::INSPECT_ANNOTATION).is_some(),
+            })
+        }
+        State::Preparing => Step::Call(Operation::Prepare),
+        State::Available | State::Ready => plan_available(host, &st, facts),
+        State::Provisioning => {
+            if provisioning_cancelled(host) {
+                return transition(State::Deprovisioning, "ProvisioningCancelled", "image or custom deploy changed or removed; deprovisioning".into());
+            }
+            Step::Call(Operation::Provision)
+        }
+        State::Provisioned => {
+            if provisioning_cancelled(host) {
+                if !facts.has_capacity {
+                    return delayed();
+                }
+                return transition(State::Deprovisioning, "Deprovisioning", "image or custom deploy removed or changed; deprovisioning".into());
+            }
+            plan_power(host, &st, facts)
+        }
+        State::ExternallyProvisioned => {
+            if !host.spec.externally_provisioned {
+                return Step::Transition(Update {
+                    state: Some(State::Provisioned),
+                    record_provisioned: Some(true),
+                    event: Some(("Provisioned".into(), "externallyProvisioned cleared; the host counts as provisioned by bmo".into(), false)),
+                    ..Default::default()
+                });
+            }
+            plan_power(host, &st, facts)
+        }
+        State::Deprovisioning => Step::Call(Operation::Deprovision),
+        State::PoweringOffBeforeDelete | State::Deleting => {
+            // Only reachable with a deletion timestamp; otherwise a stale state.
+            Step::Wait(STEADY_POLL)
+        }
+    }
+}
+
+fn credentials_problem(facts: &Facts) -> Option<Step> {
+    let (message, requeue) = match &facts.credentials {
+        CredentialsCheck::Valid => return None,
+        CredentialsCheck::Missing(m) => (m.clone(), Requeue::After(Duration::from_secs(10))),
+        CredentialsCheck::Invalid(m) => (m.clone(), Requeue::OnChange),
+    };
+    Some(Step::Transition(Update {
+        error: ErrorChange::Set(ErrorType::Registration, message.clone()),
+        event: Some(("BMCCredentialError".into(), message, true)),
+        requeue,
+        ..Default::default()
+    }))
+}
+
+fn delayed() -> Step {
+    Step::Transition(Update {
+        operational_status: Some(OperationalStatus::Delayed),
+        event: Some(("Delayed".into(), "waiting for a provisioning slot (PROVISIONING_LIMIT)".into(), false)),
+        requeue: Requeue::After(Duration::from_secs(60)),
+        ..Default::default()
+    })
+}
+
+fn plan_available(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts) -> Step {
+    if host.spec.externally_provisioned {
+        return transition(State::ExternallyProvisioned, "ExternallyProvisioned", "host marked externally provisioned; only power is managed".into());
+    }
+    if annotation(host, crate::api::host::INSPECT_ANNOTATION).is_some_and(|v| v != "disabled") {
+        if !facts.has_capacity {
+            return delayed();
+        }
+        return transition(State::Inspecting, "InspectionRequested", "inspect annotation set; inspecting again".into());
+    }
+    if host.spec.raid != st.provisioning.raid && host.spec.raid.is_some() {
+        return transition(State::Preparing, "Preparing", "RAID settings changed; preparing again".into());
+    }
+    if needs_provisioning(host) {
+        if st.error_type == Some(ErrorType::Provisioning) && st.provisioning_fail_count >= crate::controller::MAX_PROVISIONING_RETRIES {
+            return Step::Wait(SLOW_POLL);
+        }
+        if !facts.has_capacity {
+            return delayed();
+        }
+        return Step::Transition(Update {
+            state: Some(State::Provisioning),
+            error: ErrorChange::Clear,
+            event: Some(("ProvisioningStarted".into(), "provisioning the image".into(), false)),
+            ..Default::default()
+        });
+    }
+    plan_power(host, st, facts)
+}
+
+/// Keeps power as `spec.online` (and reboot annotations) ask, in stable states.
+fn plan_power(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts) -> Step {
+    let Some(observed) = facts.power else {
+        return Step::Wait(STEADY_POLL);
+    };
+    if observed != st.powered_on {
+        return Step::Transition(Update {
+            powered_on: Some(observed),
+            ..Default::default()
+        });
+    }
+    if let Some(reboot) = facts.reboot
+        && !observed
+        && reboot.one_shot
+    {
+        // The one-shot reboot has done its power-off; power comes back below.
+        return Step::Transition(Update {
+            clear_reboot: true,
+            event: Some(("RebootRequested".into(), "host powered off for the requested reboot; powering on".into(), false)),
+            ..Default::default()
+        });
+    }
+    let wanted = host.spec.online && facts.reboot.is_none();
+    match (observed, wanted) {
+        (false, true) => Step::Call(Operation::PowerOn),
+        (true, false) if !host.spec.disable_power_off || facts.reboot.is_some() => {
+            let hard = facts.reboot.is_some_and(|r| r.hard) || st.error_type == Some(ErrorType::PowerManagement);
+            Step::Call(Operation::PowerOff { hard })
+        }
+        _ => {
+            if st.error_type == Some(ErrorType::PowerManagement) {
+                return Step::Transition(Update {
+                    error: ErrorChange::Clear,
+                    requeue: Requeue::After(STEADY_POLL),
+                    ..Default::default()
+                });
+            }
+            Step::Wait(STEADY_POLL)
+        }
+    }
+}
+
+fn plan_delete(host: &BareMetalHost, st: &BareMetalHostStatus, state: State) -> Step {
+    let is_detached = st.operational_status == OperationalStatus::Detached || detached(host);
+    if is_detached && state != State::Deleting {
+        if delete_delayed_by_detach(host) {
+            return Step::Wait(SLOW_POLL);
+        }
+        return transition(State::Deleting, "Deleting", "deleting a detached host".into());
+    }
+    let gave_up = st.error_count > DELETE_RETRY_LIMIT;
+    match state {
+        State::None | State::Unmanaged | State::Registering => transition(State::Deleting, "Deleting", "deleting the host".into()),
+        State::Provisioning | State::Provisioned => {
+            transition(State::Deprovisioning, "Deprovisioning", "host deleted; deprovisioning first".into())
+        }
+        State::Deprovisioning => {
+            if gave_up {
+                return transition(State::PoweringOffBeforeDelete, "DeprovisioningSkipped", format!("deprovisioning failed {} times; deleting without it", st.error_count));
+            }
+            Step::Call(Operation::Deprovision)
+        }
+        State::PoweringOffBeforeDelete => {
+            if gave_up || host.spec.disable_power_off {
+                return transition(State::Deleting, "Deleting", "deleting the host".into());
+            }
+            Step::Call(Operation::PowerOff { hard: true })
+        }
+        State::Deleting => {
+            if st.operational_status == OperationalStatus::Detached && !st.provisioning.id.is_empty() {
+                // The node is already gone from the provisioner.
+                return Step::Finish;
+            }
+            Step::Call(Operation::Delete)
+        }
+        _ => transition(State::PoweringOffBeforeDelete, "PowerOff", "host deleted; powering it off first".into()),
+    }
+}
+
+/// The status change after `op` in `state` reported `result`.
+pub fn after(host: &BareMetalHost, op: Operation, result: &CallResult) -> Update {
+    let state = host.provisioning_state();
+    let deleting = host.metadata.deletion_timestamp.is_some();
+    match result {
+        CallResult::InProgress { after, .. } => Update {
+            requeue: Requeue::After(*after),
+            ..Default::default()
+        },
+        CallResult::Failed(message) => {
+            let mut update = Update {
+                error: ErrorChange::Set(op.error_type(state), message.clone()),
+                event: Some((op.failure_reason(state).to_owned(), message.clone(), true)),
+                requeue: Requeue::Backoff,
+                ..Default::default()
+            };
+            if op == Operation::Provision && state == State::Provisioning {
+                // Clean up before the next attempt.
+                update.state = Some(State::Deprovisioning);
+                update.provisioning_failed = true;
+            }
+            update
+        }
+        CallResult::Done => after_done(host, op, state, deleting),
+    }
+}
+
+fn after_done(host: &BareMetalHost, op: Operation, state: State, deleting: bool) -> Update {
+    let name = host.namespaced_name();
+    let moved = |to: State, reason: &str, message: String| Update {
+        state: Some(to),
+        error: ErrorChange::Clear,
+        event: Some((reason.to_owned(), message, false)),
+        ..Default::default()
+    };
+    match op {
+        Operation::Register => {
+            if state != State::Registering {
+                // Re-registration in a later state: carry on with that state.
+                return Update {
+                    error: if status(host).error_type == Some(ErrorType::Registration) { ErrorChange::Clear } else { ErrorChange::Keep },
+                    ..Default::default()
+                };
+            }
+            if host.spec.externally_provisioned {
+                moved(State::ExternallyProvisioned, "ExternallyProvisioned", format!("{name} registered; externally provisioned, only power is managed"))
+            } else if host.inspection_disabled() {
+                moved(State::Preparing, "Registered", format!("{name} registered; inspection disabled"))
+            } else {
+                moved(State::Inspecting, "Registered", format!("{name} registered; inspecting hardware"))
+            }
+        }
+        Operation::Inspect { .. } => {
+            let mut u = moved(State::Preparing, "InspectionComplete", "hardware inspection complete".into());
+            u.clear_inspect_annotation = true;
+            u
+        }
+        Operation::Prepare => moved(State::Available, "Available", "host prepared and available for provisioning".into()),
+        Operation::Provision => {
+            let mut u = moved(State::Provisioned, "ProvisioningComplete", "image provisioned".into());
+            u.record_provisioned = Some(true);
+            u.clear_reboot = true;
+            u
+        }
+        Operation::Deprovision => {
+            let to = if deleting { State::PoweringOffBeforeDelete } else { State::Available };
+            let mut u = moved(to, "DeprovisioningComplete", "image removed and disks cleaned".into());
+            u.record_provisioned = Some(false);
+            u.clear_reboot = true;
+            // A failed provisioning attempt keeps its error visible until the retry.
+            if status(host).error_type == Some(ErrorType::Provisioning) && !deleting {
+                u.error = ErrorChange::Keep;
+            }
+            u
+        }
+        Operation::Adopt => Update {
+            error: if status(host).error_type == Some(ErrorType::ProvisionedRegistration) { ErrorChange::Clear } else { ErrorChange::Keep },
+            ..Default::default()
+        },
+        Operation::PowerOn => Update {
+            powered_on: Some(true),
+            error: ErrorChange::Clear,
+            event: Some(("PowerOn".into(), "host powered on".into(), false)),
+            ..Default::default()
+        },
+        Operation::PowerOff { .. } => {
+            if state == State::PoweringOffBeforeDelete {
+                let mut u = moved(State::Deleting, "PowerOff", "host powered off; deleting".into());
+                u.powered_on = Some(false);
+                return u;
+            }
+            Update {
+                powered_on: Some(false),
+                error: ErrorChange::Clear,
+                event: Some(("PowerOff".into(), "host powered off".into(), false)),
+                ..Default::default()
+            }
+        }
+        Operation::Detach => Update {
+            operational_status: Some(OperationalStatus::Detached),
+            event: Some(("Detached".into(), "host removed from the provisioner; the object stays".into(), false)),
+            ..Default::default()
+        },
+        Operation::Delete => Update {
+            event: Some(("Deleted".into(), "host removed from the provisioner".into(), false)),
+            ..Default::default()
+        },
+    }
+}

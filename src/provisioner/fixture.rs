@@ -1,0 +1,559 @@
+//! An in-memory provisioner for unit tests of the host state machine: every
+//! long-running operation takes a configurable number of calls to finish, and any
+//! operation can be told to fail.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::types::{
+    Host, InspectStatus, Outcome, PowerMode, PowerState, PrepareRequest, PrepareStatus, Progress,
+    ProvisionRequest, Registration,
+};
+use super::{HardwareDetails, Provisioner, ProvisionerError, ProvisionerResult};
+
+const POLL: Duration = Duration::from_millis(1);
+
+/// The operations a test can make fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FixtureOperation {
+    Register,
+    Inspect,
+    Prepare,
+    Provision,
+    Deprovision,
+    Adopt,
+    Power,
+    Delete,
+}
+
+/// Where a fixture host is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FixtureState {
+    /// Registered, credentials not yet checked.
+    Enrolled,
+    Manageable,
+    Inspecting {
+        calls_left: u32,
+    },
+    Preparing {
+        calls_left: u32,
+    },
+    Available,
+    Provisioning {
+        calls_left: u32,
+    },
+    Active,
+    Deprovisioning {
+        calls_left: u32,
+    },
+    Adopting {
+        calls_left: u32,
+    },
+}
+
+/// A fixture host's record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FixtureHost {
+    pub id: String,
+    pub state: FixtureState,
+    pub powered_on: bool,
+    pub inspected: bool,
+    pub image_url: Option<String>,
+    pub last_clean_steps: Vec<String>,
+}
+
+/// In-memory [`Provisioner`].
+#[derive(Debug)]
+pub struct FixtureProvisioner {
+    hosts: Mutex<HashMap<String, FixtureHost>>,
+    failures: Mutex<HashMap<(String, FixtureOperation), String>>,
+    /// Calls an operation takes from start to done.
+    pub steps: u32,
+    pub hardware: HardwareDetails,
+}
+
+impl Default for FixtureProvisioner {
+    fn default() -> Self {
+        Self::new(2)
+    }
+}
+
+impl FixtureProvisioner {
+    pub fn new(steps: u32) -> Self {
+        Self {
+            hosts: Mutex::default(),
+            failures: Mutex::default(),
+            steps,
+            hardware: HardwareDetails::default(),
+        }
+    }
+
+    /// Every call of `operation` on `host` (the `namespace~name`) fails with `message`
+    /// until [`Self::clear_failure`].
+    pub fn fail(&self, node_name: &str, operation: FixtureOperation, message: &str) {
+        lock(&self.failures).insert((node_name.to_owned(), operation), message.to_owned());
+    }
+
+    pub fn clear_failure(&self, node_name: &str, operation: FixtureOperation) {
+        lock(&self.failures).remove(&(node_name.to_owned(), operation));
+    }
+
+    /// A snapshot of a host's record.
+    pub fn host(&self, node_name: &str) -> Option<FixtureHost> {
+        lock(&self.hosts).get(node_name).cloned()
+    }
+
+    /// Forgets a host, as if the provisioner's database was wiped.
+    pub fn forget(&self, node_name: &str) {
+        lock(&self.hosts).remove(node_name);
+    }
+
+    fn failure(&self, host: &Host, op: FixtureOperation) -> Option<String> {
+        lock(&self.failures)
+            .get(&(host.id.node_name(), op))
+            .cloned()
+    }
+
+    fn with_host<T>(
+        &self,
+        host: &Host,
+        op: FixtureOperation,
+        fallback: T,
+        f: impl FnOnce(&mut FixtureHost, u32) -> Outcome<T>,
+    ) -> ProvisionerResult<T> {
+        if let Some(message) = self.failure(host, op) {
+            return Ok(Outcome::failed(fallback, message));
+        }
+        let mut hosts = lock(&self.hosts);
+        let record = hosts.get_mut(&host.id.node_name()).ok_or_else(|| {
+            ProvisionerError::NeedsRegistration {
+                host: host.id.to_string(),
+            }
+        })?;
+        Ok(f(record, self.steps))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Counts a long operation down; `Some(done)` when it finished on this call.
+fn count_down(calls_left: &mut u32) -> bool {
+    *calls_left = calls_left.saturating_sub(1);
+    *calls_left == 0
+}
+
+impl Provisioner for FixtureProvisioner {
+    async fn register(&self, host: &Host) -> ProvisionerResult<Registration> {
+        if let Some(message) = self.failure(host, FixtureOperation::Register) {
+            return Ok(Outcome::failed(Registration::default(), message));
+        }
+        let mut hosts = lock(&self.hosts);
+        let name = host.id.node_name();
+        let record = hosts.entry(name.clone()).or_insert_with(|| FixtureHost {
+            id: format!("fixture-{name}"),
+            state: FixtureState::Enrolled,
+            powered_on: false,
+            inspected: false,
+            image_url: None,
+            last_clean_steps: Vec::new(),
+        });
+        let registration = Registration {
+            provisioning_id: Some(record.id.clone()),
+            credentials_valid: record.state != FixtureState::Enrolled,
+        };
+        if record.state == FixtureState::Enrolled {
+            record.state = FixtureState::Manageable;
+            return Ok(Outcome::changed(registration, POLL));
+        }
+        Ok(Outcome::done(registration))
+    }
+
+    async fn inspect(&self, host: &Host, refresh: bool) -> ProvisionerResult<InspectStatus> {
+        let hardware = self.hardware.clone();
+        self.with_host(
+            host,
+            FixtureOperation::Inspect,
+            InspectStatus::InProgress,
+            |h, steps| match &mut h.state {
+                FixtureState::Inspecting { calls_left } => {
+                    if count_down(calls_left) {
+                        h.state = FixtureState::Manageable;
+                        h.inspected = true;
+                        Outcome::done(InspectStatus::Complete(Box::new(hardware)))
+                    } else {
+                        Outcome::wait(InspectStatus::InProgress, POLL)
+                    }
+                }
+                FixtureState::Manageable | FixtureState::Available if h.inspected && !refresh => {
+                    Outcome::done(InspectStatus::Complete(Box::new(hardware)))
+                }
+                FixtureState::Manageable | FixtureState::Available => {
+                    h.state = FixtureState::Inspecting { calls_left: steps };
+                    Outcome::changed(InspectStatus::Started, POLL)
+                }
+                other => Outcome::failed(
+                    InspectStatus::InProgress,
+                    format!("cannot inspect a host in state {other:?}"),
+                ),
+            },
+        )
+    }
+
+    async fn prepare(
+        &self,
+        host: &Host,
+        request: &PrepareRequest,
+    ) -> ProvisionerResult<PrepareStatus> {
+        let work = request.unprepared
+            && (request.raid.is_some()
+                || !request.bios_settings.is_empty()
+                || request.full_disk_wipe);
+        self.with_host(
+            host,
+            FixtureOperation::Prepare,
+            PrepareStatus::default(),
+            |h, steps| match &mut h.state {
+                FixtureState::Preparing { calls_left } => {
+                    if count_down(calls_left) {
+                        h.state = FixtureState::Available;
+                        Outcome::done(PrepareStatus::default())
+                    } else {
+                        let step = h.last_clean_steps.first().cloned();
+                        Outcome::wait(
+                            PrepareStatus {
+                                started: false,
+                                current_step: step,
+                            },
+                            POLL,
+                        )
+                    }
+                }
+                FixtureState::Manageable | FixtureState::Available if work => {
+                    h.last_clean_steps = Vec::new();
+                    if request.raid.is_some() {
+                        h.last_clean_steps.push("raid.create_configuration".into());
+                    }
+                    if !request.bios_settings.is_empty() {
+                        h.last_clean_steps.push("bios.apply_configuration".into());
+                    }
+                    if request.full_disk_wipe {
+                        h.last_clean_steps.push("deploy.erase_devices".into());
+                    }
+                    h.state = FixtureState::Preparing { calls_left: steps };
+                    Outcome::changed(
+                        PrepareStatus {
+                            started: true,
+                            current_step: None,
+                        },
+                        POLL,
+                    )
+                }
+                FixtureState::Manageable | FixtureState::Available => {
+                    h.state = FixtureState::Available;
+                    Outcome::done(PrepareStatus::default())
+                }
+                other => Outcome::failed(
+                    PrepareStatus::default(),
+                    format!("cannot prepare a host in state {other:?}"),
+                ),
+            },
+        )
+    }
+
+    async fn provision(
+        &self,
+        host: &Host,
+        request: &ProvisionRequest,
+    ) -> ProvisionerResult<Progress> {
+        let url = request.image.as_ref().map(|i| i.url.clone());
+        self.with_host(
+            host,
+            FixtureOperation::Provision,
+            Progress::default(),
+            |h, steps| match &mut h.state {
+                FixtureState::Provisioning { calls_left } => {
+                    if count_down(calls_left) {
+                        h.state = FixtureState::Active;
+                        h.powered_on = true;
+                        Outcome::done(Progress::default())
+                    } else {
+                        Outcome::wait(Progress::default(), POLL)
+                    }
+                }
+                FixtureState::Active => Outcome::done(Progress::default()),
+                FixtureState::Available | FixtureState::Manageable => {
+                    h.image_url = url;
+                    h.state = FixtureState::Provisioning { calls_left: steps };
+                    Outcome::changed(
+                        Progress {
+                            started: true,
+                            current_step: None,
+                        },
+                        POLL,
+                    )
+                }
+                other => Outcome::failed(
+                    Progress::default(),
+                    format!("cannot provision a host in state {other:?}"),
+                ),
+            },
+        )
+    }
+
+    async fn deprovision(&self, host: &Host) -> ProvisionerResult<Progress> {
+        self.with_host(
+            host,
+            FixtureOperation::Deprovision,
+            Progress::default(),
+            |h, steps| match &mut h.state {
+                FixtureState::Deprovisioning { calls_left } => {
+                    if count_down(calls_left) {
+                        h.state = FixtureState::Available;
+                        h.image_url = None;
+                        h.powered_on = false;
+                        Outcome::done(Progress::default())
+                    } else {
+                        Outcome::wait(Progress::default(), POLL)
+                    }
+                }
+                FixtureState::Active | FixtureState::Provisioning { .. } => {
+                    h.state = FixtureState::Deprovisioning { calls_left: steps };
+                    Outcome::changed(
+                        Progress {
+                            started: true,
+                            current_step: None,
+                        },
+                        POLL,
+                    )
+                }
+                _ => {
+                    h.state = FixtureState::Available;
+                    Outcome::done(Progress::default())
+                }
+            },
+        )
+    }
+
+    async fn adopt(&self, host: &Host, request: &ProvisionRequest) -> ProvisionerResult<Progress> {
+        let url = request.image.as_ref().map(|i| i.url.clone());
+        self.with_host(
+            host,
+            FixtureOperation::Adopt,
+            Progress::default(),
+            |h, steps| match &mut h.state {
+                FixtureState::Adopting { calls_left } => {
+                    if count_down(calls_left) {
+                        h.state = FixtureState::Active;
+                        Outcome::done(Progress::default())
+                    } else {
+                        Outcome::wait(Progress::default(), POLL)
+                    }
+                }
+                FixtureState::Active => Outcome::done(Progress::default()),
+                FixtureState::Manageable => {
+                    h.image_url = url;
+                    h.state = FixtureState::Adopting { calls_left: steps };
+                    Outcome::changed(
+                        Progress {
+                            started: true,
+                            current_step: None,
+                        },
+                        POLL,
+                    )
+                }
+                other => Outcome::failed(
+                    Progress::default(),
+                    format!("cannot adopt a host in state {other:?}"),
+                ),
+            },
+        )
+    }
+
+    async fn power_state(&self, host: &Host) -> ProvisionerResult<PowerState> {
+        self.with_host(
+            host,
+            FixtureOperation::Power,
+            PowerState::Unknown,
+            |h, _| {
+                Outcome::done(if h.powered_on {
+                    PowerState::On
+                } else {
+                    PowerState::Off
+                })
+            },
+        )
+    }
+
+    async fn power_on(&self, host: &Host) -> ProvisionerResult<PowerState> {
+        self.with_host(
+            host,
+            FixtureOperation::Power,
+            PowerState::Unknown,
+            |h, _| {
+                if h.powered_on {
+                    Outcome::done(PowerState::On)
+                } else {
+                    h.powered_on = true;
+                    Outcome::changed(PowerState::Off, POLL)
+                }
+            },
+        )
+    }
+
+    async fn power_off(&self, host: &Host, _mode: PowerMode) -> ProvisionerResult<PowerState> {
+        self.with_host(
+            host,
+            FixtureOperation::Power,
+            PowerState::Unknown,
+            |h, _| {
+                if h.powered_on {
+                    h.powered_on = false;
+                    Outcome::changed(PowerState::On, POLL)
+                } else {
+                    Outcome::done(PowerState::Off)
+                }
+            },
+        )
+    }
+
+    async fn reboot(&self, host: &Host, _mode: PowerMode) -> ProvisionerResult<()> {
+        self.with_host(host, FixtureOperation::Power, (), |h, _| {
+            h.powered_on = true;
+            Outcome {
+                changed: true,
+                requeue_after: None,
+                error: None,
+                value: (),
+            }
+        })
+    }
+
+    async fn detach(&self, host: &Host) -> ProvisionerResult<()> {
+        self.forget(&host.id.node_name());
+        Ok(Outcome::done(()))
+    }
+
+    async fn delete(&self, host: &Host) -> ProvisionerResult<()> {
+        if let Some(message) = self.failure(host, FixtureOperation::Delete) {
+            return Ok(Outcome::failed((), message));
+        }
+        self.forget(&host.id.node_name());
+        Ok(Outcome::done(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bmc::BmcAddress;
+    use crate::credentials::{Credentials, SecretString};
+    use crate::provisioner::types::*;
+
+    fn host() -> Host {
+        Host {
+            id: HostId::new("ns", "h"),
+            provisioning_id: None,
+            bmc: BmcAddress::parse("fake://h").unwrap(),
+            credentials: Credentials {
+                username: "u".into(),
+                password: SecretString::new("p"),
+            },
+            credentials_changed: false,
+            disable_certificate_verification: false,
+            boot_mac: None,
+            boot_mode: BootMode::Uefi,
+            inspection_mode: InspectionMode::Agent,
+            cleaning_mode: CleaningMode::Metadata,
+            architecture: None,
+            externally_provisioned: false,
+            disable_power_off: false,
+            deploy_ramdisk: DeployRamdisk::default(),
+            restart_on_failure: false,
+        }
+    }
+
+    /// Calls `f` until the outcome is done; panics after 20 calls.
+    async fn until_done<T, Fut: std::future::Future<Output = ProvisionerResult<T>>>(
+        mut f: impl FnMut() -> Fut,
+    ) -> T {
+        for _ in 0..20 {
+            let o = f().await.unwrap();
+            assert_eq!(o.error, None);
+            if o.is_done() {
+                return o.value;
+            }
+        }
+        panic!("never done");
+    }
+
+    #[tokio::test]
+    async fn walks_the_whole_lifecycle() {
+        let p = FixtureProvisioner::new(3);
+        let h = host();
+        assert!(matches!(
+            p.inspect(&h, false).await,
+            Err(ProvisionerError::NeedsRegistration { .. })
+        ));
+        let reg = until_done(|| p.register(&h)).await;
+        assert!(reg.credentials_valid);
+        let hw = until_done(|| p.inspect(&h, false)).await;
+        assert!(matches!(hw, InspectStatus::Complete(_)));
+        let prep = PrepareRequest {
+            bios_settings: vec![("ProcVirtualization".into(), "Enabled".into())],
+            unprepared: true,
+            ..Default::default()
+        };
+        let first = p.prepare(&h, &prep).await.unwrap();
+        assert!(first.value.started);
+        let during = p.prepare(&h, &prep).await.unwrap();
+        assert_eq!(
+            during.value.current_step.as_deref(),
+            Some("bios.apply_configuration")
+        );
+        until_done(|| p.prepare(&h, &prep)).await;
+        let req = ProvisionRequest {
+            image: Some(Image {
+                url: "http://i".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        until_done(|| p.provision(&h, &req)).await;
+        assert_eq!(p.host("ns~h").unwrap().state, FixtureState::Active);
+        assert_eq!(p.power_state(&h).await.unwrap().value, PowerState::On);
+        until_done(|| p.power_off(&h, PowerMode::Soft)).await;
+        assert_eq!(p.power_state(&h).await.unwrap().value, PowerState::Off);
+        until_done(|| p.deprovision(&h)).await;
+        assert_eq!(p.host("ns~h").unwrap().state, FixtureState::Available);
+        until_done(|| p.delete(&h)).await;
+        assert!(p.host("ns~h").is_none());
+    }
+
+    #[tokio::test]
+    async fn injected_failures_repeat_until_cleared() {
+        let p = FixtureProvisioner::default();
+        let h = host();
+        p.fail("ns~h", FixtureOperation::Register, "BMC said no");
+        for _ in 0..2 {
+            let o = p.register(&h).await.unwrap();
+            assert_eq!(o.error.as_deref(), Some("BMC said no"));
+        }
+        p.clear_failure("ns~h", FixtureOperation::Register);
+        until_done(|| p.register(&h)).await;
+    }
+
+    #[tokio::test]
+    async fn a_forgotten_active_host_is_adopted_not_reprovisioned() {
+        let p = FixtureProvisioner::new(1);
+        let h = host();
+        until_done(|| p.register(&h)).await;
+        p.forget("ns~h");
+        until_done(|| p.register(&h)).await;
+        let req = ProvisionRequest::default();
+        until_done(|| p.adopt(&h, &req)).await;
+        assert_eq!(p.host("ns~h").unwrap().state, FixtureState::Active);
+    }
+}

@@ -1,0 +1,123 @@
+//! The one door between the host controller and the hardware world.
+//!
+//! [`Provisioner`] turns lifecycle steps (register, inspect, prepare, provision,
+//! deprovision, power, adopt, detach, delete) into work on the hardware. Every call is
+//! idempotent and non-blocking: it looks at where the host is, does at most the next
+//! step, and returns an [`Outcome`]: whether something changed, when to look again,
+//! and, on failure, one human sentence. [`IronicProvisioner`] is the real
+//! implementation; [`FixtureProvisioner`] is an in-memory one for state-machine tests.
+//!
+//! Nothing here knows Kubernetes types: the controller maps BareMetalHost fields to
+//! [`Host`], [`ProvisionRequest`] and [`PrepareRequest`], and [`HardwareDetails`] back.
+
+mod configdrive;
+mod fixture;
+mod hardware;
+mod ironic;
+mod types;
+
+use std::future::Future;
+
+pub use fixture::{FixtureHost, FixtureOperation, FixtureProvisioner, FixtureState};
+pub use hardware::{
+    Bios, Cpu, DiskType, Firmware, HardwareDetails, Lldp, Nic, Storage, SystemVendor, Vlan,
+};
+pub use ironic::{IronicProvisioner, ProvisionerSettings};
+pub use types::{
+    BootMode, ChecksumType, CleaningMode, DeployRamdisk, HardwareRaidVolume, Host, HostId, Image,
+    InspectStatus, InspectionMode, Outcome, PowerMode, PowerState, PrepareRequest, PrepareStatus,
+    Progress, ProvisionRequest, RaidConfig, Registration, RootDeviceHints, SOFT_POWER_OFF_TIMEOUT,
+    SoftwareRaidVolume,
+};
+
+use crate::ironic::IronicError;
+
+/// A provisioner call that could not be carried out at all (as opposed to an
+/// [`Outcome`] with an error, which is the hardware's answer). The controller retries
+/// these with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum ProvisionerError {
+    #[error("host {host}: {source}")]
+    Ironic {
+        host: String,
+        #[source]
+        source: IronicError,
+    },
+    #[error("host {host} is not registered with the provisioner; register it first")]
+    NeedsRegistration { host: String },
+}
+
+pub type ProvisionerResult<T> = Result<Outcome<T>, ProvisionerError>;
+
+/// Lifecycle operations on one host. Implementations keep no per-host state that the
+/// controller could not rebuild: everything needed is in [`Host`] and the hardware.
+pub trait Provisioner: Send + Sync {
+    /// Creates or updates the host's record (node, boot port, BMC access) and checks
+    /// the credentials; `value.credentials_valid` once the BMC answered.
+    fn register(&self, host: &Host)
+    -> impl Future<Output = ProvisionerResult<Registration>> + Send;
+
+    /// Starts inspection (or again when `refresh`), waits for it, and returns the
+    /// hardware details.
+    fn inspect(
+        &self,
+        host: &Host,
+        refresh: bool,
+    ) -> impl Future<Output = ProvisionerResult<InspectStatus>> + Send;
+
+    /// Applies RAID, BIOS settings and the optional full disk wipe as manual cleaning.
+    fn prepare(
+        &self,
+        host: &Host,
+        request: &PrepareRequest,
+    ) -> impl Future<Output = ProvisionerResult<PrepareStatus>> + Send;
+
+    /// Writes the image (or boots the live ISO / runs the custom deploy step).
+    fn provision(
+        &self,
+        host: &Host,
+        request: &ProvisionRequest,
+    ) -> impl Future<Output = ProvisionerResult<Progress>> + Send;
+
+    /// Removes the instance and runs automated cleaning; done when available again.
+    fn deprovision(&self, host: &Host) -> impl Future<Output = ProvisionerResult<Progress>> + Send;
+
+    /// Takes over a host that already runs its OS (externally provisioned, or whose
+    /// record vanished) as provisioned, without deploying anything.
+    fn adopt(
+        &self,
+        host: &Host,
+        request: &ProvisionRequest,
+    ) -> impl Future<Output = ProvisionerResult<Progress>> + Send;
+
+    /// The last power state the BMC reported.
+    fn power_state(
+        &self,
+        host: &Host,
+    ) -> impl Future<Output = ProvisionerResult<PowerState>> + Send;
+
+    /// Done when the host is on.
+    fn power_on(&self, host: &Host) -> impl Future<Output = ProvisionerResult<PowerState>> + Send;
+
+    /// Done when the host is off. Soft asks the OS first and falls back to hard
+    /// power off when the BMC cannot do soft power off.
+    fn power_off(
+        &self,
+        host: &Host,
+        mode: PowerMode,
+    ) -> impl Future<Output = ProvisionerResult<PowerState>> + Send;
+
+    /// Sends one reboot request.
+    fn reboot(
+        &self,
+        host: &Host,
+        mode: PowerMode,
+    ) -> impl Future<Output = ProvisionerResult<()>> + Send;
+
+    /// Forgets the host in the provisioner without touching the machine (the
+    /// BareMetalHost stays).
+    fn detach(&self, host: &Host) -> impl Future<Output = ProvisionerResult<()>> + Send;
+
+    /// Removes the host's record from any state; done when it is gone.
+    fn delete(&self, host: &Host) -> impl Future<Output = ProvisionerResult<()>> + Send;
+}

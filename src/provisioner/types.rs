@@ -1,0 +1,335 @@
+//! The provisioner's own inputs and results: plain data, no Kubernetes types. The
+//! host controller maps BareMetalHost fields to these.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bmc::BmcAddress;
+use crate::credentials::Credentials;
+
+/// A host's identity: its namespace and name, and the Ironic node UUID recorded in
+/// `status.provisioning.ID` once known.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HostId {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl HostId {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// The Ironic node name: `<namespace>~<name>`.
+    pub fn node_name(&self) -> String {
+        format!("{}~{}", self.namespace, self.name)
+    }
+}
+
+impl fmt::Display for HostId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// `spec.bootMode`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BootMode {
+    #[default]
+    #[serde(rename = "UEFI")]
+    Uefi,
+    #[serde(rename = "UEFISecureBoot")]
+    UefiSecureBoot,
+    #[serde(rename = "legacy")]
+    Legacy,
+}
+
+/// `spec.inspectionMode`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InspectionMode {
+    /// Boot the inspection ramdisk (Ironic's `agent` inspect interface).
+    #[default]
+    Agent,
+    /// Out-of-band inspection through the BMC.
+    Fast,
+    Disabled,
+}
+
+/// `spec.automatedCleaningMode`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CleaningMode {
+    /// Erase disk metadata (partition tables, file system signatures) on cleaning.
+    #[default]
+    Metadata,
+    Disabled,
+}
+
+/// IPA kernel/ramdisk or ISO URLs for the deploy and inspection ramdisk.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeployRamdisk {
+    pub kernel_url: Option<String>,
+    pub ramdisk_url: Option<String>,
+    pub iso_url: Option<String>,
+    /// Appended to Ironic's `%default%` kernel parameters.
+    pub extra_kernel_params: Option<String>,
+}
+
+/// What the provisioner needs to know about a host on every call.
+#[derive(Debug, Clone)]
+pub struct Host {
+    pub id: HostId,
+    /// The Ironic node UUID from `status.provisioning.ID`, if recorded.
+    pub provisioning_id: Option<String>,
+    pub bmc: BmcAddress,
+    pub credentials: Credentials,
+    /// Set by the controller when the credentials secret changed since they were
+    /// last sent (Ironic never shows the password back, so bmo cannot compare it).
+    pub credentials_changed: bool,
+    pub disable_certificate_verification: bool,
+    /// Normalised (lower case, colons); see [`crate::bmc::parse_mac`].
+    pub boot_mac: Option<String>,
+    pub boot_mode: BootMode,
+    pub inspection_mode: InspectionMode,
+    pub cleaning_mode: CleaningMode,
+    pub architecture: Option<String>,
+    pub externally_provisioned: bool,
+    pub disable_power_off: bool,
+    pub deploy_ramdisk: DeployRamdisk,
+    /// The last failure was of the kind this call would produce: start over rather
+    /// than reporting it again.
+    pub restart_on_failure: bool,
+}
+
+/// `spec.image.checksumType`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChecksumType {
+    Md5,
+    Sha256,
+    Sha512,
+    /// Ironic works out the algorithm (or reads it from a checksum file).
+    #[default]
+    Auto,
+}
+
+/// `spec.image`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Image {
+    pub url: String,
+    /// The checksum value, or a URL of a checksum file.
+    pub checksum: Option<String>,
+    pub checksum_type: ChecksumType,
+    /// `raw`, `qcow2`, `vdi`, `vmdk` or `live-iso`.
+    pub disk_format: Option<String>,
+}
+
+impl Image {
+    pub fn is_live_iso(&self) -> bool {
+        self.disk_format.as_deref() == Some("live-iso")
+    }
+}
+
+/// `spec.rootDeviceHints`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootDeviceHints {
+    pub device_name: Option<String>,
+    pub hctl: Option<String>,
+    pub model: Option<String>,
+    pub vendor: Option<String>,
+    pub serial_number: Option<String>,
+    pub min_size_gigabytes: Option<u64>,
+    pub wwn: Option<String>,
+    pub wwn_with_extension: Option<String>,
+    pub wwn_vendor_extension: Option<String>,
+    pub rotational: Option<bool>,
+}
+
+/// Everything `provision` (and `adopt`) needs.
+#[derive(Debug, Clone, Default)]
+pub struct ProvisionRequest {
+    pub image: Option<Image>,
+    /// `spec.customDeploy.method`: a deploy step of a custom ramdisk.
+    pub custom_deploy: Option<String>,
+    pub root_device_hints: Option<RootDeviceHints>,
+    /// The BareMetalHost's `metadata.uid`: Ironic's `instance_uuid`.
+    pub instance_uuid: String,
+    pub user_data: Option<Vec<u8>>,
+    /// OpenStack `network_data.json` (JSON or YAML). Without it a default brings
+    /// every inspected NIC up with DHCP.
+    pub network_data: Option<Vec<u8>>,
+    /// Extra meta data (JSON or YAML) merged over the generated one.
+    pub meta_data: Option<Vec<u8>>,
+    /// Inspected hardware, for the default network data.
+    pub hardware: Option<super::HardwareDetails>,
+}
+
+/// A hardware RAID volume (`spec.raid.hardwareRAIDVolumes[]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HardwareRaidVolume {
+    pub name: Option<String>,
+    pub level: String,
+    pub size_gibibytes: Option<u64>,
+    pub rotational: Option<bool>,
+    pub number_of_physical_disks: Option<u32>,
+    pub controller: Option<String>,
+    pub physical_disks: Vec<String>,
+}
+
+/// A software RAID volume (`spec.raid.softwareRAIDVolumes[]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SoftwareRaidVolume {
+    pub level: String,
+    pub size_gibibytes: Option<u64>,
+    pub physical_disks: Vec<RootDeviceHints>,
+}
+
+/// `spec.raid`: `None` lists leave that kind of RAID as it is; empty lists delete it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RaidConfig {
+    pub hardware: Option<Vec<HardwareRaidVolume>>,
+    pub software: Option<Vec<SoftwareRaidVolume>>,
+}
+
+/// What `prepare` should do (manual cleaning before the host becomes available).
+#[derive(Debug, Clone, Default)]
+pub struct PrepareRequest {
+    pub raid: Option<RaidConfig>,
+    /// BIOS settings to apply, name → value.
+    pub bios_settings: Vec<(String, serde_json::Value)>,
+    /// Opt-in: erase every disk completely (slow), not only its metadata.
+    pub full_disk_wipe: bool,
+    /// The wanted settings differ from what was last applied.
+    pub unprepared: bool,
+}
+
+/// Power-off and reboot style.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowerMode {
+    /// Ask the OS to shut down (ACPI), giving up after the timeout.
+    Soft,
+    Hard,
+}
+
+/// Soft power off / reboot waits this long before Ironic reports failure.
+pub const SOFT_POWER_OFF_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// What one provisioner call did. Every call says whether it changed something,
+/// when to look again, and, on failure, one human sentence (every time the failure
+/// is seen, not only the first time).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome<T> {
+    /// The call changed something in Ironic (the host's status may need saving).
+    pub changed: bool,
+    /// Look again after this long; `None` means the operation reached its end.
+    pub requeue_after: Option<Duration>,
+    /// Ironic's reason as one sentence, when the operation failed.
+    pub error: Option<String>,
+    pub value: T,
+}
+
+impl<T> Outcome<T> {
+    /// Finished, nothing more to wait for.
+    pub fn done(value: T) -> Self {
+        Self {
+            changed: false,
+            requeue_after: None,
+            error: None,
+            value,
+        }
+    }
+
+    /// Something was changed; look again after `after`.
+    pub fn changed(value: T, after: Duration) -> Self {
+        Self {
+            changed: true,
+            requeue_after: Some(after),
+            error: None,
+            value,
+        }
+    }
+
+    /// Nothing changed yet; look again after `after`.
+    pub fn wait(value: T, after: Duration) -> Self {
+        Self {
+            changed: false,
+            requeue_after: Some(after),
+            error: None,
+            value,
+        }
+    }
+
+    /// Failed with a human-readable reason.
+    pub fn failed(value: T, error: impl Into<String>) -> Self {
+        Self {
+            changed: true,
+            requeue_after: None,
+            error: Some(error.into()),
+            value,
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.requeue_after.is_none() && self.error.is_none()
+    }
+
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U> {
+        Outcome {
+            changed: self.changed,
+            requeue_after: self.requeue_after,
+            error: self.error,
+            value: f(self.value),
+        }
+    }
+}
+
+/// Result of `register`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Registration {
+    /// The Ironic node UUID (for `status.provisioning.ID`).
+    pub provisioning_id: Option<String>,
+    /// Ironic reached the BMC with these credentials (the node got to `manageable`
+    /// or further).
+    pub credentials_valid: bool,
+}
+
+/// Result of `inspect`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InspectStatus {
+    /// Inspection was started by this call.
+    Started,
+    InProgress,
+    Complete(Box<super::HardwareDetails>),
+}
+
+/// Result of `prepare`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PrepareStatus {
+    /// Manual cleaning was started by this call.
+    pub started: bool,
+    /// The clean step Ironic is running, e.g. `raid.create_configuration`.
+    pub current_step: Option<String>,
+}
+
+/// Result of `provision` / `deprovision` / `adopt`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// The operation was started by this call.
+    pub started: bool,
+    /// The step Ironic is running (clean or deploy step), when it says.
+    pub current_step: Option<String>,
+}
+
+/// Observed power.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowerState {
+    On,
+    Off,
+    Unknown,
+}
