@@ -43,6 +43,36 @@ pub struct Config {
     #[arg(long, env = "BMO_HEALTH_ADDR", default_value = "0.0.0.0:9440")]
     pub health_addr: SocketAddr,
 
+    /// Only reconcile hosts in this namespace (all namespaces when unset).
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
+
+    /// Hosts reconciled at the same time.
+    #[arg(long, env = "BMO_CONCURRENCY", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub concurrency: u16,
+
+    /// Hosts inspecting, provisioning or deprovisioning at the same time; others wait
+    /// with operationalStatus `delayed`.
+    #[arg(long, env = "PROVISIONING_LIMIT", default_value_t = 20)]
+    pub provisioning_limit: usize,
+
+    /// Longest wait between retries of a failing host, in seconds.
+    #[arg(long, env = "BMO_MAX_BACKOFF", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub max_backoff_secs: u64,
+
+    /// IPA kernel URL handed to Ironic for inspection and deployment.
+    #[arg(long, env = "DEPLOY_KERNEL_URL")]
+    pub deploy_kernel_url: Option<String>,
+
+    /// IPA ramdisk URL handed to Ironic for inspection and deployment.
+    #[arg(long, env = "DEPLOY_RAMDISK_URL")]
+    pub deploy_ramdisk_url: Option<String>,
+
+    /// Apply the CRDs (BareMetalHost, HardwareData) at start-up; needs the right to
+    /// manage CustomResourceDefinitions.
+    #[arg(long, env = "BMO_INSTALL_CRDS")]
+    pub install_crds: bool,
+
     /// Log line format.
     #[arg(long, env = "BMO_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
     pub log_format: LogFormat,
@@ -51,5 +81,20 @@ pub struct Config {
 impl Config {
     pub fn ironic_timeout(&self) -> Duration {
         Duration::from_secs(self.ironic_timeout_secs)
+    }
+
+    /// The controller's part of the configuration.
+    pub fn controller_settings(&self) -> crate::controller::ControllerSettings {
+        crate::controller::ControllerSettings {
+            namespace: self.watch_namespace.clone().filter(|ns| !ns.is_empty()),
+            concurrency: self.concurrency,
+            provisioning_limit: self.provisioning_limit.max(1),
+            max_backoff: Duration::from_secs(self.max_backoff_secs),
+            deploy_ramdisk: crate::provisioner::DeployRamdisk {
+                kernel_url: self.deploy_kernel_url.clone(),
+                ramdisk_url: self.deploy_ramdisk_url.clone(),
+                ..Default::default()
+            },
+        }
     }
 }

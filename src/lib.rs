@@ -6,6 +6,7 @@
 pub mod api;
 pub mod bmc;
 pub mod config;
+pub mod controller;
 pub mod credentials;
 pub mod ironic;
 pub mod provisioner;

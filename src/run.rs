@@ -10,6 +10,8 @@ use axum::http::StatusCode;
 use axum::routing::get;
 
 use crate::config::Config;
+use crate::controller;
+use crate::provisioner::{IronicProvisioner, ProvisionerSettings};
 use crate::ironic::{ClientConfig, IronicAuth, IronicClient, IronicError};
 use crate::version::BUILD;
 
@@ -32,6 +34,8 @@ pub enum RunError {
     },
     #[error("health server failed: {0}")]
     Serve(#[source] std::io::Error),
+    #[error("cannot install the CRDs: {0}")]
+    InstallCrds(#[source] crate::api::install::InstallError),
 }
 
 #[derive(Clone)]
@@ -64,6 +68,25 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let ironic = IronicClient::connect(ironic_config).await?;
     tracing::info!(endpoint = %ironic.endpoint(), microversion = %ironic.microversion(), auth = auth_kind, "connected to Ironic");
 
+    if config.install_crds {
+        crate::api::install::install(&kube, std::time::Duration::from_secs(60))
+            .await
+            .map_err(RunError::InstallCrds)?;
+        tracing::info!("CRDs installed");
+    }
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+    let provisioner = IronicProvisioner::new(ironic, ProvisionerSettings::default());
+    let ctx = Arc::new(controller::Context::new(kube.clone(), provisioner, config.controller_settings()));
+    let controller_task = tokio::spawn(controller::run(ctx, stopped()));
+    tracing::info!(namespace = config.watch_namespace.as_deref().unwrap_or("(all)"), concurrency = config.concurrency, "host controller started");
+
     let health = Health {
         ready: Arc::new(AtomicBool::new(false)),
     };
@@ -80,10 +103,15 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     tracing::info!(addr = %config.health_addr, "serving /healthz and /readyz");
     health.ready.store(true, Ordering::SeqCst);
 
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
     axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(stopped())
         .await
         .map_err(RunError::Serve)?;
+    let _ = controller_task.await;
     tracing::info!("shut down");
     Ok(())
 }

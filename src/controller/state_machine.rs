@@ -105,8 +105,6 @@ pub enum Step {
     Call(Operation),
     /// Nothing to do; look again after this long.
     Wait(Duration),
-    /// Deletion is complete: drop the finalizer.
-    Finish,
 }
 
 /// What a provisioner call reported.
@@ -487,13 +485,8 @@ fn plan_delete(host: &BareMetalHost, st: &BareMetalHostStatus, state: State) -> 
             }
             Step::Call(Operation::PowerOff { hard: true })
         }
-        State::Deleting => {
-            if st.operational_status == OperationalStatus::Detached && !st.provisioning.id.is_empty() {
-                // The node is already gone from the provisioner.
-                return Step::Finish;
-            }
-            Step::Call(Operation::Delete)
-        }
+        // Deleting a node that is already gone (detached) succeeds at once.
+        State::Deleting => Step::Call(Operation::Delete),
         _ => transition(State::PoweringOffBeforeDelete, "PowerOff", "host deleted; powering it off first".into()),
     }
 }

@@ -1,0 +1,221 @@
+//! BareMetalHost fields → the provisioner's plain inputs, and inspection results back
+//! into the CRD's HardwareDetails.
+
+use crate::api::{self, BareMetalHost};
+use crate::bmc::{BmcAddress, parse_mac};
+use crate::credentials::Credentials;
+use crate::provisioner::{self as prov, DeployRamdisk, Host, HostId};
+
+/// Why a host's spec cannot be turned into provisioner input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("spec.bmc.address {address:?}: {reason}")]
+    BmcAddress { address: String, reason: String },
+    #[error("spec.bootMACAddress {mac:?} is not a MAC address (six hex pairs, e.g. 52:54:00:12:34:56)")]
+    BootMac { mac: String },
+    #[error("spec.bmc.address {address:?} needs spec.bootMACAddress (the MAC of the NIC the host boots from)")]
+    BootMacRequired { address: String },
+    #[error("spec.bmc is missing: set spec.bmc.address and spec.bmc.credentialsName")]
+    NoBmc,
+}
+
+/// The provisioner's view of `host`.
+pub fn host_input(
+    bmh: &BareMetalHost,
+    credentials: Credentials,
+    credentials_changed: bool,
+    deploy_ramdisk: &DeployRamdisk,
+) -> Result<Host, SpecError> {
+    let bmc = bmh.spec.bmc.as_ref().ok_or(SpecError::NoBmc)?;
+    let address = BmcAddress::parse(&bmc.address).map_err(|e| SpecError::BmcAddress {
+        address: bmc.address.clone(),
+        reason: e.to_string(),
+    })?;
+    let boot_mac = match bmh.spec.boot_mac_address.as_deref().filter(|m| !m.is_empty()) {
+        Some(mac) => Some(parse_mac(mac).map_err(|_| SpecError::BootMac { mac: mac.to_owned() })?),
+        None if address.kind.needs_boot_mac() => {
+            return Err(SpecError::BootMacRequired {
+                address: bmc.address.clone(),
+            });
+        }
+        None => None,
+    };
+    let status = bmh.status.clone().unwrap_or_default();
+    Ok(Host {
+        id: HostId::new(
+            bmh.metadata.namespace.clone().unwrap_or_default(),
+            bmh.metadata.name.clone().unwrap_or_default(),
+        ),
+        provisioning_id: Some(status.provisioning.id.clone()).filter(|id| !id.is_empty()),
+        bmc: address,
+        credentials,
+        credentials_changed,
+        disable_certificate_verification: bmc.disable_certificate_verification,
+        boot_mac,
+        boot_mode: match bmh.boot_mode() {
+            api::BootMode::Uefi => prov::BootMode::Uefi,
+            api::BootMode::UefiSecureBoot => prov::BootMode::UefiSecureBoot,
+            api::BootMode::Legacy => prov::BootMode::Legacy,
+        },
+        inspection_mode: match bmh.spec.inspection_mode {
+            _ if bmh.inspection_disabled() => prov::InspectionMode::Disabled,
+            Some(api::InspectionMode::Fast) => prov::InspectionMode::Fast,
+            _ => prov::InspectionMode::Agent,
+        },
+        cleaning_mode: match bmh.spec.automated_cleaning_mode {
+            api::AutomatedCleaningMode::Disabled => prov::CleaningMode::Disabled,
+            api::AutomatedCleaningMode::Metadata => prov::CleaningMode::Metadata,
+        },
+        architecture: bmh.spec.architecture.clone().filter(|a| !a.is_empty()),
+        externally_provisioned: bmh.spec.externally_provisioned,
+        disable_power_off: bmh.spec.disable_power_off,
+        deploy_ramdisk: deploy_ramdisk.clone(),
+        restart_on_failure: false,
+    })
+}
+
+pub fn root_device_hints(hints: &api::RootDeviceHints) -> prov::RootDeviceHints {
+    prov::RootDeviceHints {
+        device_name: hints.device_name.clone(),
+        hctl: hints.hctl.clone(),
+        model: hints.model.clone(),
+        vendor: hints.vendor.clone(),
+        serial_number: hints.serial_number.clone(),
+        min_size_gigabytes: hints.min_size_gigabytes.and_then(|v| u64::try_from(v).ok()),
+        wwn: hints.wwn.clone(),
+        wwn_with_extension: hints.wwn_with_extension.clone(),
+        wwn_vendor_extension: hints.wwn_vendor_extension.clone(),
+        rotational: hints.rotational,
+    }
+}
+
+fn enum_str<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+pub fn image(image: &api::Image) -> prov::Image {
+    prov::Image {
+        url: image.url.clone(),
+        checksum: image.checksum.clone().filter(|c| !c.is_empty()),
+        checksum_type: match image.checksum_type {
+            Some(api::ChecksumType::Md5) => prov::ChecksumType::Md5,
+            Some(api::ChecksumType::Sha256) => prov::ChecksumType::Sha256,
+            Some(api::ChecksumType::Sha512) => prov::ChecksumType::Sha512,
+            _ => prov::ChecksumType::Auto,
+        },
+        disk_format: image.format.as_ref().map(enum_str),
+    }
+}
+
+pub fn raid(raid: &api::RaidConfig) -> prov::RaidConfig {
+    prov::RaidConfig {
+        hardware: raid.hardware_raid_volumes.as_ref().map(|vols| {
+            vols.iter()
+                .map(|v| prov::HardwareRaidVolume {
+                    name: v.name.clone(),
+                    level: enum_str(&v.level),
+                    size_gibibytes: v.size_gibibytes.and_then(|s| u64::try_from(s).ok()),
+                    rotational: v.rotational,
+                    number_of_physical_disks: v
+                        .number_of_physical_disks
+                        .and_then(|n| u32::try_from(n).ok()),
+                    controller: v.controller.clone(),
+                    physical_disks: v.physical_disks.clone(),
+                })
+                .collect()
+        }),
+        software: raid.software_raid_volumes.as_ref().map(|vols| {
+            vols.iter()
+                .map(|v| prov::SoftwareRaidVolume {
+                    level: enum_str(&v.level),
+                    size_gibibytes: v.size_gibibytes.and_then(|s| u64::try_from(s).ok()),
+                    physical_disks: v.physical_disks.iter().map(root_device_hints).collect(),
+                })
+                .collect()
+        }),
+    }
+}
+
+fn text(s: &str) -> Option<String> {
+    Some(s.to_owned()).filter(|s| !s.is_empty())
+}
+
+/// Inspection results as the CRD stores them. NIC speed stays absent when unknown.
+pub fn hardware_details(hw: &prov::HardwareDetails) -> api::HardwareDetails {
+    api::HardwareDetails {
+        system_vendor: Some(api::HardwareSystemVendor {
+            manufacturer: text(&hw.system_vendor.manufacturer),
+            product_name: text(&hw.system_vendor.product_name),
+            serial_number: text(&hw.system_vendor.serial_number),
+        }),
+        firmware: Some(api::Firmware {
+            bios: Some(api::Bios {
+                date: text(&hw.firmware.bios.date),
+                vendor: text(&hw.firmware.bios.vendor),
+                version: text(&hw.firmware.bios.version),
+            }),
+        }),
+        ram_mebibytes: i64::try_from(hw.ram_mebibytes).ok(),
+        nics: hw
+            .nics
+            .iter()
+            .map(|n| api::Nic {
+                name: text(&n.name),
+                model: text(&n.model),
+                mac: text(&n.mac),
+                ip: text(&n.ip),
+                speed_gbps: n.speed_gbps().and_then(|s| i64::try_from(s).ok()),
+                vlans: n
+                    .vlans
+                    .iter()
+                    .map(|v| api::Vlan {
+                        id: Some(i32::from(v.id)),
+                        name: text(&v.name),
+                    })
+                    .collect(),
+                vlan_id: Some(i32::from(n.vlan_id)).filter(|&id| id != 0),
+                pxe: n.pxe,
+                lldp: n.lldp.as_ref().map(|l| api::Lldp {
+                    switch_id: text(&l.switch_id),
+                    port_id: text(&l.port_id),
+                    switch_system_name: text(&l.switch_system_name),
+                }),
+                pci_address: text(&n.pci_address),
+                dhcp_hostname: None,
+            })
+            .collect(),
+        storage: hw
+            .storage
+            .iter()
+            .map(|d| api::Storage {
+                name: text(&d.name),
+                alternate_names: d.alternate_names.clone(),
+                rotational: d.rotational,
+                disk_type: Some(match d.disk_type {
+                    prov::DiskType::Hdd => api::DiskType::Hdd,
+                    prov::DiskType::Ssd => api::DiskType::Ssd,
+                    prov::DiskType::Nvme => api::DiskType::Nvme,
+                }),
+                size_bytes: i64::try_from(d.size_bytes).ok(),
+                vendor: text(&d.vendor),
+                model: text(&d.model),
+                serial_number: text(&d.serial_number),
+                wwn: text(&d.wwn),
+                wwn_vendor_extension: text(&d.wwn_vendor_extension),
+                wwn_with_extension: text(&d.wwn_with_extension),
+                hctl: text(&d.hctl),
+            })
+            .collect(),
+        cpu: Some(api::Cpu {
+            arch: text(&hw.cpu.arch),
+            model: text(&hw.cpu.model),
+            clock_megahertz: Some(hw.cpu.clock_megahertz).filter(|&c| c > 0.0),
+            flags: hw.cpu.flags.clone(),
+            count: Some(i64::from(hw.cpu.count)).filter(|&c| c > 0),
+        }),
+        hostname: text(&hw.hostname),
+    }
+}
