@@ -49,9 +49,7 @@ async fn setup(prefix: &str) -> (kube::Client, String) {
 /// The YAML documents of a file (or of a markdown code block).
 fn documents(text: &str, origin: &str) -> Vec<Value> {
     serde_norway::Deserializer::from_str(text)
-        .map(|doc| {
-            Value::deserialize(doc).unwrap_or_else(|e| panic!("{origin}: not YAML: {e}"))
-        })
+        .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("{origin}: not YAML: {e}")))
         .filter(|doc| !doc.is_null())
         .collect()
 }
@@ -161,8 +159,15 @@ async fn every_example_host_applies_and_reads_back() {
             }
         }
     }
-    assert!(failures.is_empty(), "rejected examples:\n{}", failures.join("\n"));
-    assert!(hosts >= 40, "expected the examples to hold at least 40 hosts, got {hosts}");
+    assert!(
+        failures.is_empty(),
+        "rejected examples:\n{}",
+        failures.join("\n")
+    );
+    assert!(
+        hosts >= 40,
+        "expected the examples to hold at least 40 hosts, got {hosts}"
+    );
 }
 
 fn is_host(doc: &Value) -> bool {
@@ -188,10 +193,7 @@ fn doc_examples() -> Vec<(String, String)> {
                 }
                 Some((start, body)) if line.trim_start().starts_with("```") => {
                     if body.contains("apiVersion:") {
-                        out.push((
-                            format!("{}:{start}", file.display()),
-                            std::mem::take(body),
-                        ));
+                        out.push((format!("{}:{start}", file.display()), std::mem::take(body)));
                     }
                     block = None;
                 }
@@ -222,7 +224,11 @@ fn invalid_cases() -> Vec<InvalidCase> {
                 .filter_map(|l| l.strip_prefix("# expect: "))
                 .map(str::to_owned)
                 .collect();
-            assert!(!expect.is_empty(), "{} has no `# expect:` line", file.display());
+            assert!(
+                !expect.is_empty(),
+                "{} has no `# expect:` line",
+                file.display()
+            );
             let docs = documents(&text, &file.display().to_string());
             assert!(!docs.is_empty(), "{} has no document", file.display());
             InvalidCase { file, expect, docs }
@@ -275,7 +281,10 @@ async fn every_invalid_host_is_rejected_naming_the_field() {
                     ));
                 }
                 if status.code != 422 && status.code != 403 {
-                    failures.push(format!("{origin}: HTTP {} ({})", status.code, status.message));
+                    failures.push(format!(
+                        "{origin}: HTTP {} ({})",
+                        status.code, status.message
+                    ));
                 }
                 messages.push(status.message);
             }
@@ -290,9 +299,13 @@ async fn every_invalid_host_is_rejected_naming_the_field() {
         .map(|r| r.message.to_owned())
         .collect();
     for policy in bmo::api::admission::policies() {
-        if policy.policy.metadata.name.as_deref() == Some(bmo::api::admission::REFERENCES_POLICY)
-        {
-            for v in policy.policy.spec.and_then(|s| s.validations).unwrap_or_default() {
+        if policy.policy.metadata.name.as_deref() == Some(bmo::api::admission::REFERENCES_POLICY) {
+            for v in policy
+                .policy
+                .spec
+                .and_then(|s| s.validations)
+                .unwrap_or_default()
+            {
                 unexercised.extend(v.message);
             }
         }
@@ -340,9 +353,13 @@ async fn deleting_a_consumed_host_needs_the_override_annotation() {
         json!({"spec": {"consumerRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
                                         "kind": "Metal3Machine", "name": "worker-7"}}}),
     );
-    apply(&client, &namespace, &consumed, false).await.expect("create consumed host");
+    apply(&client, &namespace, &consumed, false)
+        .await
+        .expect("create consumed host");
     let free = host("free", json!({}));
-    apply(&client, &namespace, &free, false).await.expect("create free host");
+    apply(&client, &namespace, &free, false)
+        .await
+        .expect("create free host");
 
     let dry = DeleteParams {
         dry_run: true,
@@ -365,7 +382,12 @@ async fn deleting_a_consumed_host_needs_the_override_annotation() {
         assert!(refusal.message.contains(expected), "{}", refusal.message);
     }
     // A real delete is refused too, and the host stays.
-    assert!(hosts.delete("consumed", &DeleteParams::default()).await.is_err());
+    assert!(
+        hosts
+            .delete("consumed", &DeleteParams::default())
+            .await
+            .is_err()
+    );
     assert!(hosts.get_opt("consumed").await.expect("get").is_some());
 
     // The guard only concerns consumed hosts.
@@ -435,7 +457,10 @@ async fn status_written_through_the_subresource_round_trips_field_for_field() {
         serde_json::to_value(&read_status).expect("status to JSON"),
         fixture["status"]
     );
-    assert_eq!(read.spec, created.spec, "writing status must not touch spec");
+    assert_eq!(
+        read.spec, created.spec,
+        "writing status must not touch spec"
+    );
 }
 
 #[tokio::test]
@@ -462,7 +487,10 @@ async fn allowed_transitions_are_not_refused() {
     apply(
         &client,
         &namespace,
-        &host("mac-case", json!({"spec": {"bootMACAddress": "52:54:00:AA:00:01"}})),
+        &host(
+            "mac-case",
+            json!({"spec": {"bootMACAddress": "52:54:00:AA:00:01"}}),
+        ),
         false,
     )
     .await
@@ -504,4 +532,42 @@ async fn allowed_transitions_are_not_refused() {
     let read = hosts.get("adopt").await.expect("get");
     assert!(read.spec.externally_provisioned);
     assert_eq!(read.provisioning_state(), ProvisioningState::Available);
+}
+
+#[tokio::test]
+async fn nulls_as_go_clients_write_them_are_accepted() {
+    let (client, namespace) = setup("api-nulls").await;
+    let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &namespace);
+    let with_nulls = host(
+        "go-client",
+        json!({"spec": {"raid": {"hardwareRAIDVolumes": null, "softwareRAIDVolumes": null}}}),
+    );
+    apply(&client, &namespace, &with_nulls, false)
+        .await
+        .expect("null RAID lists are accepted");
+    // Status as upstream's controller writes it: zero times are null, empty structs {}.
+    let status = json!({"status": {
+        "operationalStatus": "discovered",
+        "provisioning": {"state": "registering", "ID": "", "image": {"url": ""},
+                         "raid": {"hardwareRAIDVolumes": null, "softwareRAIDVolumes": null}},
+        "goodCredentials": {}, "triedCredentials": {},
+        "errorMessage": "", "poweredOn": false,
+        "operationHistory": {"register": {"start": "2026-12-01T10:00:00Z", "end": null},
+                             "inspect": {"start": null, "end": null},
+                             "provision": {"start": null, "end": null},
+                             "deprovision": {"start": null, "end": null}},
+        "errorCount": 0, "provisioningFailCount": 0,
+    }});
+    hosts
+        .patch_status("go-client", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("Go-style status is accepted");
+    let read = hosts.get("go-client").await.expect("get");
+    let status = read.status.expect("status");
+    assert_eq!(status.provisioning.state, ProvisioningState::Registering);
+    let register = status
+        .operation_history
+        .and_then(|h| h.register)
+        .expect("register metric");
+    assert!(register.start.is_some() && register.end.is_none());
 }
