@@ -404,6 +404,25 @@ pub fn baremetalhost_crd() -> Result<CustomResourceDefinition, CrdError> {
     for path in BMH_NULLABLE {
         node(CRD, schema, path)?.insert("nullable".into(), json!(true));
     }
+    // k8s-openapi's Condition schema lacks the bounds metav1.Condition declares.
+    for (field, bounds) in [
+        ("status", json!({"enum": ["True", "False", "Unknown"]})),
+        (
+            "type",
+            json!({"maxLength": 316, "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"}),
+        ),
+        (
+            "reason",
+            json!({"minLength": 1, "maxLength": 1024, "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"}),
+        ),
+        ("message", json!({"maxLength": 32768})),
+        ("observedGeneration", json!({"minimum": 0})),
+    ] {
+        let at = node(CRD, schema, &format!("status.conditions[].{field}"))?;
+        if let Value::Object(bounds) = bounds {
+            at.extend(bounds);
+        }
+    }
     for path in BMH_ATOMIC {
         node(CRD, schema, path)?.insert("x-kubernetes-map-type".into(), json!("atomic"));
     }
