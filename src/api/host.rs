@@ -220,9 +220,13 @@ pub struct BareMetalHostSpec {
 #[derive(Serialize, Deserialize, Clone, Default, PartialEq, Eq, JsonSchema)]
 #[serde(transparent)]
 #[schemars(transparent)]
-pub struct InlineUserData(#[schemars(length(max = 1048576))] pub String);
+pub struct InlineUserData(#[schemars(length(max = 1048576))] String);
 
 impl InlineUserData {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
     /// The user data, for the one place that builds the config drive.
     pub fn expose(&self) -> &str {
         &self.0
@@ -1051,7 +1055,7 @@ mod tests {
     #[test]
     fn inline_user_data_is_hidden_from_debug() {
         let spec = BareMetalHostSpec {
-            inline_user_data: Some(InlineUserData("#cloud-config\npassword: hunter2".into())),
+            inline_user_data: Some(InlineUserData::new("#cloud-config\npassword: hunter2")),
             ..Default::default()
         };
         let printed = format!("{spec:?}");
