@@ -577,3 +577,102 @@ async fn nulls_as_go_clients_write_them_are_accepted() {
         .expect("register metric");
     assert!(register.start.is_some() && register.end.is_none());
 }
+
+/// `kubectl` of the stack, with the stack's admin kubeconfig.
+fn kubectl(args: &[&str]) -> String {
+    let stack = Stack::get();
+    let mut command = std::process::Command::new("kubectl");
+    if let Some(path) = stack.var("PATH") {
+        command.env("PATH", path);
+    }
+    let output = command
+        .env("KUBECONFIG", &stack.kubeconfig)
+        .args(args)
+        .output()
+        .expect("run kubectl (the stack puts it on PATH)");
+    assert!(
+        output.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("UTF-8")
+}
+
+fn columns(line: &str) -> Vec<String> {
+    // Columns are separated by two or more spaces; values may contain one.
+    line.split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn kubectl_shows_upstream_columns_under_the_short_names() {
+    let (client, namespace) = setup("api-kubectl").await;
+    let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &namespace);
+    let consumed = host(
+        "worker-9",
+        json!({"spec": {"consumerRef": {"kind": "Metal3Machine", "name": "machine-9"}}}),
+    );
+    apply(&client, &namespace, &consumed, false)
+        .await
+        .expect("create host");
+    let status = json!({"status": {
+        "operationalStatus": "error", "errorType": "provisioning error",
+        "errorMessage": "image write failed", "poweredOn": true,
+        "provisioning": {"state": "provisioning", "ID": "5b4e4c4a-52c1-4bfb-8b0b-34c3a8bc6d3e"},
+        "errorCount": 1, "provisioningFailCount": 1,
+    }});
+    hosts
+        .patch_status("worker-9", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("write status");
+
+    let table = kubectl(&["get", "bmh", "-n", &namespace]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(
+        columns(lines[0]),
+        ["NAME", "STATE", "CONSUMER", "ONLINE", "ERROR", "AGE"],
+        "{table}"
+    );
+    assert_eq!(
+        columns(lines[1])[..5],
+        [
+            "worker-9",
+            "provisioning",
+            "machine-9",
+            "true",
+            "provisioning error"
+        ],
+        "{table}"
+    );
+
+    let wide = kubectl(&["get", "bmhost", "-n", &namespace, "-o", "wide"]);
+    let header = columns(wide.lines().next().expect("header"));
+    assert_eq!(
+        header,
+        [
+            "NAME", "STATUS", "STATE", "CONSUMER", "BMC", "ONLINE", "ERROR", "AGE"
+        ],
+        "{wide}"
+    );
+    assert!(
+        wide.contains("redfish://10.0.30.1/redfish/v1/Systems/1"),
+        "{wide}"
+    );
+
+    let data = json!({"apiVersion": "metal3.io/v1alpha1", "kind": "HardwareData",
+                      "metadata": {"name": "worker-9"},
+                      "spec": {"hardware": {"hostname": "worker-9", "ramMebibytes": 8192}}});
+    apply(&client, &namespace, &data, false)
+        .await
+        .expect("create HardwareData");
+    let hd = kubectl(&["get", "hd", "-n", &namespace]);
+    assert_eq!(
+        columns(hd.lines().next().expect("header")),
+        ["NAME", "AGE"],
+        "{hd}"
+    );
+    assert!(hd.contains("worker-9"), "{hd}");
+}
