@@ -467,6 +467,17 @@ async fn status_written_through_the_subresource_round_trips_field_for_field() {
         read.spec, created.spec,
         "writing status must not touch spec"
     );
+
+    // The status schema is enforced too.
+    let bad = json!({"status": {"operationalStatus": "broken"}});
+    let err = hosts
+        .patch_status("full-host", &PatchParams::default(), &Patch::Merge(&bad))
+        .await
+        .expect_err("an unknown operationalStatus is refused");
+    assert!(
+        err.to_string().contains("status.operationalStatus"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
