@@ -49,9 +49,7 @@ async fn setup(prefix: &str) -> (kube::Client, String) {
 /// The YAML documents of a file (or of a markdown code block).
 fn documents(text: &str, origin: &str) -> Vec<Value> {
     serde_norway::Deserializer::from_str(text)
-        .map(|doc| {
-            Value::deserialize(doc).unwrap_or_else(|e| panic!("{origin}: not YAML: {e}"))
-        })
+        .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("{origin}: not YAML: {e}")))
         .filter(|doc| !doc.is_null())
         .collect()
 }
@@ -74,7 +72,7 @@ fn api_for(client: &kube::Client, namespace: &str, object: &Value) -> Api<Dynami
         "BareMetalHost" => "baremetalhosts",
         "HardwareData" => "hardwaredata",
         "Secret" => "secrets",
-        other => panic!("examples may hold BareMetalHost, HardwareData or Secret, not {other}"),
+        other => panic!("no API for {other} in these tests"),
     };
     let resource =
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
@@ -130,7 +128,13 @@ async fn every_example_host_applies_and_reads_back() {
             .create(&PostParams::default(), &ns)
             .await
             .expect("create namespace");
-        for doc in docs {
+        // Other kinds (a Deployment in a deployment guide, say) are not this test's.
+        for doc in docs.iter().filter(|d| {
+            matches!(
+                d["kind"].as_str(),
+                Some("BareMetalHost" | "HardwareData" | "Secret")
+            )
+        }) {
             let name = doc["metadata"]["name"].as_str().unwrap_or("?").to_owned();
             if let Err(e) = apply(&client, &namespace, doc, false).await {
                 failures.push(format!("{origin}: {name}: {e}"));
@@ -161,8 +165,15 @@ async fn every_example_host_applies_and_reads_back() {
             }
         }
     }
-    assert!(failures.is_empty(), "rejected examples:\n{}", failures.join("\n"));
-    assert!(hosts >= 40, "expected the examples to hold at least 40 hosts, got {hosts}");
+    assert!(
+        failures.is_empty(),
+        "rejected examples:\n{}",
+        failures.join("\n")
+    );
+    assert!(
+        hosts >= 40,
+        "expected the examples to hold at least 40 hosts, got {hosts}"
+    );
 }
 
 fn is_host(doc: &Value) -> bool {
@@ -188,10 +199,7 @@ fn doc_examples() -> Vec<(String, String)> {
                 }
                 Some((start, body)) if line.trim_start().starts_with("```") => {
                     if body.contains("apiVersion:") {
-                        out.push((
-                            format!("{}:{start}", file.display()),
-                            std::mem::take(body),
-                        ));
+                        out.push((format!("{}:{start}", file.display()), std::mem::take(body)));
                     }
                     block = None;
                 }
@@ -222,7 +230,11 @@ fn invalid_cases() -> Vec<InvalidCase> {
                 .filter_map(|l| l.strip_prefix("# expect: "))
                 .map(str::to_owned)
                 .collect();
-            assert!(!expect.is_empty(), "{} has no `# expect:` line", file.display());
+            assert!(
+                !expect.is_empty(),
+                "{} has no `# expect:` line",
+                file.display()
+            );
             let docs = documents(&text, &file.display().to_string());
             assert!(!docs.is_empty(), "{} has no document", file.display());
             InvalidCase { file, expect, docs }
@@ -275,7 +287,10 @@ async fn every_invalid_host_is_rejected_naming_the_field() {
                     ));
                 }
                 if status.code != 422 && status.code != 403 {
-                    failures.push(format!("{origin}: HTTP {} ({})", status.code, status.message));
+                    failures.push(format!(
+                        "{origin}: HTTP {} ({})",
+                        status.code, status.message
+                    ));
                 }
                 messages.push(status.message);
             }
@@ -290,9 +305,13 @@ async fn every_invalid_host_is_rejected_naming_the_field() {
         .map(|r| r.message.to_owned())
         .collect();
     for policy in bmo::api::admission::policies() {
-        if policy.policy.metadata.name.as_deref() == Some(bmo::api::admission::REFERENCES_POLICY)
-        {
-            for v in policy.policy.spec.and_then(|s| s.validations).unwrap_or_default() {
+        if policy.policy.metadata.name.as_deref() == Some(bmo::api::admission::REFERENCES_POLICY) {
+            for v in policy
+                .policy
+                .spec
+                .and_then(|s| s.validations)
+                .unwrap_or_default()
+            {
                 unexercised.extend(v.message);
             }
         }
@@ -340,9 +359,13 @@ async fn deleting_a_consumed_host_needs_the_override_annotation() {
         json!({"spec": {"consumerRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
                                         "kind": "Metal3Machine", "name": "worker-7"}}}),
     );
-    apply(&client, &namespace, &consumed, false).await.expect("create consumed host");
+    apply(&client, &namespace, &consumed, false)
+        .await
+        .expect("create consumed host");
     let free = host("free", json!({}));
-    apply(&client, &namespace, &free, false).await.expect("create free host");
+    apply(&client, &namespace, &free, false)
+        .await
+        .expect("create free host");
 
     let dry = DeleteParams {
         dry_run: true,
@@ -365,7 +388,12 @@ async fn deleting_a_consumed_host_needs_the_override_annotation() {
         assert!(refusal.message.contains(expected), "{}", refusal.message);
     }
     // A real delete is refused too, and the host stays.
-    assert!(hosts.delete("consumed", &DeleteParams::default()).await.is_err());
+    assert!(
+        hosts
+            .delete("consumed", &DeleteParams::default())
+            .await
+            .is_err()
+    );
     assert!(hosts.get_opt("consumed").await.expect("get").is_some());
 
     // The guard only concerns consumed hosts.
@@ -435,7 +463,21 @@ async fn status_written_through_the_subresource_round_trips_field_for_field() {
         serde_json::to_value(&read_status).expect("status to JSON"),
         fixture["status"]
     );
-    assert_eq!(read.spec, created.spec, "writing status must not touch spec");
+    assert_eq!(
+        read.spec, created.spec,
+        "writing status must not touch spec"
+    );
+
+    // The status schema is enforced too.
+    let bad = json!({"status": {"operationalStatus": "broken"}});
+    let err = hosts
+        .patch_status("full-host", &PatchParams::default(), &Patch::Merge(&bad))
+        .await
+        .expect_err("an unknown operationalStatus is refused");
+    assert!(
+        err.to_string().contains("status.operationalStatus"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -462,7 +504,10 @@ async fn allowed_transitions_are_not_refused() {
     apply(
         &client,
         &namespace,
-        &host("mac-case", json!({"spec": {"bootMACAddress": "52:54:00:AA:00:01"}})),
+        &host(
+            "mac-case",
+            json!({"spec": {"bootMACAddress": "52:54:00:AA:00:01"}}),
+        ),
         false,
     )
     .await
@@ -504,4 +549,141 @@ async fn allowed_transitions_are_not_refused() {
     let read = hosts.get("adopt").await.expect("get");
     assert!(read.spec.externally_provisioned);
     assert_eq!(read.provisioning_state(), ProvisioningState::Available);
+}
+
+#[tokio::test]
+async fn nulls_as_go_clients_write_them_are_accepted() {
+    let (client, namespace) = setup("api-nulls").await;
+    let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &namespace);
+    let with_nulls = host(
+        "go-client",
+        json!({"spec": {"raid": {"hardwareRAIDVolumes": null, "softwareRAIDVolumes": null}}}),
+    );
+    apply(&client, &namespace, &with_nulls, false)
+        .await
+        .expect("null RAID lists are accepted");
+    // Status as upstream's controller writes it: zero times are null, empty structs {}.
+    let status = json!({"status": {
+        "operationalStatus": "discovered",
+        "provisioning": {"state": "registering", "ID": "", "image": {"url": ""},
+                         "raid": {"hardwareRAIDVolumes": null, "softwareRAIDVolumes": null}},
+        "goodCredentials": {}, "triedCredentials": {},
+        "errorMessage": "", "poweredOn": false,
+        "operationHistory": {"register": {"start": "2026-12-01T10:00:00Z", "end": null},
+                             "inspect": {"start": null, "end": null},
+                             "provision": {"start": null, "end": null},
+                             "deprovision": {"start": null, "end": null}},
+        "errorCount": 0, "provisioningFailCount": 0,
+    }});
+    hosts
+        .patch_status("go-client", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("Go-style status is accepted");
+    let read = hosts.get("go-client").await.expect("get");
+    let status = read.status.expect("status");
+    assert_eq!(status.provisioning.state, ProvisioningState::Registering);
+    let register = status
+        .operation_history
+        .and_then(|h| h.register)
+        .expect("register metric");
+    assert!(register.start.is_some() && register.end.is_none());
+}
+
+/// `kubectl` of the stack, with the stack's admin kubeconfig.
+fn kubectl(args: &[&str]) -> String {
+    let stack = Stack::get();
+    let mut command = std::process::Command::new("kubectl");
+    if let Some(path) = stack.var("PATH") {
+        command.env("PATH", path);
+    }
+    let output = command
+        .env("KUBECONFIG", &stack.kubeconfig)
+        .args(args)
+        .output()
+        .expect("run kubectl (the stack puts it on PATH)");
+    assert!(
+        output.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("UTF-8")
+}
+
+fn columns(line: &str) -> Vec<String> {
+    // Columns are separated by two or more spaces; values may contain one.
+    line.split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn kubectl_shows_upstream_columns_under_the_short_names() {
+    let (client, namespace) = setup("api-kubectl").await;
+    let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &namespace);
+    let consumed = host(
+        "worker-9",
+        json!({"spec": {"consumerRef": {"kind": "Metal3Machine", "name": "machine-9"}}}),
+    );
+    apply(&client, &namespace, &consumed, false)
+        .await
+        .expect("create host");
+    let status = json!({"status": {
+        "operationalStatus": "error", "errorType": "provisioning error",
+        "errorMessage": "image write failed", "poweredOn": true,
+        "provisioning": {"state": "provisioning", "ID": "5b4e4c4a-52c1-4bfb-8b0b-34c3a8bc6d3e"},
+        "errorCount": 1, "provisioningFailCount": 1,
+    }});
+    hosts
+        .patch_status("worker-9", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("write status");
+
+    let table = kubectl(&["get", "bmh", "-n", &namespace]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(
+        columns(lines[0]),
+        ["NAME", "STATE", "CONSUMER", "ONLINE", "ERROR", "AGE"],
+        "{table}"
+    );
+    assert_eq!(
+        columns(lines[1])[..5],
+        [
+            "worker-9",
+            "provisioning",
+            "machine-9",
+            "true",
+            "provisioning error"
+        ],
+        "{table}"
+    );
+
+    let wide = kubectl(&["get", "bmhost", "-n", &namespace, "-o", "wide"]);
+    let header = columns(wide.lines().next().expect("header"));
+    assert_eq!(
+        header,
+        [
+            "NAME", "STATUS", "STATE", "CONSUMER", "BMC", "ONLINE", "ERROR", "AGE"
+        ],
+        "{wide}"
+    );
+    assert!(
+        wide.contains("redfish://10.0.30.1/redfish/v1/Systems/1"),
+        "{wide}"
+    );
+
+    let data = json!({"apiVersion": "metal3.io/v1alpha1", "kind": "HardwareData",
+                      "metadata": {"name": "worker-9"},
+                      "spec": {"hardware": {"hostname": "worker-9", "ramMebibytes": 8192}}});
+    apply(&client, &namespace, &data, false)
+        .await
+        .expect("create HardwareData");
+    let hd = kubectl(&["get", "hd", "-n", &namespace]);
+    assert_eq!(
+        columns(hd.lines().next().expect("header")),
+        ["NAME", "AGE"],
+        "{hd}"
+    );
+    assert!(hd.contains("worker-9"), "{hd}");
 }

@@ -22,7 +22,10 @@ fn fixture(path: &str) -> Value {
 fn fully_populated_host_round_trips_unchanged() {
     let original = fixture("tests/fixtures/hosts/full-host.json");
     let host: BareMetalHost = serde_json::from_value(original.clone()).expect("parses");
-    assert_eq!(host.provisioning_state(), ProvisioningState::ExternallyProvisioned);
+    assert_eq!(
+        host.provisioning_state(),
+        ProvisioningState::ExternallyProvisioned
+    );
     assert_eq!(host.namespaced_name(), "/full-host");
     let back = serde_json::to_value(&host).expect("serializes");
     assert_eq!(back, original);
@@ -40,7 +43,11 @@ fn fully_populated_hardware_data_round_trips_unchanged() {
 fn schema_paths(schema: &Value, prefix: &str, out: &mut BTreeSet<String>) {
     if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
         for (name, property) in properties {
-            let path = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
+            let path = if prefix.is_empty() {
+                name.clone()
+            } else {
+                format!("{prefix}.{name}")
+            };
             out.insert(path.clone());
             schema_paths(property, &path, out);
         }
@@ -54,12 +61,18 @@ fn value_paths(value: &Value, prefix: &str, out: &mut BTreeSet<String>) {
     match value {
         Value::Object(map) => {
             for (name, v) in map {
-                let path = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
+                let path = if prefix.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{prefix}.{name}")
+                };
                 out.insert(path.clone());
                 value_paths(v, &path, out);
             }
         }
-        Value::Array(items) => items.iter().for_each(|v| value_paths(v, &format!("{prefix}[]"), out)),
+        Value::Array(items) => items
+            .iter()
+            .for_each(|v| value_paths(v, &format!("{prefix}[]"), out)),
         _ => {}
     }
 }
@@ -72,11 +85,15 @@ fn the_full_host_fixture_uses_every_schema_field() {
     schema_paths(&schema["properties"]["spec"], "spec", &mut wanted);
     schema_paths(&schema["properties"]["status"], "status", &mut wanted);
     let mut present = BTreeSet::new();
-    value_paths(&fixture("tests/fixtures/hosts/full-host.json"), "", &mut present);
+    value_paths(
+        &fixture("tests/fixtures/hosts/full-host.json"),
+        "",
+        &mut present,
+    );
     // Fields a valid host cannot hold together; each is exercised in its twin place.
     let exempt = [
-        "spec.inlineUserData",          // exclusive with spec.userData
-        "spec.firmware",                // rejected; status.provisioning.firmware has it
+        "spec.inlineUserData",                          // exclusive with spec.userData
+        "spec.firmware", // rejected; status.provisioning.firmware has it
         "spec.raid.softwareRAIDVolumes", // exclusive with hardware; status has it
         "status.provisioning.raid.hardwareRAIDVolumes", // spec has it
     ];
@@ -125,7 +142,13 @@ fn json_as_upstream_go_clients_write_it_parses() {
     assert_eq!(raid.hardware_raid_volumes, None);
     let status = host.status.expect("status");
     assert_eq!(status.provisioning.state, ProvisioningState::None);
-    assert_eq!(status.operation_history.and_then(|h| h.register).and_then(|m| m.start), None);
+    assert_eq!(
+        status
+            .operation_history
+            .and_then(|h| h.register)
+            .and_then(|m| m.start),
+        None
+    );
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! the rendering behind `bmo crds`.
 //!
 //! The schema comes from the Rust types (schemars through kube's derive); this module
-//! then adjusts it to upstream's shape (no nullable fields, listKind, atomic
+//! then adjusts it to upstream's shape (nullable only where upstream has it, atomic
 //! object references) and adds the `x-kubernetes-validations` listed in
 //! [`baremetalhost_rules`]. Rules that need the namespace, annotations or a DELETE
 //! are ValidatingAdmissionPolicies, see [`super::admission`].
@@ -47,6 +47,7 @@ pub enum CrdError {
 }
 
 /// `reason` of a CEL rule: decides the wording kube-apiserver puts before the message.
+/// (FieldValueDuplicate is left out: kube-apiserver drops the message with it.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
     /// "Invalid value"
@@ -55,8 +56,6 @@ pub enum Reason {
     Required,
     /// "Forbidden"
     Forbidden,
-    /// "Duplicate value"
-    Duplicate,
 }
 
 impl Reason {
@@ -65,7 +64,6 @@ impl Reason {
             Reason::Invalid => "FieldValueInvalid",
             Reason::Required => "FieldValueRequired",
             Reason::Forbidden => "FieldValueForbidden",
-            Reason::Duplicate => "FieldValueDuplicate",
         }
     }
 }
@@ -136,16 +134,28 @@ fn ipmi_family(address: &str) -> String {
 
 /// CEL: spec (as `self`) has a non-empty BMC address.
 const HAS_BMC_ADDRESS: &str = "has(self.bmc) && self.bmc.address != ''";
-/// CEL: a list field of `self` holds at least one item.
-fn non_empty(list: &str) -> String {
-    format!("(has(self.{list}) && size(self.{list}) > 0)")
+/// CEL: the RAID list `list` of `parent` (a CEL object expression) holds at least one
+/// item. The lists are nullable (Go clients send `null`), and CEL cannot compare a
+/// list with null, only its type.
+fn non_empty(parent: &str, list: &str) -> String {
+    format!(
+        "(has({parent}.{list}) && type({parent}.{list}) != null_type && size({parent}.{list}) > 0)"
+    )
+}
+
+/// CEL: the RAID list `list` of `self` is absent or null.
+fn absent(list: &str) -> String {
+    format!("(!has(self.{list}) || type(self.{list}) == null_type)")
 }
 
 /// Every CEL rule of the BareMetalHost CRD. Each one is exercised by an invalid
 /// manifest in tests/fixtures/hosts/invalid/.
 pub fn baremetalhost_rules() -> Vec<CelRule> {
     let ipmi = ipmi_family("self.bmc.address");
-    let hw_raid = non_empty("raid.hardwareRAIDVolumes");
+    let hw_raid = format!(
+        "(has(self.raid) && {})",
+        non_empty("self.raid", "hardwareRAIDVolumes")
+    );
     vec![
         // --- metadata ---
         CelRule::new(
@@ -247,8 +257,11 @@ pub fn baremetalhost_rules() -> Vec<CelRule> {
         .on(".inspectionMode"),
         CelRule::new(
             "spec",
-            "!(has(self.rootDeviceHints) && has(self.raid) && has(self.raid.softwareRAIDVolumes) \
-              && self.raid.softwareRAIDVolumes.exists(v, has(v.rootVolume) && v.rootVolume))",
+            format!(
+                "!(has(self.rootDeviceHints) && has(self.raid) && {} \
+                  && self.raid.softwareRAIDVolumes.exists(v, has(v.rootVolume) && v.rootVolume))",
+                non_empty("self.raid", "softwareRAIDVolumes")
+            ),
             "spec.rootDeviceHints cannot be combined with a software RAID volume that has rootVolume: true (that volume is the root device)",
         )
         .on(".rootDeviceHints")
@@ -296,8 +309,8 @@ pub fn baremetalhost_rules() -> Vec<CelRule> {
             "spec.raid",
             format!(
                 "!({} && {})",
-                non_empty("hardwareRAIDVolumes"),
-                non_empty("softwareRAIDVolumes")
+                non_empty("self", "hardwareRAIDVolumes"),
+                non_empty("self", "softwareRAIDVolumes")
             ),
             "spec.raid.hardwareRAIDVolumes and spec.raid.softwareRAIDVolumes are mutually exclusive: configure hardware or software RAID, not both",
         )
@@ -306,15 +319,17 @@ pub fn baremetalhost_rules() -> Vec<CelRule> {
             "spec.raid",
             format!(
                 "!{} || self.softwareRAIDVolumes[0].level == '1'",
-                non_empty("softwareRAIDVolumes")
+                non_empty("self", "softwareRAIDVolumes")
             ),
             "spec.raid.softwareRAIDVolumes[0].level must be \"1\": the first software RAID volume holds the operating system and must be a mirror",
         )
         .on(".softwareRAIDVolumes"),
         CelRule::new(
             "spec.raid",
-            "!has(self.softwareRAIDVolumes) \
-             || self.softwareRAIDVolumes.filter(v, has(v.rootVolume) && v.rootVolume).size() <= 1",
+            format!(
+                "{} || self.softwareRAIDVolumes.filter(v, has(v.rootVolume) && v.rootVolume).size() <= 1",
+                absent("softwareRAIDVolumes")
+            ),
             "spec.raid.softwareRAIDVolumes: at most one volume may have rootVolume: true",
         )
         .on(".softwareRAIDVolumes"),
@@ -350,10 +365,26 @@ pub fn baremetalhost_rules() -> Vec<CelRule> {
                (has(a.macAddress) && a.macAddress != '' ? a.macAddress.lowerAscii() : (has(a.name) ? a.name : '')) == \
                (has(b.macAddress) && b.macAddress != '' ? b.macAddress.lowerAscii() : (has(b.name) ? b.name : ''))))",
             "spec.networkInterfaces: each NIC may appear only once (names compared exactly, MAC addresses case-insensitively)",
-        )
-        .reason(Reason::Duplicate),
+        ),
     ]
 }
+
+/// Places where upstream accepts `null` (Go writes nil slices of RAIDConfig and zero
+/// times as null). Everywhere else kube-apiserver refuses a `null`, as upstream's CRD.
+const BMH_NULLABLE: &[&str] = &[
+    "spec.raid.hardwareRAIDVolumes",
+    "spec.raid.softwareRAIDVolumes",
+    "status.provisioning.raid.hardwareRAIDVolumes",
+    "status.provisioning.raid.softwareRAIDVolumes",
+    "status.operationHistory.register.start",
+    "status.operationHistory.register.end",
+    "status.operationHistory.inspect.start",
+    "status.operationHistory.inspect.end",
+    "status.operationHistory.provision.start",
+    "status.operationHistory.provision.end",
+    "status.operationHistory.deprovision.start",
+    "status.operationHistory.deprovision.end",
+];
 
 /// Object references that are replaced as a whole by server-side apply (as upstream).
 const BMH_ATOMIC: &[&str] = &[
@@ -370,6 +401,28 @@ pub fn baremetalhost_crd() -> Result<CustomResourceDefinition, CrdError> {
     const CRD: &str = "BareMetalHost";
     let mut crd = to_json(CRD, &BareMetalHost::crd())?;
     let schema = normalize(CRD, &mut crd)?;
+    for path in BMH_NULLABLE {
+        node(CRD, schema, path)?.insert("nullable".into(), json!(true));
+    }
+    // k8s-openapi's Condition schema lacks the bounds metav1.Condition declares.
+    for (field, bounds) in [
+        ("status", json!({"enum": ["True", "False", "Unknown"]})),
+        (
+            "type",
+            json!({"maxLength": 316, "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"}),
+        ),
+        (
+            "reason",
+            json!({"minLength": 1, "maxLength": 1024, "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"}),
+        ),
+        ("message", json!({"maxLength": 32768})),
+        ("observedGeneration", json!({"minimum": 0})),
+    ] {
+        let at = node(CRD, schema, &format!("status.conditions[].{field}"))?;
+        if let Value::Object(bounds) = bounds {
+            at.extend(bounds);
+        }
+    }
     for path in BMH_ATOMIC {
         node(CRD, schema, path)?.insert("x-kubernetes-map-type".into(), json!("atomic"));
     }
@@ -435,12 +488,9 @@ fn to_json(what: &'static str, crd: &CustomResourceDefinition) -> Result<Value, 
     serde_json::to_value(crd).map_err(|source| CrdError::Invalid { what, source })
 }
 
-/// Brings kube's derived CRD to upstream's shape: `listKind` and the standard root
-/// properties. It also drops every `nullable`: a `null` sent for any field (Go clients
-/// send `"softwareRAIDVolumes": null`, and status times can be null) is then pruned by
-/// the API server, which means the same as absent in Go and in Rust. Upstream keeps
-/// a few of those nulls stored; the difference is invisible to clients, and it keeps
-/// CEL rules free of null checks. Returns the root schema.
+/// Brings kube's derived CRD to upstream's shape: `listKind`, the standard root
+/// properties, and no `nullable` from `Option` (callers add it back where upstream
+/// has it). Returns the root schema.
 fn normalize<'a>(kind: &'static str, crd: &'a mut Value) -> Result<&'a mut Value, CrdError> {
     if let Some(names) = crd
         .pointer_mut("/spec/names")

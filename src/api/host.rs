@@ -220,9 +220,13 @@ pub struct BareMetalHostSpec {
 #[derive(Serialize, Deserialize, Clone, Default, PartialEq, Eq, JsonSchema)]
 #[serde(transparent)]
 #[schemars(transparent)]
-pub struct InlineUserData(#[schemars(length(max = 1048576))] pub String);
+pub struct InlineUserData(#[schemars(length(max = 1048576))] String);
 
 impl InlineUserData {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
     /// The user data, for the one place that builds the config drive.
     pub fn expose(&self) -> &str {
         &self.0
@@ -871,6 +875,45 @@ impl BareMetalHost {
                 .is_some_and(|v| v == "disabled")
     }
 
+    /// An image or custom deploy step is wanted that has not been provisioned yet
+    /// (upstream `NeedsProvisioning`); only while the host should be online.
+    pub fn needs_provisioning(&self) -> bool {
+        if !self.spec.online {
+            return false;
+        }
+        let provisioned = self.status.as_ref().map(|s| &s.provisioning);
+        let new_image = self.spec.image.as_ref().is_some_and(|i| !i.url.is_empty())
+            && provisioned
+                .and_then(|p| p.image.as_ref())
+                .is_none_or(|i| i.url.is_empty());
+        let new_custom_deploy = self
+            .spec
+            .custom_deploy
+            .as_ref()
+            .filter(|c| !c.method.is_empty())
+            .is_some_and(|wanted| {
+                provisioned
+                    .and_then(|p| p.custom_deploy.as_ref())
+                    .is_none_or(|done| done.method != wanted.method)
+            });
+        new_image || new_custom_deploy
+    }
+
+    /// bmo (not someone else) put an image or custom deploy on the host (upstream
+    /// `WasProvisioned`).
+    pub fn was_provisioned(&self) -> bool {
+        if self.spec.externally_provisioned {
+            return false;
+        }
+        self.status.as_ref().is_some_and(|s| {
+            s.provisioning
+                .image
+                .as_ref()
+                .is_some_and(|i| !i.url.is_empty())
+                || s.provisioning.custom_deploy.is_some()
+        })
+    }
+
     /// The provisioning state, `None` ("") when there is no status yet.
     pub fn provisioning_state(&self) -> ProvisioningState {
         self.status
@@ -1012,12 +1055,47 @@ mod tests {
     #[test]
     fn inline_user_data_is_hidden_from_debug() {
         let spec = BareMetalHostSpec {
-            inline_user_data: Some(InlineUserData("#cloud-config\npassword: hunter2".into())),
+            inline_user_data: Some(InlineUserData::new("#cloud-config\npassword: hunter2")),
             ..Default::default()
         };
         let printed = format!("{spec:?}");
         assert!(!printed.contains("hunter2"), "{printed}");
         assert!(printed.contains("***"));
+    }
+
+    #[test]
+    fn provisioning_predicates_follow_spec_and_status() {
+        let image = Image {
+            url: "http://images.example/os.qcow2".into(),
+            checksum: Some("abc".into()),
+            ..Default::default()
+        };
+        let mut host = BareMetalHost::new(
+            "h",
+            BareMetalHostSpec {
+                online: true,
+                image: Some(image.clone()),
+                ..Default::default()
+            },
+        );
+        assert!(host.needs_provisioning() && !host.was_provisioned());
+        host.spec.online = false;
+        assert!(!host.needs_provisioning());
+        host.spec.online = true;
+        host.status = Some(BareMetalHostStatus {
+            provisioning: ProvisionStatus {
+                image: Some(image),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        assert!(!host.needs_provisioning() && host.was_provisioned());
+        host.spec.custom_deploy = Some(CustomDeploy {
+            method: "install_coreos".into(),
+        });
+        assert!(host.needs_provisioning());
+        host.spec.externally_provisioned = true;
+        assert!(!host.was_provisioned());
     }
 
     #[test]

@@ -9,6 +9,10 @@
 //! - [`crd`]: the CustomResourceDefinitions with their CEL validation rules, and the
 //!   ValidatingAdmissionPolicies for what a CRD cannot check; `bmo crds` prints them.
 //! - [`install`]: applying those to a cluster (server-side apply, idempotent).
+//!
+//! Install the CRDs from [`crd::baremetalhost_crd`] / [`crd::hardwaredata_crd`] (or
+//! [`install::install`]), not from kube's derived `BareMetalHost::crd()`, which lacks
+//! the validation rules and upstream's nullable and atomic markers.
 
 pub mod admission;
 pub mod crd;
