@@ -21,7 +21,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the operator: host controller and provisioning network services.
-    Run(Config),
+    Run(Box<Config>),
     /// Print the CRDs (BareMetalHost, HardwareData) and admission policies as YAML.
     Crds {
         /// Write them as files under this directory (crds/, admission/) instead,
@@ -56,7 +56,7 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Run(config) => {
             telemetry::init(config.log_format, "info");
-            bmo::run::run(config).await?;
+            bmo::run::run(*config).await?;
         }
         Command::Crds { out_dir } => match out_dir {
             None => print!("{}", bmo::api::crd::render_all()?),

@@ -11,8 +11,8 @@ use axum::routing::get;
 
 use crate::config::Config;
 use crate::controller;
-use crate::provisioner::{IronicProvisioner, ProvisionerSettings};
 use crate::ironic::{ClientConfig, IronicAuth, IronicClient, IronicError};
+use crate::provisioner::{IronicProvisioner, ProvisionerSettings};
 use crate::version::BUILD;
 
 /// Why `bmo run` could not start or stopped early.
@@ -83,9 +83,17 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         }
     };
     let provisioner = IronicProvisioner::new(ironic, ProvisionerSettings::default());
-    let ctx = Arc::new(controller::Context::new(kube.clone(), provisioner, config.controller_settings()));
+    let ctx = Arc::new(controller::Context::new(
+        kube.clone(),
+        provisioner,
+        config.controller_settings(),
+    ));
     let controller_task = tokio::spawn(controller::run(ctx, stopped()));
-    tracing::info!(namespace = config.watch_namespace.as_deref().unwrap_or("(all)"), concurrency = config.concurrency, "host controller started");
+    tracing::info!(
+        namespace = config.watch_namespace.as_deref().unwrap_or("(all)"),
+        concurrency = config.concurrency,
+        "host controller started"
+    );
 
     let health = Health {
         ready: Arc::new(AtomicBool::new(false)),

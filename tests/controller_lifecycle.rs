@@ -8,12 +8,12 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bmo::api::{BareMetalHost, ProvisioningState};
-use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
 use k8s_openapi::ByteString;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
 use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
 use serde_json::json;
-use support::{BmoProcess, Stack, eventually, free_port, unique_name};
+use support::{BmoProcess, Stack, eventually, free_port, unique_mac, unique_name};
 
 /// A namespace with CRDs installed and a `bmo run` watching only it.
 struct Site {
@@ -26,12 +26,17 @@ impl Site {
     async fn start(prefix: &str) -> Site {
         let stack = Stack::get();
         let client = stack.kube_client().await;
-        bmo::api::install::install(&client, Duration::from_secs(60)).await.expect("install CRDs");
+        bmo::api::install::install(&client, Duration::from_secs(60))
+            .await
+            .expect("install CRDs");
         let ns = unique_name(prefix);
         let namespaces: Api<Namespace> = Api::all(client.clone());
         let mut namespace = Namespace::default();
         namespace.metadata.name = Some(ns.clone());
-        namespaces.create(&PostParams::default(), &namespace).await.expect("create namespace");
+        namespaces
+            .create(&PostParams::default(), &namespace)
+            .await
+            .expect("create namespace");
         let kubeconfig = stack.kubeconfig.display().to_string();
         let health = format!("127.0.0.1:{}", free_port());
         let bmo = BmoProcess::start(
@@ -39,7 +44,10 @@ impl Site {
             &[
                 ("KUBECONFIG", &kubeconfig),
                 ("IRONIC_ENDPOINT", stack.ironic_endpoint.as_str()),
-                ("METAL3_AUTH_ROOT_DIR", stack.var("METAL3_AUTH_ROOT_DIR").unwrap_or_default()),
+                (
+                    "METAL3_AUTH_ROOT_DIR",
+                    stack.var("METAL3_AUTH_ROOT_DIR").unwrap_or_default(),
+                ),
                 ("WATCH_NAMESPACE", &ns),
                 ("BMO_HEALTH_ADDR", &health),
                 ("RUST_LOG", "info,bmo=debug"),
@@ -58,31 +66,56 @@ impl Site {
         secret.metadata.name = Some(name.into());
         secret.data = Some(
             [
-                ("username".to_owned(), ByteString(username.as_bytes().to_vec())),
-                ("password".to_owned(), ByteString(password.as_bytes().to_vec())),
+                (
+                    "username".to_owned(),
+                    ByteString(username.as_bytes().to_vec()),
+                ),
+                (
+                    "password".to_owned(),
+                    ByteString(password.as_bytes().to_vec()),
+                ),
             ]
             .into(),
         );
-        secrets.create(&PostParams::default(), &secret).await.expect("create secret");
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create secret");
     }
 
     async fn create_host(&self, manifest: serde_json::Value) -> BareMetalHost {
         let host: BareMetalHost = serde_json::from_value(manifest).expect("valid host");
-        self.hosts().create(&PostParams::default(), &host).await.expect("create host")
+        self.hosts()
+            .create(&PostParams::default(), &host)
+            .await
+            .expect("create host")
     }
 
     /// Waits until `name` is in `state`, adding every state seen on the way to `seen`.
-    async fn wait_state(&self, name: &str, state: ProvisioningState, timeout: Duration, seen: &Mutex<BTreeSet<String>>) -> BareMetalHost {
+    async fn wait_state(
+        &self,
+        name: &str,
+        state: ProvisioningState,
+        timeout: Duration,
+        seen: &Mutex<BTreeSet<String>>,
+    ) -> BareMetalHost {
         let hosts = self.hosts();
         eventually(&format!("{name} to be {state}"), timeout, || async {
             let h = hosts.get(name).await.map_err(|e| e.to_string())?;
             let current = h.provisioning_state();
-            seen.lock().expect("lock").insert(current.as_str().to_owned());
+            seen.lock()
+                .expect("lock")
+                .insert(current.as_str().to_owned());
             if current == state {
                 Ok(h)
             } else {
                 let st = h.status.clone().unwrap_or_default();
-                Err(format!("{current} ({:?} {}) log tail: {}", st.error_type, st.error_message, tail(&self.bmo.log())))
+                Err(format!(
+                    "{current} ({:?} {}) log tail: {}",
+                    st.error_type,
+                    st.error_message,
+                    tail(&self.bmo.log())
+                ))
             }
         })
         .await
@@ -116,12 +149,18 @@ fn fake_host(name: &str, mac: &str) -> serde_json::Value {
 async fn fake_hardware_host_goes_from_registering_to_provisioned_and_back_out() {
     let site = Site::start("lifecycle").await;
     let name = "worker-0";
-    site.secret(&format!("{name}-bmc"), "admin", "password").await;
-    site.create_host(fake_host(name, "52:54:00:10:00:01")).await;
+    site.secret(&format!("{name}-bmc"), "admin", "password")
+        .await;
+    site.create_host(fake_host(name, &unique_mac())).await;
 
     let seen = Mutex::new(BTreeSet::new());
     let host = site
-        .wait_state(name, ProvisioningState::Provisioned, Duration::from_secs(240), &seen)
+        .wait_state(
+            name,
+            ProvisioningState::Provisioned,
+            Duration::from_secs(240),
+            &seen,
+        )
         .await;
     let seen = seen.into_inner().expect("lock");
     // Polling can miss short states, but the long ones must show.
@@ -129,18 +168,51 @@ async fn fake_hardware_host_goes_from_registering_to_provisioned_and_back_out() 
         assert!(seen.contains(state), "never saw {state}: {seen:?}");
     }
     let status = host.status.clone().expect("status");
-    assert!(!status.provisioning.id.is_empty(), "status.provisioning.ID is the Ironic node");
-    assert_eq!(status.provisioning.image.as_ref().map(|i| i.url.as_str()), Some("http://127.0.0.1/images/demo.qcow2"));
-    let provisioned = status.conditions.iter().find(|c| c.type_ == "Provisioned").expect("Provisioned condition");
+    assert!(
+        !status.provisioning.id.is_empty(),
+        "status.provisioning.ID is the Ironic node"
+    );
+    assert_eq!(
+        status.provisioning.image.as_ref().map(|i| i.url.as_str()),
+        Some("http://127.0.0.1/images/demo.qcow2")
+    );
+    let provisioned = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Provisioned")
+        .expect("Provisioned condition");
     assert_eq!(provisioned.status, "True");
-    assert!(status.powered_on, "online: true host is powered on");
+    let hosts = site.hosts();
+    eventually(
+        "provisioned host with online: true to report power on",
+        Duration::from_secs(60),
+        || async {
+            let h = hosts.get(name).await.map_err(|e| e.to_string())?;
+            if h.status.as_ref().is_some_and(|s| s.powered_on) {
+                Ok(())
+            } else {
+                Err(format!("poweredOn false; log: {}", tail(&site.bmo.log())))
+            }
+        },
+    )
+    .await;
     let history = status.operation_history.expect("operation history");
-    assert!(history.provision.and_then(|p| p.end).is_some(), "provisioning end recorded");
+    assert!(
+        history.provision.and_then(|p| p.end).is_some(),
+        "provisioning end recorded"
+    );
 
     let ironic = Stack::get().ironic().await;
-    let node = ironic.get_node(&status.provisioning.id).await.expect("get node").expect("node exists");
+    let node = ironic
+        .get_node(&status.provisioning.id)
+        .await
+        .expect("get node")
+        .expect("node exists");
     assert_eq!(node.provision_state(), "active");
-    assert_eq!(node.name.as_deref(), Some(format!("{}~{name}", site.ns).as_str()));
+    assert_eq!(
+        node.name.as_deref(),
+        Some(format!("{}~{name}", site.ns).as_str())
+    );
 
     let events: Api<Event> = Api::namespaced(site.client.clone(), &site.ns);
     let reasons: BTreeSet<String> = events
@@ -152,18 +224,34 @@ async fn fake_hardware_host_goes_from_registering_to_provisioned_and_back_out() 
         .filter_map(|e| e.reason)
         .collect();
     for reason in ["Registered", "ProvisioningComplete"] {
-        assert!(reasons.contains(reason), "no {reason} event among {reasons:?}");
+        assert!(
+            reasons.contains(reason),
+            "no {reason} event among {reasons:?}"
+        );
     }
 
     // Deleting a provisioned host deprovisions it and removes the Ironic node.
-    site.hosts().delete(name, &DeleteParams::default()).await.expect("delete host");
-    let hosts = site.hosts();
+    site.hosts()
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("delete host");
     eventually("host to be gone", Duration::from_secs(240), || async {
         match hosts.get_opt(name).await.map_err(|e| e.to_string())? {
             None => Ok(()),
-            Some(h) => Err(format!("still {}; log: {}", h.provisioning_state(), tail(&site.bmo.log()))),
+            Some(h) => Err(format!(
+                "still {}; log: {}",
+                h.provisioning_state(),
+                tail(&site.bmo.log())
+            )),
         }
     })
     .await;
-    assert!(ironic.get_node(&status.provisioning.id).await.expect("get node").is_none(), "Ironic node deleted");
+    assert!(
+        ironic
+            .get_node(&status.provisioning.id)
+            .await
+            .expect("get node")
+            .is_none(),
+        "Ironic node deleted"
+    );
 }

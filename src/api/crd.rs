@@ -121,8 +121,9 @@ impl CelRule {
 /// upstream's parser, an address without one (a bare host or IP, host:port with a
 /// numeric host, `[v6]:port`) means IPMI.
 const HAS_SCHEME: &str = "^[A-Za-z][A-Za-z0-9+.-]*:";
-/// Every BMC scheme bmo knows (the 23 of upstream), lower-cased.
-const KNOWN_SCHEMES: &str = r"^(ipmi|libvirt|(redfish|ilo5-redfish|idrac-redfish|redfish-virtualmedia|ilo5-virtualmedia|idrac-virtualmedia|redfish-uefihttp)(\\+https?)?):";
+/// Every BMC scheme bmo knows (the 23 of upstream, and `fake` for hosts without
+/// hardware), lower-cased; `src/bmc` parses the same list.
+const KNOWN_SCHEMES: &str = r"^(ipmi|libvirt|fake|(redfish|ilo5-redfish|idrac-redfish|redfish-virtualmedia|ilo5-virtualmedia|idrac-virtualmedia|redfish-uefihttp)(\\+https?)?):";
 
 /// CEL: the address (a CEL expression of type string) selects the IPMI driver family,
 /// which has no secure boot, no hardware RAID and no out-of-band inspection.
@@ -272,7 +273,7 @@ pub fn baremetalhost_rules() -> Vec<CelRule> {
             format!(
                 "self.address == '' || !self.address.matches('{HAS_SCHEME}') || self.address.lowerAscii().matches('{KNOWN_SCHEMES}')"
             ),
-            "spec.bmc.address has an unknown scheme: use ipmi, libvirt, or redfish, redfish-virtualmedia, redfish-uefihttp, idrac-redfish, idrac-virtualmedia, ilo5-redfish, ilo5-virtualmedia (each optionally +http or +https), or a bare host[:port] for IPMI",
+            "spec.bmc.address has an unknown scheme: use ipmi, libvirt, fake, or redfish, redfish-virtualmedia, redfish-uefihttp, idrac-redfish, idrac-virtualmedia, ilo5-redfish, ilo5-virtualmedia (each optionally +http or +https), or a bare host[:port] for IPMI",
         )
         .on(".address"),
         // --- spec.image ---

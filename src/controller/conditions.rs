@@ -20,14 +20,21 @@ pub fn compute(
     let state = status.provisioning.state;
     let op = status.operational_status;
     let manageable = match state {
-        State::None | State::Unmanaged => cond("Manageable", false, "NotManaged", "no BMC details".into()),
+        State::None | State::Unmanaged => {
+            cond("Manageable", false, "NotManaged", "no BMC details".into())
+        }
         State::Registering if op == OperationalStatus::Error => cond(
             "Manageable",
             false,
             "RegistrationFailed",
             status.error_message.clone(),
         ),
-        State::Registering => cond("Manageable", false, "Registering", "checking BMC access".into()),
+        State::Registering => cond(
+            "Manageable",
+            false,
+            "Registering",
+            "checking BMC access".into(),
+        ),
         _ => cond("Manageable", true, "Manageable", "the BMC answers".into()),
     };
     let available = matches!(state, State::Available | State::Ready);
@@ -45,25 +52,54 @@ pub fn compute(
     let mut ready = if provisioned {
         cond("Ready", true, "Provisioned", format!("host is {state}"))
     } else {
-        cond("Ready", false, "NotProvisioned", format!("host is {}", display_state(state)))
+        cond(
+            "Ready",
+            false,
+            "NotProvisioned",
+            format!("host is {}", display_state(state)),
+        )
     };
     let mut progressing = match progressing_reason {
         Some(reason) => cond(
             "Progressing",
             true,
             reason,
-            progress.map(str::to_owned).unwrap_or_else(|| format!("host is {state}")),
+            progress
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("host is {state}")),
         ),
-        None => cond("Progressing", false, "NotProgressing", format!("host is {}", display_state(state))),
+        None => cond(
+            "Progressing",
+            false,
+            "NotProgressing",
+            format!("host is {}", display_state(state)),
+        ),
     };
     match op {
         OperationalStatus::Error => {
             ready = cond("Ready", false, "Error", status.error_message.clone());
         }
-        OperationalStatus::Servicing => ready = cond("Ready", false, "Servicing", "firmware changes in progress".into()),
+        OperationalStatus::Servicing => {
+            ready = cond(
+                "Ready",
+                false,
+                "Servicing",
+                "firmware changes in progress".into(),
+            )
+        }
         OperationalStatus::Detached => {
-            ready = cond("Ready", false, "Detached", "detached from the provisioner".into());
-            progressing = cond("Progressing", false, "Detached", "detached from the provisioner".into());
+            ready = cond(
+                "Ready",
+                false,
+                "Detached",
+                "detached from the provisioner".into(),
+            );
+            progressing = cond(
+                "Progressing",
+                false,
+                "Detached",
+                "detached from the provisioner".into(),
+            );
         }
         _ => {}
     }
@@ -77,13 +113,21 @@ pub fn compute(
         cond(
             "AvailableForProvisioning",
             available,
-            if available { "Available" } else { "NotAvailable" },
+            if available {
+                "Available"
+            } else {
+                "NotAvailable"
+            },
             format!("host is {}", display_state(state)),
         ),
         cond(
             "Provisioned",
             provisioned,
-            if provisioned { "Provisioned" } else { "NotProvisioned" },
+            if provisioned {
+                "Provisioned"
+            } else {
+                "NotProvisioned"
+            },
             format!("host is {}", display_state(state)),
         ),
         ready,
@@ -128,7 +172,10 @@ mod tests {
     }
 
     fn get<'a>(conds: &'a [Condition], t: &str) -> &'a Condition {
-        conds.iter().find(|c| c.type_ == t).expect("condition present")
+        conds
+            .iter()
+            .find(|c| c.type_ == t)
+            .expect("condition present")
     }
 
     #[test]
@@ -165,10 +212,16 @@ mod tests {
         st.conditions = first.clone();
         let later = Time(k8s_openapi::jiff::Timestamp::from_second(1000).expect("valid"));
         let second = compute(&st, None, Some("cleaning"), &later);
-        assert_eq!(get(&second, "AvailableForProvisioning").last_transition_time, now());
+        assert_eq!(
+            get(&second, "AvailableForProvisioning").last_transition_time,
+            now()
+        );
         st.provisioning.state = State::Provisioning;
         let third = compute(&st, None, Some("deploying"), &later);
-        assert_eq!(get(&third, "AvailableForProvisioning").last_transition_time, later);
+        assert_eq!(
+            get(&third, "AvailableForProvisioning").last_transition_time,
+            later
+        );
         assert_eq!(get(&third, "Progressing").message, "deploying");
     }
 }

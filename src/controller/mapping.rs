@@ -11,9 +11,13 @@ use crate::provisioner::{self as prov, DeployRamdisk, Host, HostId};
 pub enum SpecError {
     #[error("spec.bmc.address {address:?}: {reason}")]
     BmcAddress { address: String, reason: String },
-    #[error("spec.bootMACAddress {mac:?} is not a MAC address (six hex pairs, e.g. 52:54:00:12:34:56)")]
+    #[error(
+        "spec.bootMACAddress {mac:?} is not a MAC address (six hex pairs, e.g. 52:54:00:12:34:56)"
+    )]
     BootMac { mac: String },
-    #[error("spec.bmc.address {address:?} needs spec.bootMACAddress (the MAC of the NIC the host boots from)")]
+    #[error(
+        "spec.bmc.address {address:?} needs spec.bootMACAddress (the MAC of the NIC the host boots from)"
+    )]
     BootMacRequired { address: String },
     #[error("spec.bmc is missing: set spec.bmc.address and spec.bmc.credentialsName")]
     NoBmc,
@@ -31,8 +35,15 @@ pub fn host_input(
         address: bmc.address.clone(),
         reason: e.to_string(),
     })?;
-    let boot_mac = match bmh.spec.boot_mac_address.as_deref().filter(|m| !m.is_empty()) {
-        Some(mac) => Some(parse_mac(mac).map_err(|_| SpecError::BootMac { mac: mac.to_owned() })?),
+    let boot_mac = match bmh
+        .spec
+        .boot_mac_address
+        .as_deref()
+        .filter(|m| !m.is_empty())
+    {
+        Some(mac) => Some(parse_mac(mac).map_err(|_| SpecError::BootMac {
+            mac: mac.to_owned(),
+        })?),
         None if address.kind.needs_boot_mac() => {
             return Err(SpecError::BootMacRequired {
                 address: bmc.address.clone(),

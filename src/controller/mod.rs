@@ -18,23 +18,29 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
-use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::Instrument;
 
 use crate::api::host::{FINALIZER, PAUSED_ANNOTATION, REBOOT_ANNOTATION_PREFIX};
-use crate::api::{BareMetalHost, BareMetalHostStatus, ErrorType, HardwareData, HardwareDataSpec, OperationalStatus, ProvisioningState as State};
+use crate::api::{
+    BareMetalHost, BareMetalHostStatus, ErrorType, HardwareData, HardwareDataSpec,
+    OperationalStatus, ProvisioningState as State,
+};
 use crate::credentials::{Credentials, SecretString};
 use crate::provisioner::{
     DeployRamdisk, InspectStatus, Outcome, PowerMode, PowerState, PrepareRequest, ProvisionRequest,
     Provisioner, ProvisionerError,
 };
-use state_machine::{CallResult, CredentialsCheck, ErrorChange, Facts, Operation, RebootRequest, Requeue, Step, Update};
+use state_machine::{
+    CallResult, CredentialsCheck, ErrorChange, Facts, Operation, RebootRequest, Requeue, Step,
+    Update,
+};
 
 /// Provisioning attempts for one image before bmo stops retrying.
 pub const MAX_PROVISIONING_RETRIES: i64 = 5;
@@ -100,7 +106,10 @@ impl<P: Provisioner> Context<P> {
         let Ok(mut busy) = self.busy.lock() else {
             return true;
         };
-        let consumes = matches!(state, State::Inspecting | State::Provisioning | State::Deprovisioning);
+        let consumes = matches!(
+            state,
+            State::Inspecting | State::Provisioning | State::Deprovisioning
+        );
         if !consumes {
             busy.remove(key);
         }
@@ -112,7 +121,10 @@ impl<P: Provisioner> Context<P> {
 
     fn claim_slot(&self, key: &str, state: State) {
         if let Ok(mut busy) = self.busy.lock() {
-            if matches!(state, State::Inspecting | State::Provisioning | State::Deprovisioning) {
+            if matches!(
+                state,
+                State::Inspecting | State::Provisioning | State::Deprovisioning
+            ) {
                 busy.insert(key.to_owned());
             } else {
                 busy.remove(key);
@@ -128,11 +140,16 @@ pub async fn run<P: Provisioner + 'static>(
 ) {
     let client = ctx.client.clone();
     // Secrets are watched as metadata only, and only those bmo labelled.
-    let (hosts, secrets): (Api<BareMetalHost>, Api<PartialObjectMeta<Secret>>) = match &ctx.settings.namespace {
-        Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client.clone(), ns)),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
-    };
-    let secret_filter = watcher::Config::default().labels(&format!("{}={}", SECRET_LABEL.0, SECRET_LABEL.1));
+    let (hosts, secrets): (Api<BareMetalHost>, Api<PartialObjectMeta<Secret>>) =
+        match &ctx.settings.namespace {
+            Some(ns) => (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+            ),
+            None => (Api::all(client.clone()), Api::all(client.clone())),
+        };
+    let secret_filter =
+        watcher::Config::default().labels(&format!("{}={}", SECRET_LABEL.0, SECRET_LABEL.1));
     let concurrency = ctx.settings.concurrency.max(1);
     Controller::new(hosts, watcher::Config::default())
         .watches(secrets, secret_filter, |secret| {
@@ -157,9 +174,18 @@ pub async fn run<P: Provisioner + 'static>(
         .await;
 }
 
-fn error_policy<P: Provisioner>(host: Arc<BareMetalHost>, error: &ReconcileError, ctx: Arc<Context<P>>) -> Action {
+fn error_policy<P: Provisioner>(
+    host: Arc<BareMetalHost>,
+    error: &ReconcileError,
+    ctx: Arc<Context<P>>,
+) -> Action {
     tracing::warn!(host = %host.namespaced_name(), %error, "reconcile failed; retrying");
-    let count = host.status.as_ref().map(|s| s.error_count).unwrap_or(0).max(1);
+    let count = host
+        .status
+        .as_ref()
+        .map(|s| s.error_count)
+        .unwrap_or(0)
+        .max(1);
     Action::requeue(backoff(count, ctx.settings.max_backoff).min(Duration::from_secs(30)))
 }
 
@@ -185,14 +211,21 @@ fn reboot_request(host: &BareMetalHost, state: State) -> Option<RebootRequest> {
         if !one_shot && !key.starts_with(&format!("{REBOOT_ANNOTATION_PREFIX}/")) {
             continue;
         }
-        let parsed: serde_json::Value = serde_json::from_str(value).unwrap_or(serde_json::Value::Null);
+        let parsed: serde_json::Value =
+            serde_json::from_str(value).unwrap_or(serde_json::Value::Null);
         let hard = parsed.get("mode").and_then(|m| m.as_str()) == Some("hard");
-        let force = parsed.get("force").and_then(|f| f.as_bool()).unwrap_or(false);
+        let force = parsed
+            .get("force")
+            .and_then(|f| f.as_bool())
+            .unwrap_or(false);
         // Outside provisioned states only forced reboots count.
         if !matches!(state, State::Provisioned | State::ExternallyProvisioned) && !force {
             continue;
         }
-        let prev = found.unwrap_or(RebootRequest { hard: false, one_shot: true });
+        let prev = found.unwrap_or(RebootRequest {
+            hard: false,
+            one_shot: true,
+        });
         found = Some(RebootRequest {
             hard: prev.hard || hard,
             one_shot: prev.one_shot && one_shot,
@@ -208,13 +241,19 @@ fn kube_err(host: &str) -> impl FnOnce(kube::Error) -> ReconcileError + '_ {
     }
 }
 
-async fn reconcile<P: Provisioner>(host: Arc<BareMetalHost>, ctx: Arc<Context<P>>) -> Result<Action, ReconcileError> {
+async fn reconcile<P: Provisioner>(
+    host: Arc<BareMetalHost>,
+    ctx: Arc<Context<P>>,
+) -> Result<Action, ReconcileError> {
     let name = host.namespaced_name();
     let span = tracing::info_span!("host", host = %name);
     reconcile_host(&host, &ctx).instrument(span).await
 }
 
-async fn reconcile_host<P: Provisioner>(host: &BareMetalHost, ctx: &Context<P>) -> Result<Action, ReconcileError> {
+async fn reconcile_host<P: Provisioner>(
+    host: &BareMetalHost,
+    ctx: &Context<P>,
+) -> Result<Action, ReconcileError> {
     let name = host.namespaced_name();
     let ns = host.namespace().unwrap_or_default();
     let hosts: Api<BareMetalHost> = Api::namespaced(ctx.client.clone(), &ns);
@@ -227,7 +266,11 @@ async fn reconcile_host<P: Provisioner>(host: &BareMetalHost, ctx: &Context<P>) 
         let mut finalizers = host.finalizers().to_vec();
         finalizers.push(FINALIZER.to_owned());
         hosts
-            .patch(&host.name_any(), &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})))
+            .patch(
+                &host.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+            )
             .await
             .map_err(kube_err(&name))?;
         return Ok(Action::requeue(Duration::ZERO));
@@ -245,7 +288,12 @@ async fn reconcile_host<P: Provisioner>(host: &BareMetalHost, ctx: &Context<P>) 
         .and_then(|c| c.credentials_version.clone());
     let credentials_changed = secret_version.is_some() && secret_version != previous_version;
 
-    let provisioner_host = match mapping::host_input(host, credentials, credentials_changed, &ctx.settings.deploy_ramdisk) {
+    let provisioner_host = match mapping::host_input(
+        host,
+        credentials,
+        credentials_changed,
+        &ctx.settings.deploy_ramdisk,
+    ) {
         Ok(h) => Some(h),
         Err(e) if !deleting && !matches!(state, State::None | State::Unmanaged) => {
             // A spec problem only the user can fix: one error, no retries until the spec changes.
@@ -281,9 +329,22 @@ async fn reconcile_host<P: Provisioner>(host: &BareMetalHost, ctx: &Context<P>) 
             let creds = Some((secret_version.clone(), outcome.is_done()));
             return save_with(host, ctx, update, provisioning_id, creds, None, None).await;
         }
-        if host.status.as_ref().is_some_and(|s| s.error_type == Some(ErrorType::Registration)) {
+        if host
+            .status
+            .as_ref()
+            .is_some_and(|s| s.error_type == Some(ErrorType::Registration))
+        {
             let update = state_machine::after(host, Operation::Register, &CallResult::Done);
-            return save_with(host, ctx, update, provisioning_id, Some((secret_version, true)), None, None).await;
+            return save_with(
+                host,
+                ctx,
+                update,
+                provisioning_id,
+                Some((secret_version, true)),
+                None,
+                None,
+            )
+            .await;
         }
         if matches!(state, State::Provisioned | State::ExternallyProvisioned) {
             let request = provision_request(host, ctx).await?;
@@ -293,7 +354,10 @@ async fn reconcile_host<P: Provisioner>(host: &BareMetalHost, ctx: &Context<P>) 
                 return save(host, ctx, update, None, None).await;
             }
         }
-        if matches!(state, State::Available | State::Ready | State::Provisioned | State::ExternallyProvisioned) {
+        if matches!(
+            state,
+            State::Available | State::Ready | State::Provisioned | State::ExternallyProvisioned
+        ) {
             let power = ctx.provisioner.power_state(phost).await?;
             facts.power = match power.value {
                 PowerState::On => Some(true),
@@ -359,11 +423,18 @@ async fn execute<P: Provisioner>(
             if let InspectStatus::Complete(details) = &outcome.value {
                 hardware = Some(mapping::hardware_details(details));
             }
-            if matches!(outcome.value, InspectStatus::Started | InspectStatus::InProgress) && outcome.error.is_none() {
+            if matches!(
+                outcome.value,
+                InspectStatus::Started | InspectStatus::InProgress
+            ) && outcome.error.is_none()
+            {
                 ctx.claim_slot(&host.namespaced_name(), state);
                 progress = Some("inspecting hardware".to_owned());
                 let after = outcome.requeue_after.unwrap_or(Duration::from_secs(10));
-                CallResult::InProgress { after, changed: outcome.changed }
+                CallResult::InProgress {
+                    after,
+                    changed: outcome.changed,
+                }
             } else {
                 call_result(&outcome)
             }
@@ -371,24 +442,40 @@ async fn execute<P: Provisioner>(
         Operation::Prepare => {
             let request = PrepareRequest {
                 raid: host.spec.raid.as_ref().map(mapping::raid),
-                unprepared: host.spec.raid != host.status.as_ref().and_then(|s| s.provisioning.raid.clone()),
+                unprepared: host.spec.raid
+                    != host
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.provisioning.raid.clone()),
                 ..Default::default()
             };
             let outcome = ctx.provisioner.prepare(phost, &request).await?;
-            progress = outcome.value.current_step.clone().map(|s| format!("running clean step {s}"));
+            progress = outcome
+                .value
+                .current_step
+                .clone()
+                .map(|s| format!("running clean step {s}"));
             call_result(&outcome)
         }
         Operation::Provision => {
             ctx.claim_slot(&host.namespaced_name(), state);
             let request = provision_request(host, ctx).await?;
             let outcome = ctx.provisioner.provision(phost, &request).await?;
-            progress = outcome.value.current_step.clone().map(|s| format!("running deploy step {s}"));
+            progress = outcome
+                .value
+                .current_step
+                .clone()
+                .map(|s| format!("running deploy step {s}"));
             call_result(&outcome)
         }
         Operation::Deprovision => {
             ctx.claim_slot(&host.namespaced_name(), state);
             let outcome = ctx.provisioner.deprovision(phost).await?;
-            progress = outcome.value.current_step.clone().map(|s| format!("running clean step {s}"));
+            progress = outcome
+                .value
+                .current_step
+                .clone()
+                .map(|s| format!("running clean step {s}"));
             call_result(&outcome)
         }
         Operation::Adopt => {
@@ -397,7 +484,11 @@ async fn execute<P: Provisioner>(
         }
         Operation::PowerOn => call_result(&ctx.provisioner.power_on(phost).await?),
         Operation::PowerOff { hard } => {
-            let mode = if hard { PowerMode::Hard } else { PowerMode::Soft };
+            let mode = if hard {
+                PowerMode::Hard
+            } else {
+                PowerMode::Soft
+            };
             call_result(&ctx.provisioner.power_off(phost, mode).await?)
         }
         Operation::Detach => call_result(&ctx.provisioner.detach(phost).await?),
@@ -420,11 +511,15 @@ async fn execute<P: Provisioner>(
 }
 
 /// Provisioner input for provision/adopt: image, hints and the config-drive data.
-async fn provision_request<P: Provisioner>(host: &BareMetalHost, ctx: &Context<P>) -> Result<ProvisionRequest, ReconcileError> {
+async fn provision_request<P: Provisioner>(
+    host: &BareMetalHost,
+    ctx: &Context<P>,
+) -> Result<ProvisionRequest, ReconcileError> {
     let name = host.namespaced_name();
     let ns = host.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-    let read = |reference: Option<&k8s_openapi::api::core::v1::SecretReference>, keys: &'static [&'static str]| {
+    let read = |reference: Option<&k8s_openapi::api::core::v1::SecretReference>,
+                keys: &'static [&'static str]| {
         let secrets = secrets.clone();
         let name = name.clone();
         let secret_name = reference.and_then(|r| r.name.clone());
@@ -432,22 +527,35 @@ async fn provision_request<P: Provisioner>(host: &BareMetalHost, ctx: &Context<P
             let Some(secret_name) = secret_name else {
                 return Ok(None);
             };
-            let secret = secrets.get_opt(&secret_name).await.map_err(kube_err(&name))?;
-            Ok::<_, ReconcileError>(secret.and_then(|s| s.data).and_then(|data| {
-                keys.iter().find_map(|k| data.get(*k).map(|v| v.0.clone()))
-            }))
+            let secret = secrets
+                .get_opt(&secret_name)
+                .await
+                .map_err(kube_err(&name))?;
+            Ok::<_, ReconcileError>(
+                secret
+                    .and_then(|s| s.data)
+                    .and_then(|data| keys.iter().find_map(|k| data.get(*k).map(|v| v.0.clone()))),
+            )
         }
     };
     let mut user_data = read(host.spec.user_data.as_ref(), &["userData", "value"]).await?;
     if user_data.is_none() {
-        user_data = host.spec.inline_user_data.as_ref().map(|d| d.expose().as_bytes().to_vec());
+        user_data = host
+            .spec
+            .inline_user_data
+            .as_ref()
+            .map(|d| d.expose().as_bytes().to_vec());
     }
     let network_data = read(host.spec.network_data.as_ref(), &["networkData", "value"]).await?;
     let meta_data = read(host.spec.meta_data.as_ref(), &["metaData", "value"]).await?;
     Ok(ProvisionRequest {
         image: host.spec.image.as_ref().map(mapping::image),
         custom_deploy: host.spec.custom_deploy.as_ref().map(|c| c.method.clone()),
-        root_device_hints: host.spec.root_device_hints.as_ref().map(mapping::root_device_hints),
+        root_device_hints: host
+            .spec
+            .root_device_hints
+            .as_ref()
+            .map(mapping::root_device_hints),
         instance_uuid: host.metadata.uid.clone().unwrap_or_default(),
         user_data,
         network_data,
@@ -468,33 +576,57 @@ async fn load_credentials<P: Provisioner>(
         password: SecretString::default(),
     };
     let Some(bmc) = host.spec.bmc.as_ref() else {
-        return Ok((empty, CredentialsCheck::Invalid("spec.bmc is missing".into()), None));
+        return Ok((
+            empty,
+            CredentialsCheck::Invalid("spec.bmc is missing".into()),
+            None,
+        ));
     };
     if bmc.credentials_name.is_empty() {
         return Ok((empty, CredentialsCheck::Invalid("spec.bmc.credentialsName is empty: name the Secret holding the BMC username and password".into()), None));
     }
     let ns = host.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-    let Some(secret) = secrets.get_opt(&bmc.credentials_name).await.map_err(kube_err(&name))? else {
+    let Some(secret) = secrets
+        .get_opt(&bmc.credentials_name)
+        .await
+        .map_err(kube_err(&name))?
+    else {
         tracing::info!(secret = %bmc.credentials_name, "BMC credentials Secret not found yet");
         return Ok((
             empty,
-            CredentialsCheck::Missing(format!("BMC credentials Secret {ns}/{} not found: create it with keys username and password", bmc.credentials_name)),
+            CredentialsCheck::Missing(format!(
+                "BMC credentials Secret {ns}/{} not found: create it with keys username and password",
+                bmc.credentials_name
+            )),
             None,
         ));
     };
     ensure_secret_owned(host, ctx, &secret).await?;
     let data = secret.data.clone().unwrap_or_default();
-    let field = |key: &str| data.get(key).map(|v| String::from_utf8_lossy(&v.0).trim_end_matches(['\r', '\n']).to_owned());
+    let field = |key: &str| {
+        data.get(key).map(|v| {
+            String::from_utf8_lossy(&v.0)
+                .trim_end_matches(['\r', '\n'])
+                .to_owned()
+        })
+    };
     let username = field("username").unwrap_or_default();
     let password = field("password").unwrap_or_default();
     let version = secret.metadata.resource_version.clone();
     let fake = bmc.address.starts_with("fake://");
     if !fake && (username.is_empty() || password.is_empty()) {
-        let missing = if username.is_empty() { "username" } else { "password" };
+        let missing = if username.is_empty() {
+            "username"
+        } else {
+            "password"
+        };
         return Ok((
             empty,
-            CredentialsCheck::Invalid(format!("BMC credentials Secret {ns}/{} has no {missing} key (or it is empty)", bmc.credentials_name)),
+            CredentialsCheck::Invalid(format!(
+                "BMC credentials Secret {ns}/{} has no {missing} key (or it is empty)",
+                bmc.credentials_name
+            )),
             version,
         ));
     }
@@ -508,8 +640,15 @@ async fn load_credentials<P: Provisioner>(
     ))
 }
 
-async fn ensure_secret_owned<P: Provisioner>(host: &BareMetalHost, ctx: &Context<P>, secret: &Secret) -> Result<(), ReconcileError> {
-    let labelled = secret.labels().get(SECRET_LABEL.0).is_some_and(|v| v == SECRET_LABEL.1);
+async fn ensure_secret_owned<P: Provisioner>(
+    host: &BareMetalHost,
+    ctx: &Context<P>,
+    secret: &Secret,
+) -> Result<(), ReconcileError> {
+    let labelled = secret
+        .labels()
+        .get(SECRET_LABEL.0)
+        .is_some_and(|v| v == SECRET_LABEL.1);
     let uid = host.metadata.uid.clone().unwrap_or_default();
     let owned = secret.owner_references().iter().any(|o| o.uid == uid);
     if labelled && owned {
@@ -526,19 +665,33 @@ async fn ensure_secret_owned<P: Provisioner>(host: &BareMetalHost, ctx: &Context
             block_owner_deletion: None,
         });
     }
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &host.namespace().unwrap_or_default());
+    let secrets: Api<Secret> =
+        Api::namespaced(ctx.client.clone(), &host.namespace().unwrap_or_default());
     let patch = json!({"metadata": {"labels": {SECRET_LABEL.0: SECRET_LABEL.1}, "ownerReferences": owners}});
     secrets
-        .patch(&secret.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+        .patch(
+            &secret.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
         .await
         .map_err(kube_err(&host.namespaced_name()))?;
     Ok(())
 }
 
-async fn write_hardware_data<P: Provisioner>(host: &BareMetalHost, ctx: &Context<P>, details: &crate::api::HardwareDetails) -> Result<(), ReconcileError> {
+async fn write_hardware_data<P: Provisioner>(
+    host: &BareMetalHost,
+    ctx: &Context<P>,
+    details: &crate::api::HardwareDetails,
+) -> Result<(), ReconcileError> {
     let ns = host.namespace().unwrap_or_default();
     let api: Api<HardwareData> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut data = HardwareData::new(&host.name_any(), HardwareDataSpec { hardware: Some(details.clone()) });
+    let mut data = HardwareData::new(
+        &host.name_any(),
+        HardwareDataSpec {
+            hardware: Some(details.clone()),
+        },
+    );
     data.metadata.owner_references = Some(vec![OwnerReference {
         api_version: "metal3.io/v1alpha1".into(),
         kind: "BareMetalHost".into(),
@@ -547,21 +700,44 @@ async fn write_hardware_data<P: Provisioner>(host: &BareMetalHost, ctx: &Context
         controller: Some(true),
         block_owner_deletion: None,
     }]);
-    api.patch(&host.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&data))
-        .await
-        .map_err(kube_err(&host.namespaced_name()))?;
+    api.patch(
+        &host.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&data),
+    )
+    .await
+    .map_err(kube_err(&host.namespaced_name()))?;
     Ok(())
 }
 
-async fn finish_delete<P: Provisioner>(host: &BareMetalHost, ctx: &Context<P>) -> Result<Action, ReconcileError> {
+async fn finish_delete<P: Provisioner>(
+    host: &BareMetalHost,
+    ctx: &Context<P>,
+) -> Result<Action, ReconcileError> {
     let name = host.namespaced_name();
     let ns = host.namespace().unwrap_or_default();
     ctx.claim_slot(&name, State::Deleting);
-    publish(host, ctx, "Deleted", "host removed from the provisioner; releasing it", false).await;
+    publish(
+        host,
+        ctx,
+        "Deleted",
+        "host removed from the provisioner; releasing it",
+        false,
+    )
+    .await;
     let hosts: Api<BareMetalHost> = Api::namespaced(ctx.client.clone(), &ns);
-    let finalizers: Vec<String> = host.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect();
+    let finalizers: Vec<String> = host
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
     hosts
-        .patch(&host.name_any(), &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})))
+        .patch(
+            &host.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+        )
         .await
         .map_err(kube_err(&name))?;
     Ok(Action::await_change())
@@ -599,10 +775,14 @@ async fn save_with<P: Provisioner>(
         status.provisioning.id = id;
     }
     if let Some((version, worked)) = credentials {
-        let reference = host.spec.bmc.as_ref().map(|b| k8s_openapi::api::core::v1::SecretReference {
-            name: Some(b.credentials_name.clone()),
-            namespace: Some(ns.clone()),
-        });
+        let reference =
+            host.spec
+                .bmc
+                .as_ref()
+                .map(|b| k8s_openapi::api::core::v1::SecretReference {
+                    name: Some(b.credentials_name.clone()),
+                    namespace: Some(ns.clone()),
+                });
         let record = crate::api::CredentialsStatus {
             credentials: reference,
             credentials_version: version,
@@ -615,7 +795,8 @@ async fn save_with<P: Provisioner>(
     if let Some(details) = hardware {
         status.hardware = Some(details);
     }
-    status.conditions = conditions::compute(&status, host.metadata.generation, progress.as_deref(), &now);
+    status.conditions =
+        conditions::compute(&status, host.metadata.generation, progress.as_deref(), &now);
     let changed = status != before;
     if changed {
         status.last_updated = Some(now.clone());
@@ -626,7 +807,11 @@ async fn save_with<P: Provisioner>(
             "status": status,
         });
         hosts
-            .patch_status(&host.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+            .patch_status(
+                &host.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
             .await
             .map_err(kube_err(&name))?;
     }
@@ -645,28 +830,47 @@ async fn save_with<P: Provisioner>(
     })
 }
 
-async fn remove_annotations<P: Provisioner>(host: &BareMetalHost, ctx: &Context<P>, update: &Update) -> Result<(), ReconcileError> {
+async fn remove_annotations<P: Provisioner>(
+    host: &BareMetalHost,
+    ctx: &Context<P>,
+    update: &Update,
+) -> Result<(), ReconcileError> {
     let mut remove = Vec::new();
     if update.clear_reboot && annotations(host).contains_key(REBOOT_ANNOTATION_PREFIX) {
         remove.push(REBOOT_ANNOTATION_PREFIX);
     }
-    if update.clear_inspect_annotation && annotations(host).contains_key(crate::api::host::INSPECT_ANNOTATION) {
+    if update.clear_inspect_annotation
+        && annotations(host).contains_key(crate::api::host::INSPECT_ANNOTATION)
+    {
         remove.push(crate::api::host::INSPECT_ANNOTATION);
     }
     if remove.is_empty() {
         return Ok(());
     }
-    let nulls: serde_json::Map<String, serde_json::Value> = remove.iter().map(|k| ((*k).to_owned(), serde_json::Value::Null)).collect();
-    let hosts: Api<BareMetalHost> = Api::namespaced(ctx.client.clone(), &host.namespace().unwrap_or_default());
+    let nulls: serde_json::Map<String, serde_json::Value> = remove
+        .iter()
+        .map(|k| ((*k).to_owned(), serde_json::Value::Null))
+        .collect();
+    let hosts: Api<BareMetalHost> =
+        Api::namespaced(ctx.client.clone(), &host.namespace().unwrap_or_default());
     hosts
-        .patch(&host.name_any(), &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": nulls}})))
+        .patch(
+            &host.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": nulls}})),
+        )
         .await
         .map_err(kube_err(&host.namespaced_name()))?;
     Ok(())
 }
 
 /// The status fields an [`Update`] changes.
-fn apply_update(host: &BareMetalHost, status: &mut BareMetalHostStatus, update: &Update, now: &Time) {
+fn apply_update(
+    host: &BareMetalHost,
+    status: &mut BareMetalHostStatus,
+    update: &Update,
+    now: &Time,
+) {
     let old_state = status.provisioning.state;
     match &update.error {
         ErrorChange::Keep => {}
@@ -711,7 +915,10 @@ fn apply_update(host: &BareMetalHost, status: &mut BareMetalHostStatus, update: 
     }
     if let Some(next) = update.state {
         status.provisioning.state = next;
-        if matches!(next, State::Registering | State::Inspecting | State::Provisioning) {
+        if matches!(
+            next,
+            State::Registering | State::Inspecting | State::Provisioning
+        ) {
             status.provisioning.boot_mode = Some(host.boot_mode());
         }
         if next == State::Available && old_state == State::Preparing {
@@ -723,7 +930,10 @@ fn apply_update(host: &BareMetalHost, status: &mut BareMetalHostStatus, update: 
 
 /// Start and end times of register / inspect / provision / deprovision.
 fn record_history(status: &mut BareMetalHostStatus, from: State, to: State, now: &Time) {
-    fn slot(h: &mut crate::api::OperationHistory, s: State) -> Option<&mut Option<crate::api::OperationMetric>> {
+    fn slot(
+        h: &mut crate::api::OperationHistory,
+        s: State,
+    ) -> Option<&mut Option<crate::api::OperationMetric>> {
         match s {
             State::Registering => Some(&mut h.register),
             State::Inspecting => Some(&mut h.inspect),
@@ -732,7 +942,9 @@ fn record_history(status: &mut BareMetalHostStatus, from: State, to: State, now:
             _ => None,
         }
     }
-    let history = status.operation_history.get_or_insert_with(Default::default);
+    let history = status
+        .operation_history
+        .get_or_insert_with(Default::default);
     if let Some(metric) = slot(history, from) {
         metric.get_or_insert_with(Default::default).end = Some(now.clone());
     }
@@ -744,10 +956,20 @@ fn record_history(status: &mut BareMetalHostStatus, from: State, to: State, now:
     }
 }
 
-async fn publish<P: Provisioner>(host: &BareMetalHost, ctx: &Context<P>, reason: &str, message: &str, warning: bool) {
+async fn publish<P: Provisioner>(
+    host: &BareMetalHost,
+    ctx: &Context<P>,
+    reason: &str,
+    message: &str,
+    warning: bool,
+) {
     let reference: ObjectReference = host.object_ref(&());
     let event = Event {
-        type_: if warning { EventType::Warning } else { EventType::Normal },
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
         reason: reason.to_owned(),
         note: Some(message.chars().take(1000).collect()),
         action: reason.to_owned(),

@@ -22,7 +22,7 @@ pub const DELETE_RETRY_LIMIT: i64 = 3;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Facts {
     pub credentials: CredentialsCheck,
-    /// The power the BMC reports, for hosts in a stable state.
+    /// The power the BMC reports, for hosts in a stable state; `None` when unknown.
     pub power: Option<bool>,
     /// A provisioning slot is free (`PROVISIONING_LIMIT`).
     pub has_capacity: bool,
@@ -188,18 +188,43 @@ pub fn needs_provisioning(host: &BareMetalHost) -> bool {
         .map(|c| c.method.as_str())
         .filter(|m| !m.is_empty())
     {
-        return st.provisioning.custom_deploy.as_ref().map(|c| c.method.as_str()) != Some(method);
+        return st
+            .provisioning
+            .custom_deploy
+            .as_ref()
+            .map(|c| c.method.as_str())
+            != Some(method);
     }
-    let spec_url = host.spec.image.as_ref().map(|i| i.url.as_str()).filter(|u| !u.is_empty());
-    let status_url = st.provisioning.image.as_ref().map(|i| i.url.as_str()).filter(|u| !u.is_empty());
+    let spec_url = host
+        .spec
+        .image
+        .as_ref()
+        .map(|i| i.url.as_str())
+        .filter(|u| !u.is_empty());
+    let status_url = st
+        .provisioning
+        .image
+        .as_ref()
+        .map(|i| i.url.as_str())
+        .filter(|u| !u.is_empty());
     spec_url.is_some() && status_url.is_none()
 }
 
 /// The image or custom deploy in the spec no longer matches what was provisioned.
 pub fn provisioning_cancelled(host: &BareMetalHost) -> bool {
     let st = status(host);
-    let spec_url = host.spec.image.as_ref().map(|i| i.url.as_str()).filter(|u| !u.is_empty());
-    let status_url = st.provisioning.image.as_ref().map(|i| i.url.as_str()).filter(|u| !u.is_empty());
+    let spec_url = host
+        .spec
+        .image
+        .as_ref()
+        .map(|i| i.url.as_str())
+        .filter(|u| !u.is_empty());
+    let status_url = st
+        .provisioning
+        .image
+        .as_ref()
+        .map(|i| i.url.as_str())
+        .filter(|u| !u.is_empty());
     if let Some(method) = host
         .spec
         .custom_deploy
@@ -207,7 +232,11 @@ pub fn provisioning_cancelled(host: &BareMetalHost) -> bool {
         .map(|c| c.method.as_str())
         .filter(|m| !m.is_empty())
     {
-        let status_method = st.provisioning.custom_deploy.as_ref().map(|c| c.method.as_str());
+        let status_method = st
+            .provisioning
+            .custom_deploy
+            .as_ref()
+            .map(|c| c.method.as_str());
         return (status_method.is_some() && status_method != Some(method))
             || (status_url.is_some() && spec_url != status_url);
     }
@@ -228,7 +257,11 @@ fn detached(host: &BareMetalHost) -> bool {
 fn delete_delayed_by_detach(host: &BareMetalHost) -> bool {
     annotation(host, crate::api::host::DETACHED_ANNOTATION)
         .and_then(|v| serde_json::from_str::<serde_json::Value>(v).ok())
-        .and_then(|v| v.get("deleteAction").and_then(|a| a.as_str()).map(str::to_owned))
+        .and_then(|v| {
+            v.get("deleteAction")
+                .and_then(|a| a.as_str())
+                .map(str::to_owned)
+        })
         .is_some_and(|a| a == "delay")
 }
 
@@ -274,14 +307,27 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
         // Annotation removed: re-attach through registration.
         return Step::Transition(Update {
             operational_status: Some(OperationalStatus::Ok),
-            event: Some(("Reattached".into(), "detached annotation removed; managing the host again".into(), false)),
+            event: Some((
+                "Reattached".into(),
+                "detached annotation removed; managing the host again".into(),
+                false,
+            )),
             ..Default::default()
         });
     }
 
     if st.operational_status == OperationalStatus::Delayed
         && facts.has_capacity
-        && matches!(state, State::Available | State::Provisioned | State::Provisioning | State::Inspecting | State::Deprovisioning | State::Registering | State::Preparing)
+        && matches!(
+            state,
+            State::Available
+                | State::Provisioned
+                | State::Provisioning
+                | State::Inspecting
+                | State::Deprovisioning
+                | State::Registering
+                | State::Preparing
+        )
     {
         return Step::Transition(Update {
             error: ErrorChange::Clear,
@@ -292,19 +338,31 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
     match state {
         State::None => {
             if host.has_bmc_details() {
-                transition(State::Registering, "Registering", "registering the host with the provisioner".into())
+                transition(
+                    State::Registering,
+                    "Registering",
+                    "registering the host with the provisioner".into(),
+                )
             } else {
                 Step::Transition(Update {
                     state: Some(State::Unmanaged),
                     operational_status: Some(OperationalStatus::Discovered),
-                    event: Some(("Discovered".into(), "no BMC details: the host is unmanaged until spec.bmc is set".into(), false)),
+                    event: Some((
+                        "Discovered".into(),
+                        "no BMC details: the host is unmanaged until spec.bmc is set".into(),
+                        false,
+                    )),
                     ..Default::default()
                 })
             }
         }
         State::Unmanaged => {
             if host.has_bmc_details() {
-                transition(State::Registering, "Registering", "BMC details added; registering the host".into())
+                transition(
+                    State::Registering,
+                    "Registering",
+                    "BMC details added; registering the host".into(),
+                )
             } else {
                 Step::Wait(SLOW_POLL)
             }
@@ -320,7 +378,11 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
                 return Step::Transition(Update {
                     state: Some(State::Preparing),
                     error: ErrorChange::Clear,
-                    event: Some(("InspectionSkipped".into(), "inspection disabled; hardware details not gathered".into(), false)),
+                    event: Some((
+                        "InspectionSkipped".into(),
+                        "inspection disabled; hardware details not gathered".into(),
+                        false,
+                    )),
                     ..Default::default()
                 });
             }
@@ -332,7 +394,11 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
         State::Available | State::Ready => plan_available(host, &st, facts),
         State::Provisioning => {
             if provisioning_cancelled(host) {
-                return transition(State::Deprovisioning, "ProvisioningCancelled", "image or custom deploy changed or removed; deprovisioning".into());
+                return transition(
+                    State::Deprovisioning,
+                    "ProvisioningCancelled",
+                    "image or custom deploy changed or removed; deprovisioning".into(),
+                );
             }
             Step::Call(Operation::Provision)
         }
@@ -341,7 +407,11 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
                 if !facts.has_capacity {
                     return delayed();
                 }
-                return transition(State::Deprovisioning, "Deprovisioning", "image or custom deploy removed or changed; deprovisioning".into());
+                return transition(
+                    State::Deprovisioning,
+                    "Deprovisioning",
+                    "image or custom deploy removed or changed; deprovisioning".into(),
+                );
             }
             plan_power(host, &st, facts)
         }
@@ -350,7 +420,12 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
                 return Step::Transition(Update {
                     state: Some(State::Provisioned),
                     record_provisioned: Some(true),
-                    event: Some(("Provisioned".into(), "externallyProvisioned cleared; the host counts as provisioned by bmo".into(), false)),
+                    event: Some((
+                        "Provisioned".into(),
+                        "externallyProvisioned cleared; the host counts as provisioned by bmo"
+                            .into(),
+                        false,
+                    )),
                     ..Default::default()
                 });
             }
@@ -381,7 +456,11 @@ fn credentials_problem(facts: &Facts) -> Option<Step> {
 fn delayed() -> Step {
     Step::Transition(Update {
         operational_status: Some(OperationalStatus::Delayed),
-        event: Some(("Delayed".into(), "waiting for a provisioning slot (PROVISIONING_LIMIT)".into(), false)),
+        event: Some((
+            "Delayed".into(),
+            "waiting for a provisioning slot (PROVISIONING_LIMIT)".into(),
+            false,
+        )),
         requeue: Requeue::After(Duration::from_secs(60)),
         ..Default::default()
     })
@@ -389,19 +468,33 @@ fn delayed() -> Step {
 
 fn plan_available(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts) -> Step {
     if host.spec.externally_provisioned {
-        return transition(State::ExternallyProvisioned, "ExternallyProvisioned", "host marked externally provisioned; only power is managed".into());
+        return transition(
+            State::ExternallyProvisioned,
+            "ExternallyProvisioned",
+            "host marked externally provisioned; only power is managed".into(),
+        );
     }
     if annotation(host, crate::api::host::INSPECT_ANNOTATION).is_some_and(|v| v != "disabled") {
         if !facts.has_capacity {
             return delayed();
         }
-        return transition(State::Inspecting, "InspectionRequested", "inspect annotation set; inspecting again".into());
+        return transition(
+            State::Inspecting,
+            "InspectionRequested",
+            "inspect annotation set; inspecting again".into(),
+        );
     }
     if host.spec.raid != st.provisioning.raid && host.spec.raid.is_some() {
-        return transition(State::Preparing, "Preparing", "RAID settings changed; preparing again".into());
+        return transition(
+            State::Preparing,
+            "Preparing",
+            "RAID settings changed; preparing again".into(),
+        );
     }
     if needs_provisioning(host) {
-        if st.error_type == Some(ErrorType::Provisioning) && st.provisioning_fail_count >= crate::controller::MAX_PROVISIONING_RETRIES {
+        if st.error_type == Some(ErrorType::Provisioning)
+            && st.provisioning_fail_count >= crate::controller::MAX_PROVISIONING_RETRIES
+        {
             return Step::Wait(SLOW_POLL);
         }
         if !facts.has_capacity {
@@ -410,7 +503,11 @@ fn plan_available(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts)
         return Step::Transition(Update {
             state: Some(State::Provisioning),
             error: ErrorChange::Clear,
-            event: Some(("ProvisioningStarted".into(), "provisioning the image".into(), false)),
+            event: Some((
+                "ProvisioningStarted".into(),
+                "provisioning the image".into(),
+                false,
+            )),
             ..Default::default()
         });
     }
@@ -419,9 +516,9 @@ fn plan_available(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts)
 
 /// Keeps power as `spec.online` (and reboot annotations) ask, in stable states.
 fn plan_power(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts) -> Step {
-    let Some(observed) = facts.power else {
-        return Step::Wait(STEADY_POLL);
-    };
+    // Unknown power (a BMC that has not said yet) counts as what was last recorded,
+    // so a host that should be on is still powered on.
+    let observed = facts.power.unwrap_or(st.powered_on);
     if observed != st.powered_on {
         return Step::Transition(Update {
             powered_on: Some(observed),
@@ -435,7 +532,11 @@ fn plan_power(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts) -> 
         // The one-shot reboot has done its power-off; power comes back below.
         return Step::Transition(Update {
             clear_reboot: true,
-            event: Some(("RebootRequested".into(), "host powered off for the requested reboot; powering on".into(), false)),
+            event: Some((
+                "RebootRequested".into(),
+                "host powered off for the requested reboot; powering on".into(),
+                false,
+            )),
             ..Default::default()
         });
     }
@@ -443,7 +544,8 @@ fn plan_power(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts) -> 
     match (observed, wanted) {
         (false, true) => Step::Call(Operation::PowerOn),
         (true, false) if !host.spec.disable_power_off || facts.reboot.is_some() => {
-            let hard = facts.reboot.is_some_and(|r| r.hard) || st.error_type == Some(ErrorType::PowerManagement);
+            let hard = facts.reboot.is_some_and(|r| r.hard)
+                || st.error_type == Some(ErrorType::PowerManagement);
             Step::Call(Operation::PowerOff { hard })
         }
         _ => {
@@ -465,17 +567,32 @@ fn plan_delete(host: &BareMetalHost, st: &BareMetalHostStatus, state: State) -> 
         if delete_delayed_by_detach(host) {
             return Step::Wait(SLOW_POLL);
         }
-        return transition(State::Deleting, "Deleting", "deleting a detached host".into());
+        return transition(
+            State::Deleting,
+            "Deleting",
+            "deleting a detached host".into(),
+        );
     }
     let gave_up = st.error_count > DELETE_RETRY_LIMIT;
     match state {
-        State::None | State::Unmanaged | State::Registering => transition(State::Deleting, "Deleting", "deleting the host".into()),
-        State::Provisioning | State::Provisioned => {
-            transition(State::Deprovisioning, "Deprovisioning", "host deleted; deprovisioning first".into())
+        State::None | State::Unmanaged | State::Registering => {
+            transition(State::Deleting, "Deleting", "deleting the host".into())
         }
+        State::Provisioning | State::Provisioned => transition(
+            State::Deprovisioning,
+            "Deprovisioning",
+            "host deleted; deprovisioning first".into(),
+        ),
         State::Deprovisioning => {
             if gave_up {
-                return transition(State::PoweringOffBeforeDelete, "DeprovisioningSkipped", format!("deprovisioning failed {} times; deleting without it", st.error_count));
+                return transition(
+                    State::PoweringOffBeforeDelete,
+                    "DeprovisioningSkipped",
+                    format!(
+                        "deprovisioning failed {} times; deleting without it",
+                        st.error_count
+                    ),
+                );
             }
             Step::Call(Operation::Deprovision)
         }
@@ -487,7 +604,11 @@ fn plan_delete(host: &BareMetalHost, st: &BareMetalHostStatus, state: State) -> 
         }
         // Deleting a node that is already gone (detached) succeeds at once.
         State::Deleting => Step::Call(Operation::Delete),
-        _ => transition(State::PoweringOffBeforeDelete, "PowerOff", "host deleted; powering it off first".into()),
+        _ => transition(
+            State::PoweringOffBeforeDelete,
+            "PowerOff",
+            "host deleted; powering it off first".into(),
+        ),
     }
 }
 
@@ -531,33 +652,69 @@ fn after_done(host: &BareMetalHost, op: Operation, state: State, deleting: bool)
             if state != State::Registering {
                 // Re-registration in a later state: carry on with that state.
                 return Update {
-                    error: if status(host).error_type == Some(ErrorType::Registration) { ErrorChange::Clear } else { ErrorChange::Keep },
+                    error: if status(host).error_type == Some(ErrorType::Registration) {
+                        ErrorChange::Clear
+                    } else {
+                        ErrorChange::Keep
+                    },
                     ..Default::default()
                 };
             }
             if host.spec.externally_provisioned {
-                moved(State::ExternallyProvisioned, "ExternallyProvisioned", format!("{name} registered; externally provisioned, only power is managed"))
+                moved(
+                    State::ExternallyProvisioned,
+                    "ExternallyProvisioned",
+                    format!("{name} registered; externally provisioned, only power is managed"),
+                )
             } else if host.inspection_disabled() {
-                moved(State::Preparing, "Registered", format!("{name} registered; inspection disabled"))
+                moved(
+                    State::Preparing,
+                    "Registered",
+                    format!("{name} registered; inspection disabled"),
+                )
             } else {
-                moved(State::Inspecting, "Registered", format!("{name} registered; inspecting hardware"))
+                moved(
+                    State::Inspecting,
+                    "Registered",
+                    format!("{name} registered; inspecting hardware"),
+                )
             }
         }
         Operation::Inspect { .. } => {
-            let mut u = moved(State::Preparing, "InspectionComplete", "hardware inspection complete".into());
+            let mut u = moved(
+                State::Preparing,
+                "InspectionComplete",
+                "hardware inspection complete".into(),
+            );
             u.clear_inspect_annotation = true;
             u
         }
-        Operation::Prepare => moved(State::Available, "Available", "host prepared and available for provisioning".into()),
+        Operation::Prepare => moved(
+            State::Available,
+            "Available",
+            "host prepared and available for provisioning".into(),
+        ),
         Operation::Provision => {
-            let mut u = moved(State::Provisioned, "ProvisioningComplete", "image provisioned".into());
+            let mut u = moved(
+                State::Provisioned,
+                "ProvisioningComplete",
+                "image provisioned".into(),
+            );
             u.record_provisioned = Some(true);
             u.clear_reboot = true;
             u
         }
         Operation::Deprovision => {
-            let to = if deleting { State::PoweringOffBeforeDelete } else { State::Available };
-            let mut u = moved(to, "DeprovisioningComplete", "image removed and disks cleaned".into());
+            let to = if deleting {
+                State::PoweringOffBeforeDelete
+            } else {
+                State::Available
+            };
+            let mut u = moved(
+                to,
+                "DeprovisioningComplete",
+                "image removed and disks cleaned".into(),
+            );
             u.record_provisioned = Some(false);
             u.clear_reboot = true;
             // A failed provisioning attempt keeps its error visible until the retry.
@@ -567,7 +724,11 @@ fn after_done(host: &BareMetalHost, op: Operation, state: State, deleting: bool)
             u
         }
         Operation::Adopt => Update {
-            error: if status(host).error_type == Some(ErrorType::ProvisionedRegistration) { ErrorChange::Clear } else { ErrorChange::Keep },
+            error: if status(host).error_type == Some(ErrorType::ProvisionedRegistration) {
+                ErrorChange::Clear
+            } else {
+                ErrorChange::Keep
+            },
             ..Default::default()
         },
         Operation::PowerOn => Update {
@@ -578,7 +739,11 @@ fn after_done(host: &BareMetalHost, op: Operation, state: State, deleting: bool)
         },
         Operation::PowerOff { .. } => {
             if state == State::PoweringOffBeforeDelete {
-                let mut u = moved(State::Deleting, "PowerOff", "host powered off; deleting".into());
+                let mut u = moved(
+                    State::Deleting,
+                    "PowerOff",
+                    "host powered off; deleting".into(),
+                );
                 u.powered_on = Some(false);
                 return u;
             }
@@ -591,11 +756,19 @@ fn after_done(host: &BareMetalHost, op: Operation, state: State, deleting: bool)
         }
         Operation::Detach => Update {
             operational_status: Some(OperationalStatus::Detached),
-            event: Some(("Detached".into(), "host removed from the provisioner; the object stays".into(), false)),
+            event: Some((
+                "Detached".into(),
+                "host removed from the provisioner; the object stays".into(),
+                false,
+            )),
             ..Default::default()
         },
         Operation::Delete => Update {
-            event: Some(("Deleted".into(), "host removed from the provisioner".into(), false)),
+            event: Some((
+                "Deleted".into(),
+                "host removed from the provisioner".into(),
+                false,
+            )),
             ..Default::default()
         },
     }

@@ -242,3 +242,13 @@ pub fn free_port() -> u16 {
     let socket = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
     socket.local_addr().expect("local addr").port()
 }
+
+/// A locally administered MAC address no other test run uses.
+pub fn unique_mac() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let r = std::hash::RandomState::new()
+        .build_hasher()
+        .finish()
+        .to_be_bytes();
+    format!("02:42:{:02x}:{:02x}:{:02x}:{:02x}", r[0], r[1], r[2], r[3])
+}
