@@ -10,8 +10,8 @@ use std::time::Duration;
 use bmo::api::{BareMetalHost, ProvisioningState};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
-use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use support::{BmoProcess, Stack, eventually, free_port, unique_mac, unique_name};
 
@@ -253,5 +253,205 @@ async fn fake_hardware_host_goes_from_registering_to_provisioned_and_back_out() 
             .expect("get node")
             .is_none(),
         "Ironic node deleted"
+    );
+}
+
+fn redfish_host(name: &str, system_index: usize) -> serde_json::Value {
+    let stack = Stack::get();
+    let system = &stack.redfish_system_ids[system_index];
+    let emulator = stack
+        .redfish_url
+        .as_str()
+        .trim_end_matches('/')
+        .replace("http://", "");
+    json!({
+        "apiVersion": "metal3.io/v1alpha1",
+        "kind": "BareMetalHost",
+        "metadata": {"name": name},
+        "spec": {
+            "online": false,
+            "bootMACAddress": unique_mac(),
+            "inspectionMode": "disabled",
+            "automatedCleaningMode": "disabled",
+            "bmc": {
+                "address": format!("redfish+http://{emulator}/redfish/v1/Systems/{system}"),
+                "credentialsName": format!("{name}-bmc")
+            }
+        }
+    })
+}
+
+async fn registration_error(site: &Site, name: &str) -> BareMetalHost {
+    let hosts = site.hosts();
+    eventually(
+        &format!("{name} to report a registration error"),
+        Duration::from_secs(120),
+        || async {
+            let h = hosts.get(name).await.map_err(|e| e.to_string())?;
+            let st = h.status.clone().unwrap_or_default();
+            if st.error_type == Some(bmo::api::ErrorType::Registration)
+                && h.provisioning_state() == ProvisioningState::Registering
+            {
+                Ok(h)
+            } else {
+                Err(format!(
+                    "{} {:?} {}; log: {}",
+                    h.provisioning_state(),
+                    st.error_type,
+                    st.error_message,
+                    tail(&site.bmo.log())
+                ))
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn wrong_bmc_password_is_reported_and_fixing_the_secret_lets_the_host_proceed() {
+    let site = Site::start("badcreds").await;
+    let name = "redfish-0";
+    let stack = Stack::get();
+    let wrong = "not-the-password";
+    site.secret(
+        &format!("{name}-bmc"),
+        &stack.redfish_credentials.username,
+        wrong,
+    )
+    .await;
+    let created = site.create_host(redfish_host(name, 0)).await;
+
+    let failed = registration_error(&site, name).await;
+    let message = failed.status.clone().unwrap_or_default().error_message;
+    assert!(
+        !message.contains(wrong),
+        "the password leaked into errorMessage: {message}"
+    );
+    assert!(!message.is_empty());
+    let ready = failed
+        .status
+        .clone()
+        .unwrap_or_default()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Manageable")
+        .expect("Manageable");
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "RegistrationFailed")
+    );
+
+    // Fix the password in place: the watch on the Secret wakes the host up.
+    let secrets: Api<Secret> = Api::namespaced(site.client.clone(), &site.ns);
+    let patch = json!({"stringData": {"password": stack.redfish_credentials.password.expose()}});
+    secrets
+        .patch(
+            &format!("{name}-bmc"),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .expect("fix the secret");
+    let seen = Mutex::new(BTreeSet::new());
+    let host = site
+        .wait_state(
+            name,
+            ProvisioningState::Available,
+            Duration::from_secs(180),
+            &seen,
+        )
+        .await;
+    assert_eq!(
+        host.metadata.uid, created.metadata.uid,
+        "the host was not recreated"
+    );
+    let status = host.status.expect("status");
+    assert_eq!(status.error_type, None);
+    assert_eq!(status.error_count, 0);
+    assert!(
+        status.good_credentials.is_some(),
+        "goodCredentials recorded"
+    );
+    assert!(
+        !site.bmo.log().contains(wrong),
+        "the wrong password is in bmo's log"
+    );
+    assert!(
+        !site
+            .bmo
+            .log()
+            .contains(stack.redfish_credentials.password.expose()),
+        "the password is in bmo's log"
+    );
+}
+
+#[tokio::test]
+async fn host_stuck_in_registering_with_bad_credentials_can_be_deleted() {
+    let site = Site::start("stuckdelete").await;
+    let name = "redfish-1";
+    site.secret(&format!("{name}-bmc"), "admin", "wrong-password")
+        .await;
+    site.create_host(redfish_host(name, 1)).await;
+    let failed = registration_error(&site, name).await;
+    let node_id = failed.status.clone().unwrap_or_default().provisioning.id;
+
+    site.hosts()
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("delete host");
+    let hosts = site.hosts();
+    eventually(
+        "the stuck host to be gone",
+        Duration::from_secs(120),
+        || async {
+            match hosts.get_opt(name).await.map_err(|e| e.to_string())? {
+                None => Ok(()),
+                Some(h) => Err(format!(
+                    "still {}; log: {}",
+                    h.provisioning_state(),
+                    tail(&site.bmo.log())
+                )),
+            }
+        },
+    )
+    .await;
+    if !node_id.is_empty() {
+        let ironic = Stack::get().ironic().await;
+        assert!(
+            ironic.get_node(&node_id).await.expect("get node").is_none(),
+            "Ironic node left behind"
+        );
+    }
+}
+
+#[tokio::test]
+async fn paused_host_is_left_alone_while_its_neighbour_proceeds() {
+    let site = Site::start("paused").await;
+    site.secret("paused-bmc", "admin", "password").await;
+    site.secret("active-bmc", "admin", "password").await;
+    let mut paused = fake_host("paused", &unique_mac());
+    paused["metadata"]["annotations"] = json!({"baremetalhost.metal3.io/paused": ""});
+    site.create_host(paused).await;
+    site.create_host(fake_host("active", &unique_mac())).await;
+    let seen = Mutex::new(BTreeSet::new());
+    site.wait_state(
+        "active",
+        ProvisioningState::Provisioned,
+        Duration::from_secs(240),
+        &seen,
+    )
+    .await;
+    let paused = site.hosts().get("paused").await.expect("get paused host");
+    assert!(
+        paused.status.is_none(),
+        "paused host was touched: {:?}",
+        paused.status
+    );
+    assert!(
+        !paused
+            .finalizers()
+            .iter()
+            .any(|f| f == bmo::api::host::FINALIZER),
+        "paused host got a finalizer"
     );
 }
