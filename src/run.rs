@@ -108,7 +108,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             addr: config.health_addr,
             source,
         })?;
-    tracing::info!(addr = %config.health_addr, "serving /healthz and /readyz");
+    let bound = listener.local_addr().unwrap_or(config.health_addr);
+    tracing::info!(addr = %bound, "serving /healthz and /readyz");
     health.ready.store(true, Ordering::SeqCst);
 
     tokio::spawn(async move {
