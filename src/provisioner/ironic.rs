@@ -741,7 +741,13 @@ impl Provisioner for IronicProvisioner {
     async fn inspect(&self, host: &Host, refresh: bool) -> ProvisionerResult<InspectStatus> {
         let node = self.require_node(host).await?;
         let start = || async {
+            // A fake-hardware node someone switched to agent inspection (to feed it a
+            // real inventory through continue_inspection) keeps that interface.
+            let keep_agent = host.bmc.kind == BmcType::Fake
+                && host.inspection_mode == InspectionMode::Agent
+                && node.inspect_interface.as_deref() == Some("agent");
             let interface = match Self::inspect_interface(host) {
+                Ok(_) if keep_agent => "agent",
                 Ok(i) => i,
                 Err(message) => return Ok(Outcome::failed(InspectStatus::InProgress, message)),
             };
