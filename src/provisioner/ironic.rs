@@ -348,89 +348,25 @@ impl IronicProvisioner {
         ))
     }
 
+    /// Sets the RAID target (and the agent RAID interface for software RAID) and
+    /// returns the clean steps to run.
     async fn clean_steps(
         &self,
         host: &Host,
         node: &Node,
         request: &PrepareRequest,
     ) -> Result<Vec<Value>, IronicError> {
-        let mut steps = Vec::new();
-        if let Some(raid) = &request.raid {
-            if let Some(software) = &raid.software {
-                if node.raid_interface.as_deref() != Some("agent") {
-                    self.patch(host, node, &[PatchOp::set("/raid_interface", "agent")])
-                        .await?;
-                }
-                let disks: Vec<Value> = software
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| {
-                        json!({
-                            "size_gb": v.size_gibibytes.map_or(json!("MAX"), |s| json!(s)),
-                            "raid_level": v.level,
-                            "controller": "software",
-                            "is_root_volume": i == 0,
-                            "physical_disks": v.physical_disks.iter().map(|h| Value::Object(configdrive::root_device(h))).collect::<Vec<_>>(),
-                        })
-                    })
-                    .collect();
-                self.client
-                    .set_target_raid_config(&node.uuid, &json!({"logical_disks": disks}))
-                    .await?;
-                steps.push(json!({"interface": "raid", "step": "delete_configuration"}));
-                steps.push(json!({"interface": "deploy", "step": "erase_devices_metadata"}));
-                if !software.is_empty() {
-                    steps.push(json!({"interface": "raid", "step": "create_configuration"}));
-                }
-            } else if let Some(hardware) = &raid.hardware {
-                let disks: Vec<Value> = hardware
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| {
-                        let mut d = json!({
-                            "size_gb": v.size_gibibytes.map_or(json!("MAX"), |s| json!(s)),
-                            "raid_level": v.level,
-                            "is_root_volume": i == 0,
-                        });
-                        if let Some(name) = &v.name {
-                            d["volume_name"] = json!(name);
-                        }
-                        if let Some(c) = &v.controller {
-                            d["controller"] = json!(c);
-                        }
-                        if !v.physical_disks.is_empty() {
-                            d["physical_disks"] = json!(v.physical_disks);
-                        }
-                        if let Some(n) = v.number_of_physical_disks {
-                            d["number_of_physical_disks"] = json!(n);
-                        }
-                        if let Some(r) = v.rotational {
-                            d["disk_type"] = json!(if r { "hdd" } else { "ssd" });
-                        }
-                        d
-                    })
-                    .collect();
-                self.client
-                    .set_target_raid_config(&node.uuid, &json!({"logical_disks": disks}))
-                    .await?;
-                steps.push(json!({"interface": "raid", "step": "delete_configuration"}));
-                if !hardware.is_empty() {
-                    steps.push(json!({"interface": "raid", "step": "create_configuration"}));
-                }
-            }
+        let plan = configdrive::clean_plan(request);
+        if plan.software_raid && node.raid_interface.as_deref() != Some("agent") {
+            self.patch(host, node, &[PatchOp::set("/raid_interface", "agent")])
+                .await?;
         }
-        if !request.bios_settings.is_empty() {
-            let settings: Vec<Value> = request
-                .bios_settings
-                .iter()
-                .map(|(name, value)| json!({"name": name, "value": value}))
-                .collect();
-            steps.push(json!({"interface": "bios", "step": "apply_configuration", "args": {"settings": settings}}));
+        if let Some(target) = &plan.target_raid_config {
+            self.client
+                .set_target_raid_config(&node.uuid, target)
+                .await?;
         }
-        if request.full_disk_wipe {
-            steps.push(json!({"interface": "deploy", "step": "erase_devices"}));
-        }
-        Ok(steps)
+        Ok(plan.steps)
     }
 
     /// Writes instance_info and the deploy interface for a request.
