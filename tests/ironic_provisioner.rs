@@ -313,12 +313,37 @@ async fn lifecycle(checksum_type: ChecksumType) {
         drive("power state", Duration::from_secs(10), || p.power_state(&h)).await,
         PowerState::On
     );
+    let reboot = p.reboot(&h, PowerMode::Soft).await.expect("reboot");
+    assert_eq!(reboot.error, None);
+    assert!(reboot.changed);
+    eventually("reboot to finish", Duration::from_secs(30), || async {
+        let n = client
+            .get_node(&id)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("gone")?;
+        (n.power_state.as_deref() == Some("power on") && n.target_power_state.is_none())
+            .then_some(())
+            .ok_or_else(|| format!("{:?} → {:?}", n.power_state, n.target_power_state))
+    })
+    .await;
+
+    if checksum_type == ChecksumType::Sha512 {
+        // Cleaning turned off before deprovisioning is synced to Ironic first.
+        h.cleaning_mode = CleaningMode::Disabled;
+    }
 
     drive("deprovision", Duration::from_secs(120), || {
         p.deprovision(&h)
     })
     .await;
     assert_eq!(node_state(&client, &id).await, "available");
+    let node = client.get_node(&id).await.unwrap().unwrap();
+    assert_eq!(
+        node.automated_clean,
+        Some(checksum_type != ChecksumType::Sha512),
+        "automated cleaning follows the cleaning mode"
+    );
     drive("delete", Duration::from_secs(60), || p.delete(&h)).await;
     assert!(client.get_node(&id).await.unwrap().is_none());
     assert!(
@@ -468,6 +493,18 @@ async fn inspection_maps_a_dell_inventory_that_ironic_processed() {
     let p = provisioner().await;
     let (h, id) = host_waiting_for_ramdisk(&p, "insp-dell").await;
     let mac = h.boot_mac.clone().unwrap();
+    // A host waiting for its ramdisk holds a provisioning slot; others may not take
+    // a slot when none is left.
+    assert!(
+        p.has_capacity(&h, 1).await.unwrap(),
+        "a busy host keeps its slot"
+    );
+    assert!(!p.has_capacity(&fake_host("other"), 0).await.unwrap());
+    assert!(
+        p.has_capacity(&fake_host("other"), usize::MAX)
+            .await
+            .unwrap()
+    );
     p.client()
         .continue_inspection(&dell_inventory(&mac))
         .await
@@ -561,6 +598,47 @@ async fn inspection_maps_a_small_server_inventory() {
         p.delete(&h)
     })
     .await;
+}
+
+#[tokio::test]
+async fn live_iso_and_secure_boot_reach_ironic() {
+    let p = provisioner().await;
+    let client = p.client().clone();
+    let mut h = fake_host("live-iso");
+    h.boot_mode = BootMode::UefiSecureBoot;
+    h.inspection_mode = InspectionMode::Disabled;
+    let id = register(&p, &mut h).await;
+    let request = ProvisionRequest {
+        image: Some(Image {
+            url: "http://127.0.0.1:1/images/live.iso".into(),
+            disk_format: Some("live-iso".into()),
+            ..Default::default()
+        }),
+        instance_uuid: uuid_like(),
+        ..Default::default()
+    };
+    drive("provision live ISO", Duration::from_secs(120), || {
+        p.provision(&h, &request)
+    })
+    .await;
+    let node = client.get_node(&id).await.unwrap().unwrap();
+    assert_eq!(node.provision_state(), "active");
+    assert_eq!(
+        node.instance_info["boot_iso"],
+        "http://127.0.0.1:1/images/live.iso"
+    );
+    assert!(node.instance_info.get("image_source").is_none());
+    assert_eq!(node.instance_info["capabilities"]["secure_boot"], "true");
+    assert_eq!(
+        node.properties["capabilities"],
+        "boot_mode:uefi,secure_boot:true"
+    );
+    assert_eq!(node.inspect_interface.as_deref(), Some("no-inspect"));
+    drive("delete from active", Duration::from_secs(30), || {
+        p.delete(&h)
+    })
+    .await;
+    assert!(client.get_node(&id).await.unwrap().is_none());
 }
 
 #[tokio::test]
@@ -666,6 +744,38 @@ async fn redfish_wrong_password_is_a_clear_error_until_fixed_then_power_works() 
     let node = client.get_node(&id).await.unwrap().unwrap();
     assert_eq!(node.driver, "redfish");
     assert_eq!(node.boot_interface.as_deref(), Some("ipxe"));
+
+    // A new address (another system of the emulator) is sent to Ironic.
+    let system_1 = &stack.redfish_system_ids[1];
+    let moved = h
+        .bmc
+        .original
+        .replace(&stack.redfish_system_ids[0], system_1);
+    h.bmc = BmcAddress::parse(&moved).unwrap();
+    drive(
+        "register with a new address",
+        Duration::from_secs(60),
+        || p.register(&h),
+    )
+    .await;
+    let node = client.get_node(&id).await.unwrap().unwrap();
+    assert_eq!(
+        node.driver_info["redfish_system_id"],
+        json!(format!("/redfish/v1/Systems/{system_1}"))
+    );
+    assert_eq!(node.provision_state(), "manageable");
+    h.bmc = BmcAddress::parse(
+        &h.bmc
+            .original
+            .replace(system_1, &stack.redfish_system_ids[0]),
+    )
+    .unwrap();
+    drive(
+        "register with the old address",
+        Duration::from_secs(60),
+        || p.register(&h),
+    )
+    .await;
 
     drive("power on", Duration::from_secs(90), || p.power_on(&h)).await;
     assert_eq!(

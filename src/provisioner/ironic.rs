@@ -1191,6 +1191,48 @@ impl Provisioner for IronicProvisioner {
     async fn delete(&self, host: &Host) -> ProvisionerResult<()> {
         self.remove_node(host).await
     }
+
+    async fn has_capacity(&self, host: &Host, limit: usize) -> Result<bool, ProvisionerError> {
+        if host.bmc.kind.supports_iso_boot() {
+            return Ok(true);
+        }
+        let nodes = self
+            .client
+            .list_nodes()
+            .await
+            .map_err(|e| Self::ironic_err(host, e))?;
+        Ok(has_capacity(&nodes, host, limit))
+    }
+}
+
+/// Provision states in which a host boots the ramdisk over the provisioning network.
+const BUSY_STATES: &[&str] = &[
+    "cleaning",
+    "clean wait",
+    "inspecting",
+    "inspect wait",
+    "deploying",
+    "wait call-back",
+    "deleting",
+];
+
+fn has_capacity(nodes: &[Node], host: &Host, limit: usize) -> bool {
+    let name = host.id.node_name();
+    let busy: Vec<&Node> = nodes
+        .iter()
+        .filter(|n| BUSY_STATES.contains(&n.provision_state()))
+        .filter(|n| {
+            !n.boot_interface
+                .as_deref()
+                .unwrap_or_default()
+                .contains("virtual-media")
+        })
+        .collect();
+    let this = |n: &&Node| {
+        n.name.as_deref() == Some(name.as_str())
+            || host.provisioning_id.as_deref() == Some(n.uuid.as_str())
+    };
+    busy.iter().any(this) || busy.len() < limit
 }
 
 #[cfg(test)]
@@ -1211,6 +1253,33 @@ mod tests {
         );
         assert_eq!(sentence(""), "no reason given.");
         assert!(sentence(&"x".repeat(1000)).chars().count() <= 401);
+    }
+
+    fn node(name: &str, state: &str, boot: &str) -> Node {
+        serde_json::from_value(json!({
+            "uuid": format!("uuid-{name}"), "name": name, "driver": "ipmi",
+            "provision_state": state, "boot_interface": boot,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn capacity_counts_busy_network_booting_hosts_only() {
+        let host = crate::provisioner::fixture::tests::host();
+        let nodes = vec![
+            node("a", "inspect wait", "ipxe"),
+            node("b", "deploying", "ipxe"),
+            node("c", "clean wait", "redfish-virtual-media"),
+            node("d", "active", "ipxe"),
+        ];
+        assert!(!has_capacity(&nodes, &host, 2), "a and b fill a limit of 2");
+        assert!(has_capacity(&nodes, &host, 3));
+        let mut with_self = nodes.clone();
+        with_self.push(node("ns~h", "cleaning", "ipxe"));
+        assert!(
+            has_capacity(&with_self, &host, 1),
+            "a busy host keeps its slot"
+        );
     }
 
     #[test]
