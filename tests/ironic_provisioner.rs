@@ -724,6 +724,11 @@ async fn redfish_wrong_password_is_a_clear_error_until_fixed_then_power_works() 
         "{error}"
     );
     assert!(!error.contains("wrong-password"), "{error}");
+    assert!(
+        error.ends_with("Check the username and password in the secret named by credentialsName."),
+        "{error}"
+    );
+    eprintln!("registration error as the user sees it: {error}");
     // The same error every time, not only the first.
     let again = p.register(&h).await.expect("register again");
     assert_eq!(again.error.as_deref(), Some(error.as_str()));

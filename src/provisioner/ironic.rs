@@ -53,6 +53,9 @@ fn sentence(text: &str) -> String {
         .map(str::trim)
         .find(|l| !l.is_empty())
         .unwrap_or("no reason given");
+    // Drop what only repeats itself or dumps raw structures.
+    let line = line.split(" Extended information:").next().unwrap_or(line);
+    let line = line.replace("Redfish exception occurred. Error: ", "");
     let mut out: String = line.split_whitespace().collect::<Vec<_>>().join(" ");
     if out.chars().count() > 400 {
         out = out.chars().take(400).collect::<String>() + "…";
@@ -636,12 +639,19 @@ impl Provisioner for IronicProvisioner {
                     return self.wait(registration);
                 }
                 if node.last_error.is_some() && !(access_changed || host.restart_on_failure) {
+                    let reason = last_error(&node);
+                    let lower = reason.to_lowercase();
+                    let hint = if reason.contains("401")
+                        || reason.contains("403")
+                        || lower.contains("password")
+                    {
+                        "Check the username and password in the secret named by credentialsName."
+                    } else {
+                        "Check the BMC address and that Ironic can reach the BMC."
+                    };
                     return Ok(Outcome::failed(
                         registration,
-                        format!(
-                            "Ironic cannot manage the host through its BMC: {}",
-                            last_error(&node)
-                        ),
+                        format!("Ironic cannot manage the host through its BMC: {reason} {hint}"),
                     ));
                 }
                 self.transition(
@@ -1252,6 +1262,12 @@ mod tests {
             "HTTP 401 Unauthorized."
         );
         assert_eq!(sentence(""), "no reason given.");
+        assert_eq!(
+            sentence(
+                "Failed to get power state for node n. Error: Redfish exception occurred. Error: HTTP GET http://b/redfish/v1/Systems/1 returned code 401. Base.1.0.GeneralError: Incorrect username or password Extended information: [{'@odata.type': 'x'}]"
+            ),
+            "Failed to get power state for node n. Error: HTTP GET http://b/redfish/v1/Systems/1 returned code 401. Base.1.0.GeneralError: Incorrect username or password."
+        );
         assert!(sentence(&"x".repeat(1000)).chars().count() <= 401);
     }
 
