@@ -824,6 +824,53 @@ async fn redfish_power(stack: &Stack, index: usize) -> String {
 }
 
 #[tokio::test]
+async fn register_adopts_an_unnamed_node_with_the_boot_mac_and_refuses_a_named_one() {
+    let p = provisioner().await;
+    let client = p.client().clone();
+
+    // An unnamed node that has the host's boot MAC is the host's node.
+    let mut h = fake_host("by-mac");
+    let orphan = client
+        .create_node(&bmo::ironic::NodeCreate {
+            driver: "fake-hardware".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("create unnamed node");
+    client
+        .create_port(&orphan.uuid, h.boot_mac.as_deref().unwrap())
+        .await
+        .expect("port");
+    let id = register(&p, &mut h).await;
+    assert_eq!(id, orphan.uuid, "found by MAC, not duplicated");
+    let node = client.get_node(&id).await.unwrap().unwrap();
+    assert_eq!(node.name.as_deref(), Some(h.id.node_name().as_str()));
+
+    // A node that belongs to another host by name is a conflict, said every time.
+    let mut thief = fake_host("thief");
+    thief.boot_mac = h.boot_mac.clone();
+    let error = drive_to_error("register a MAC in use", Duration::from_secs(10), || {
+        p.register(&thief)
+    })
+    .await;
+    assert!(
+        error.contains(h.boot_mac.as_deref().unwrap()) && error.contains(&h.id.node_name()),
+        "{error}"
+    );
+    let again = p.register(&thief).await.unwrap();
+    assert_eq!(again.error.as_deref(), Some(error.as_str()));
+    assert!(
+        client
+            .get_node(&thief.id.node_name())
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    drive("delete", Duration::from_secs(30), || p.delete(&h)).await;
+}
+
+#[tokio::test]
 async fn libvirt_without_boot_mac_is_refused_with_the_reason() {
     let p = provisioner().await;
     let mut h = fake_host("libvirt");

@@ -109,6 +109,8 @@ impl Node {
 /// The body of `POST /v1/nodes`. Interfaces left `None` take Ironic's defaults.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct NodeCreate {
+    /// Empty means an unnamed node.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub name: String,
     pub driver: String,
     /// Contains credentials: never log this struct's `driver_info`.

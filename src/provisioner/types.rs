@@ -91,6 +91,8 @@ pub struct Host {
     pub credentials: Credentials,
     /// Set by the controller when the credentials secret changed since they were
     /// last sent (Ironic never shows the password back, so bmo cannot compare it).
+    /// The `register` call that sends them returns `changed`; the controller then
+    /// records them as tried and clears this flag.
     pub credentials_changed: bool,
     pub disable_certificate_verification: bool,
     /// Normalised (lower case, colons); see [`crate::bmc::parse_mac`].
