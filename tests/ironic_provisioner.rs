@@ -871,6 +871,27 @@ async fn register_adopts_an_unnamed_node_with_the_boot_mac_and_refuses_a_named_o
 }
 
 #[tokio::test]
+async fn a_host_with_disable_power_off_is_never_powered_off() {
+    let p = provisioner().await;
+    let mut h = fake_host("no-off");
+    h.disable_power_off = true;
+    let id = register(&p, &mut h).await;
+    let node = p.client().get_node(&id).await.unwrap().unwrap();
+    assert!(node.disable_power_off, "Ironic knows not to power it off");
+    for _ in 0..2 {
+        let o = p.power_off(&h, PowerMode::Hard).await.expect("power off");
+        assert!(
+            o.error
+                .as_deref()
+                .unwrap_or_default()
+                .contains("disablePowerOff"),
+            "{o:?}"
+        );
+    }
+    drive("delete", Duration::from_secs(30), || p.delete(&h)).await;
+}
+
+#[tokio::test]
 async fn libvirt_without_boot_mac_is_refused_with_the_reason() {
     let p = provisioner().await;
     let mut h = fake_host("libvirt");

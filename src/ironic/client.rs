@@ -537,6 +537,14 @@ mod tests {
     }
 
     #[test]
+    fn only_a_lock_conflict_is_worth_waiting_for() {
+        let locked = r#"{"error_message": "{\"faultstring\": \"Node 1be26c0b is locked by host bmo-test-conductor, please retry after the current operation is completed.\", \"faultcode\": \"Client\"}"}"#;
+        assert!(is_locked_message(locked));
+        let wrong_state = r#"{"error_message": "{\"faultstring\": \"The requested action \\\"deleted\\\" can not be performed on node \\\"x\\\" while it is in state \\\"enroll\\\".\", \"faultcode\": \"Client\"}"}"#;
+        assert!(!is_locked_message(wrong_state));
+    }
+
+    #[test]
     fn auth_dir_reads_both_files_or_neither() {
         let dir = std::env::temp_dir().join(format!("bmo-auth-test-{}", std::process::id()));
         let ironic = dir.join("ironic");

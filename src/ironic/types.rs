@@ -97,6 +97,8 @@ pub struct Node {
     pub raid_interface: Option<String>,
     #[serde(default)]
     pub power_interface: Option<String>,
+    #[serde(default)]
+    pub disable_power_off: bool,
 }
 
 impl Node {
@@ -138,6 +140,9 @@ pub struct NodeCreate {
     pub firmware_interface: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub automated_clean: Option<bool>,
+    /// API 1.95: Ironic never powers the node off (reboots instead).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disable_power_off: Option<bool>,
 }
 
 /// One operation of a JSON patch (RFC 6902) as Ironic's `PATCH` takes it.

@@ -252,6 +252,7 @@ impl IronicProvisioner {
             bios_interface: i.bios.map(Into::into),
             firmware_interface: i.firmware.map(Into::into),
             automated_clean: Some(host.cleaning_mode == CleaningMode::Metadata),
+            disable_power_off: host.disable_power_off.then_some(true),
         };
         let node = match self.client.create_node(&create).await {
             Ok(node) => node,
