@@ -66,6 +66,7 @@ fn host(name: &str, address: &str, credentials: Credentials) -> Host {
             ramdisk_url: stack.var("DEPLOY_RAMDISK_URL").map(str::to_owned),
             ..Default::default()
         },
+        preprovisioning_network_data: None,
         restart_on_failure: false,
     }
 }
@@ -871,13 +872,30 @@ async fn register_adopts_an_unnamed_node_with_the_boot_mac_and_refuses_a_named_o
 }
 
 #[tokio::test]
-async fn a_host_with_disable_power_off_is_never_powered_off() {
+async fn disable_power_off_and_preprovisioning_network_data_reach_ironic() {
     let p = provisioner().await;
     let mut h = fake_host("no-off");
     h.disable_power_off = true;
+    h.preprovisioning_network_data = Some(b"links:\n- id: eno1\n  type: phy\n  ethernet_mac_address: 02:00:00:00:00:01\nnetworks: []\nservices: []\n".to_vec());
     let id = register(&p, &mut h).await;
     let node = p.client().get_node(&id).await.unwrap().unwrap();
     assert!(node.disable_power_off, "Ironic knows not to power it off");
+    assert_eq!(
+        node.network_data.as_ref().unwrap()["links"][0]["id"],
+        "eno1",
+        "YAML network data reached Ironic"
+    );
+    // Changed network data is sent again on the next registration.
+    h.preprovisioning_network_data = Some(
+        br#"{"links": [], "networks": [], "services": [{"type": "dns", "address": "192.0.2.53"}]}"#
+            .to_vec(),
+    );
+    drive("re-register", Duration::from_secs(30), || p.register(&h)).await;
+    let node = p.client().get_node(&id).await.unwrap().unwrap();
+    assert_eq!(
+        node.network_data.as_ref().unwrap()["services"][0]["address"],
+        "192.0.2.53"
+    );
     for _ in 0..2 {
         let o = p.power_off(&h, PowerMode::Hard).await.expect("power off");
         assert!(

@@ -99,6 +99,8 @@ pub struct Node {
     pub power_interface: Option<String>,
     #[serde(default)]
     pub disable_power_off: bool,
+    #[serde(default)]
+    pub network_data: Option<Value>,
 }
 
 impl Node {
@@ -143,6 +145,9 @@ pub struct NodeCreate {
     /// API 1.95: Ironic never powers the node off (reboots instead).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disable_power_off: Option<bool>,
+    /// Network configuration for the ramdisk (API 1.66).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_data: Option<Value>,
 }
 
 /// One operation of a JSON patch (RFC 6902) as Ironic's `PATCH` takes it.

@@ -159,7 +159,7 @@ pub fn root_device(hints: &RootDeviceHints) -> Map<String, Value> {
 }
 
 /// Parses JSON or YAML bytes from a secret into a JSON value.
-fn parse_document(field: &'static str, bytes: &[u8]) -> Result<Value, InputError> {
+pub fn parse_document(field: &'static str, bytes: &[u8]) -> Result<Value, InputError> {
     let text = std::str::from_utf8(bytes).map_err(|_| InputError {
         field,
         message: "is not UTF-8 text; write it as JSON or YAML".into(),

@@ -487,6 +487,7 @@ pub(crate) mod tests {
             externally_provisioned: false,
             disable_power_off: false,
             deploy_ramdisk: DeployRamdisk::default(),
+            preprovisioning_network_data: None,
             restart_on_failure: false,
         }
     }

@@ -196,6 +196,16 @@ impl IronicProvisioner {
         info
     }
 
+    fn preprovisioning_network_data(host: &Host) -> Result<Option<Value>, String> {
+        host.preprovisioning_network_data
+            .as_deref()
+            .map(|bytes| {
+                configdrive::parse_document("preprovisioningNetworkData", bytes)
+                    .map_err(|e| e.to_string())
+            })
+            .transpose()
+    }
+
     /// Whether the node's `driver_info` differs from what the host wants (passwords
     /// are masked by Ironic and compared only through `credentials_changed`).
     fn driver_info_differs(node: &Node, wanted: &Map<String, Value>) -> bool {
@@ -228,6 +238,10 @@ impl IronicProvisioner {
             Ok(i) => i,
             Err(message) => return Ok(Outcome::failed(Registration::default(), message)),
         };
+        let network_data = match Self::preprovisioning_network_data(host) {
+            Ok(n) => n,
+            Err(message) => return Ok(Outcome::failed(Registration::default(), message)),
+        };
         let settings = host
             .bmc
             .driver_settings(host.disable_certificate_verification);
@@ -253,6 +267,7 @@ impl IronicProvisioner {
             firmware_interface: i.firmware.map(Into::into),
             automated_clean: Some(host.cleaning_mode == CleaningMode::Metadata),
             disable_power_off: host.disable_power_off.then_some(true),
+            network_data,
         };
         let node = match self.client.create_node(&create).await {
             Ok(node) => node,
@@ -609,6 +624,13 @@ impl Provisioner for IronicProvisioner {
                 }
             }
             ops.push(PatchOp::set("/driver_info", Value::Object(wanted_info)));
+        }
+        match Self::preprovisioning_network_data(host) {
+            Ok(wanted) if !transient && wanted.is_some() && node.network_data != wanted => {
+                ops.push(PatchOp::set("/network_data", wanted.unwrap_or_default()));
+            }
+            Ok(_) => {}
+            Err(message) => return Ok(Outcome::failed(registration, message)),
         }
         let updated = !ops.is_empty() && !transient;
         let node = if updated {

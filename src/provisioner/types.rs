@@ -104,6 +104,9 @@ pub struct Host {
     pub externally_provisioned: bool,
     pub disable_power_off: bool,
     pub deploy_ramdisk: DeployRamdisk,
+    /// `preprovisioningNetworkDataName`'s network data (JSON or YAML) for the
+    /// ramdisk; Ironic keeps it as the node's `network_data`.
+    pub preprovisioning_network_data: Option<Vec<u8>>,
     /// The last failure was of the kind this call would produce: start over rather
     /// than reporting it again.
     pub restart_on_failure: bool,
