@@ -803,6 +803,40 @@ async fn redfish_wrong_password_is_a_clear_error_until_fixed_then_power_works() 
     assert!(client.get_node(&id).await.unwrap().is_none());
 }
 
+/// sushy-emulator's fake systems have no Processors resource, so Ironic's
+/// out-of-band inspection fails: its reason must reach the user, every time, and a
+/// retry must start inspection again.
+#[tokio::test]
+async fn failed_fast_inspection_reports_ironics_reason_every_time() {
+    let p = provisioner().await;
+    let client = p.client().clone();
+    let mut h = redfish_host(2, Stack::get().redfish_credentials.password.expose());
+    h.inspection_mode = InspectionMode::Fast;
+    let id = register(&p, &mut h).await;
+    let node = client.get_node(&id).await.unwrap().unwrap();
+    assert_eq!(node.inspect_interface.as_deref(), Some("redfish"));
+    let error = drive_to_error("fast inspection", Duration::from_secs(120), || {
+        p.inspect(&h, false)
+    })
+    .await;
+    assert!(error.starts_with("Inspection failed: "), "{error}");
+    assert!(error.contains("Processors"), "{error}");
+    for _ in 0..2 {
+        let again = p.inspect(&h, false).await.expect("inspect again");
+        assert_eq!(
+            again.error.as_deref(),
+            Some(error.as_str()),
+            "same reason every time"
+        );
+    }
+    let mut retry = h.clone();
+    retry.restart_on_failure = true;
+    let restarted = p.inspect(&retry, false).await.expect("retry");
+    assert_eq!(restarted.value, InspectStatus::Started, "{restarted:?}");
+    drive("delete", Duration::from_secs(60), || p.delete(&h)).await;
+    assert!(client.get_node(&id).await.unwrap().is_none());
+}
+
 async fn redfish_power(stack: &Stack, index: usize) -> String {
     let creds = &stack.redfish_credentials;
     let url = stack
