@@ -90,14 +90,19 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = ProvisionerResult<T>>,
 {
-    let deadline = Instant::now() + timeout;
+    let started = Instant::now();
+    let deadline = started + timeout;
     loop {
         let outcome = op().await.unwrap_or_else(|e| panic!("{what}: {e}"));
         if let Some(error) = &outcome.error {
             panic!("{what} failed: {error}");
         }
         match outcome.requeue_after {
-            None => return outcome.value,
+            None => {
+                // Shown with --nocapture: how long each step takes on real Ironic.
+                eprintln!("timing: {what}: {:.1} s", started.elapsed().as_secs_f64());
+                return outcome.value;
+            }
             Some(after) => {
                 if Instant::now() >= deadline {
                     panic!(
