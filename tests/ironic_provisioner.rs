@@ -788,6 +788,44 @@ async fn redfish_wrong_password_is_a_clear_error_until_fixed_then_power_works() 
     )
     .await;
 
+    // A wrong password on a managed node: Ironic does not re-verify by itself, bmo
+    // asks the BMC, and the reason stays until the credentials change again.
+    h.credentials.password = SecretString::new("wrong-again");
+    h.credentials_changed = true;
+    let broken = p
+        .register(&h)
+        .await
+        .expect("register with a wrong password");
+    let error = broken.error.expect("the new password is refused");
+    assert!(
+        error.starts_with("Ironic cannot reach the BMC with the new settings:"),
+        "{error}"
+    );
+    assert!(error.contains("401"), "{error}");
+    assert!(!error.contains("wrong-again"), "{error}");
+    h.credentials_changed = false;
+    for _ in 0..2 {
+        let again = p.register(&h).await.expect("register again");
+        assert_eq!(
+            again.error.as_deref(),
+            Some(error.as_str()),
+            "reported every time"
+        );
+    }
+    h.credentials.password = stack.redfish_credentials.password.clone();
+    h.credentials_changed = true;
+    let fixed = p
+        .register(&h)
+        .await
+        .expect("register with the right password");
+    assert_eq!(fixed.error, None);
+    assert!(fixed.value.credentials_valid);
+    h.credentials_changed = false;
+    drive("register after the fix", Duration::from_secs(10), || {
+        p.register(&h)
+    })
+    .await;
+
     drive("power on", Duration::from_secs(90), || p.power_on(&h)).await;
     assert_eq!(
         drive("power state", Duration::from_secs(5), || p.power_state(&h)).await,

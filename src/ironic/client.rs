@@ -453,6 +453,19 @@ impl IronicClient {
         .map(drop)
     }
 
+    /// `GET /v1/nodes/{id}/management/boot_device`: asks the BMC itself (Ironic does
+    /// not answer from a cache), so it proves that Ironic can talk to the BMC.
+    pub async fn get_boot_device(&self, ident: &str) -> Result<Value, IronicError> {
+        Ok(self
+            .call(
+                Method::GET,
+                &["nodes", ident, "management", "boot_device"],
+                Option::<&()>::None,
+            )
+            .await?
+            .unwrap_or(Value::Null))
+    }
+
     /// The ports of one node.
     pub async fn list_node_ports(&self, node_uuid: &str) -> Result<Vec<Port>, IronicError> {
         let list: Option<PortList> = self

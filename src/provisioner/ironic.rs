@@ -45,6 +45,10 @@ pub struct IronicProvisioner {
 }
 
 const MAINTENANCE_REASON: &str = "forcing deletion in bmo";
+/// Key in a node's `extra` holding why new BMC settings failed their check on a node
+/// past enrollment (Ironic re-verifies BMC access only in `enroll`), so the reason is
+/// reported on every call until the settings change again.
+const BMC_CHECK_ERROR: &str = "bmo_bmc_check_error";
 
 /// Ironic's `last_error` as one sentence: first line, whitespace collapsed, bounded.
 fn sentence(text: &str) -> String {
@@ -687,10 +691,53 @@ impl Provisioner for IronicProvisioner {
                 .await
             }
             "verifying" => self.wait(registration),
-            _ if updated && access_changed && node.provision_state() == "manageable" => {
-                // New credentials on a managed node are proven by the next power read.
-                registration.credentials_valid = node.power_state.is_some();
-                self.changed(registration)
+            _ if !transient && (access_changed || host.restart_on_failure) => {
+                // Past enrollment Ironic does not check new BMC settings itself: ask
+                // the BMC for the boot device, and remember a failure on the node.
+                let check = self.client.get_boot_device(&node.uuid).await;
+                let (op, result) = match check {
+                    Ok(_) => (
+                        node.extra
+                            .contains_key(BMC_CHECK_ERROR)
+                            .then(|| PatchOp::remove(format!("/extra/{BMC_CHECK_ERROR}"))),
+                        None,
+                    ),
+                    Err(e) if e.status() == Some(StatusCode::CONFLICT) => {
+                        return self.busy_or_err(host, e, registration);
+                    }
+                    Err(e) => {
+                        let reason = format!(
+                            "Ironic cannot reach the BMC with the new settings: {} Check the BMC address and the username and password in the secret named by credentialsName.",
+                            sentence(&e.to_string())
+                        );
+                        (
+                            Some(PatchOp::set(
+                                format!("/extra/{BMC_CHECK_ERROR}"),
+                                reason.clone(),
+                            )),
+                            Some(reason),
+                        )
+                    }
+                };
+                if let Some(op) = op
+                    && let Err(e) = self.patch(host, &node, &[op]).await
+                {
+                    return self.busy_or_err(host, e, registration);
+                }
+                match result {
+                    Some(reason) => Ok(Outcome::failed(registration, reason)),
+                    None => {
+                        registration.credentials_valid = true;
+                        self.changed(registration)
+                    }
+                }
+            }
+            _ if node.extra.get(BMC_CHECK_ERROR).is_some() => {
+                let reason = node.extra[BMC_CHECK_ERROR]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                Ok(Outcome::failed(registration, reason))
             }
             _ => {
                 registration.credentials_valid = true;
