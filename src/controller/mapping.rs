@@ -82,6 +82,8 @@ pub fn host_input(
         disable_power_off: bmh.spec.disable_power_off,
         deploy_ramdisk: deploy_ramdisk.clone(),
         restart_on_failure: false,
+        // Reading preprovisioningNetworkDataName is not wired yet.
+        preprovisioning_network_data: None,
     })
 }
 

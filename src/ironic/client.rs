@@ -464,6 +464,19 @@ impl IronicClient {
         .map(drop)
     }
 
+    /// `GET /v1/nodes/{id}/management/boot_device`: asks the BMC itself (Ironic does
+    /// not answer from a cache), so it proves that Ironic can talk to the BMC.
+    pub async fn get_boot_device(&self, ident: &str) -> Result<Value, IronicError> {
+        Ok(self
+            .call(
+                Method::GET,
+                &["nodes", ident, "management", "boot_device"],
+                Option::<&()>::None,
+            )
+            .await?
+            .unwrap_or(Value::Null))
+    }
+
     /// The ports of one node.
     pub async fn list_node_ports(&self, node_uuid: &str) -> Result<Vec<Port>, IronicError> {
         let list: Option<PortList> = self
@@ -545,6 +558,14 @@ mod tests {
                 "attempt {attempt}: {d:?} < half of {nominal:?}"
             );
         }
+    }
+
+    #[test]
+    fn only_a_lock_conflict_is_worth_waiting_for() {
+        let locked = r#"{"error_message": "{\"faultstring\": \"Node 1be26c0b is locked by host bmo-test-conductor, please retry after the current operation is completed.\", \"faultcode\": \"Client\"}"}"#;
+        assert!(is_locked_message(locked));
+        let wrong_state = r#"{"error_message": "{\"faultstring\": \"The requested action \\\"deleted\\\" can not be performed on node \\\"x\\\" while it is in state \\\"enroll\\\".\", \"faultcode\": \"Client\"}"}"#;
+        assert!(!is_locked_message(wrong_state));
     }
 
     #[test]

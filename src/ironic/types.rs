@@ -97,6 +97,10 @@ pub struct Node {
     pub raid_interface: Option<String>,
     #[serde(default)]
     pub power_interface: Option<String>,
+    #[serde(default)]
+    pub disable_power_off: bool,
+    #[serde(default)]
+    pub network_data: Option<Value>,
 }
 
 impl Node {
@@ -109,6 +113,8 @@ impl Node {
 /// The body of `POST /v1/nodes`. Interfaces left `None` take Ironic's defaults.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct NodeCreate {
+    /// Empty means an unnamed node.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub name: String,
     pub driver: String,
     /// Contains credentials: never log this struct's `driver_info`.
@@ -136,6 +142,12 @@ pub struct NodeCreate {
     pub firmware_interface: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub automated_clean: Option<bool>,
+    /// API 1.95: Ironic never powers the node off (reboots instead).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disable_power_off: Option<bool>,
+    /// Network configuration for the ramdisk (API 1.66).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_data: Option<Value>,
 }
 
 /// One operation of a JSON patch (RFC 6902) as Ironic's `PATCH` takes it.

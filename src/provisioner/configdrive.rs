@@ -1,9 +1,108 @@
 //! Pure translations of provisioning input into Ironic's `instance_info`, deploy
-//! interface, deploy steps and config drive.
+//! interface, deploy steps, config drive and manual clean steps.
 
 use serde_json::{Map, Value, json};
 
-use super::types::{BootMode, ChecksumType, HostId, ProvisionRequest, RootDeviceHints};
+use super::types::{
+    BootMode, ChecksumType, HostId, PrepareRequest, ProvisionRequest, RootDeviceHints,
+};
+
+/// What manual cleaning for a [`PrepareRequest`] needs from Ironic.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CleanPlan {
+    /// For `PUT /v1/nodes/{id}/states/raid`.
+    pub target_raid_config: Option<Value>,
+    /// Software RAID is built by the ramdisk: the node needs `raid_interface=agent`.
+    pub software_raid: bool,
+    pub steps: Vec<Value>,
+}
+
+fn size_gb(size: Option<u64>) -> Value {
+    size.filter(|&s| s > 0).map_or(json!("MAX"), |s| json!(s))
+}
+
+pub fn clean_plan(request: &PrepareRequest) -> CleanPlan {
+    let mut plan = CleanPlan {
+        target_raid_config: None,
+        software_raid: false,
+        steps: Vec::new(),
+    };
+    if let Some(raid) = &request.raid {
+        if let Some(software) = &raid.software {
+            let disks: Vec<Value> = software
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    json!({
+                        "size_gb": size_gb(v.size_gibibytes),
+                        "raid_level": v.level,
+                        "controller": "software",
+                        "is_root_volume": i == 0,
+                        "physical_disks": v.physical_disks.iter().map(|h| Value::Object(root_device(h))).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            plan.software_raid = true;
+            plan.target_raid_config = Some(json!({"logical_disks": disks}));
+            plan.steps
+                .push(json!({"interface": "raid", "step": "delete_configuration"}));
+            plan.steps
+                .push(json!({"interface": "deploy", "step": "erase_devices_metadata"}));
+            if !software.is_empty() {
+                plan.steps
+                    .push(json!({"interface": "raid", "step": "create_configuration"}));
+            }
+        } else if let Some(hardware) = &raid.hardware {
+            let disks: Vec<Value> = hardware
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let mut d = json!({
+                        "size_gb": size_gb(v.size_gibibytes),
+                        "raid_level": v.level,
+                        "is_root_volume": i == 0,
+                    });
+                    if let Some(name) = &v.name {
+                        d["volume_name"] = json!(name);
+                    }
+                    if let Some(c) = &v.controller {
+                        d["controller"] = json!(c);
+                    }
+                    if !v.physical_disks.is_empty() {
+                        d["physical_disks"] = json!(v.physical_disks);
+                    }
+                    if let Some(n) = v.number_of_physical_disks {
+                        d["number_of_physical_disks"] = json!(n);
+                    }
+                    if let Some(r) = v.rotational {
+                        d["disk_type"] = json!(if r { "hdd" } else { "ssd" });
+                    }
+                    d
+                })
+                .collect();
+            plan.target_raid_config = Some(json!({"logical_disks": disks}));
+            plan.steps
+                .push(json!({"interface": "raid", "step": "delete_configuration"}));
+            if !hardware.is_empty() {
+                plan.steps
+                    .push(json!({"interface": "raid", "step": "create_configuration"}));
+            }
+        }
+    }
+    if !request.bios_settings.is_empty() {
+        let settings: Vec<Value> = request
+            .bios_settings
+            .iter()
+            .map(|(name, value)| json!({"name": name, "value": value}))
+            .collect();
+        plan.steps.push(json!({"interface": "bios", "step": "apply_configuration", "args": {"settings": settings}}));
+    }
+    if request.full_disk_wipe {
+        plan.steps
+            .push(json!({"interface": "deploy", "step": "erase_devices"}));
+    }
+    plan
+}
 
 /// Where an input could not be used; becomes the outcome's error sentence.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -60,7 +159,7 @@ pub fn root_device(hints: &RootDeviceHints) -> Map<String, Value> {
 }
 
 /// Parses JSON or YAML bytes from a secret into a JSON value.
-fn parse_document(field: &'static str, bytes: &[u8]) -> Result<Value, InputError> {
+pub fn parse_document(field: &'static str, bytes: &[u8]) -> Result<Value, InputError> {
     let text = std::str::from_utf8(bytes).map_err(|_| InputError {
         field,
         message: "is not UTF-8 text; write it as JSON or YAML".into(),
@@ -249,6 +348,103 @@ mod tests {
             instance_uuid: "uid-1".into(),
             ..Default::default()
         }
+    }
+
+    fn step_names(plan: &CleanPlan) -> Vec<String> {
+        plan.steps
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}.{}",
+                    s["interface"].as_str().unwrap(),
+                    s["step"].as_str().unwrap()
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn clean_plans_for_hardware_and_software_raid_bios_and_wipe() {
+        use crate::provisioner::{HardwareRaidVolume, RaidConfig, SoftwareRaidVolume};
+        let hw = clean_plan(&PrepareRequest {
+            raid: Some(RaidConfig {
+                hardware: Some(vec![HardwareRaidVolume {
+                    name: Some("os".into()),
+                    level: "1".into(),
+                    rotational: Some(false),
+                    controller: Some("RAID.Integrated.1-1".into()),
+                    physical_disks: vec!["Disk.Bay.0".into(), "Disk.Bay.1".into()],
+                    ..Default::default()
+                }]),
+                software: None,
+            }),
+            bios_settings: vec![("SriovGlobalEnable".into(), json!("Enabled"))],
+            ..Default::default()
+        });
+        assert!(!hw.software_raid);
+        assert_eq!(
+            step_names(&hw),
+            [
+                "raid.delete_configuration",
+                "raid.create_configuration",
+                "bios.apply_configuration"
+            ]
+        );
+        let disk = &hw.target_raid_config.as_ref().unwrap()["logical_disks"][0];
+        assert_eq!(disk["size_gb"], "MAX");
+        assert_eq!(disk["disk_type"], "ssd");
+        assert_eq!(disk["volume_name"], "os");
+        assert_eq!(disk["is_root_volume"], true);
+        assert_eq!(
+            hw.steps[2]["args"]["settings"][0]["name"],
+            "SriovGlobalEnable"
+        );
+
+        let sw = clean_plan(&PrepareRequest {
+            raid: Some(RaidConfig {
+                hardware: None,
+                software: Some(vec![SoftwareRaidVolume {
+                    level: "1".into(),
+                    size_gibibytes: Some(50),
+                    physical_disks: vec![
+                        RootDeviceHints {
+                            device_name: Some("/dev/sda".into()),
+                            ..Default::default()
+                        },
+                        RootDeviceHints {
+                            device_name: Some("/dev/sdb".into()),
+                            ..Default::default()
+                        },
+                    ],
+                }]),
+            }),
+            full_disk_wipe: true,
+            ..Default::default()
+        });
+        assert!(sw.software_raid);
+        assert_eq!(
+            step_names(&sw),
+            [
+                "raid.delete_configuration",
+                "deploy.erase_devices_metadata",
+                "raid.create_configuration",
+                "deploy.erase_devices"
+            ]
+        );
+        let disk = &sw.target_raid_config.as_ref().unwrap()["logical_disks"][0];
+        assert_eq!(disk["controller"], "software");
+        assert_eq!(disk["size_gb"], 50);
+        assert_eq!(disk["physical_disks"][1]["name"], "s== /dev/sdb");
+
+        // An empty list removes the RAID without creating any.
+        let delete_only = clean_plan(&PrepareRequest {
+            raid: Some(RaidConfig {
+                hardware: Some(vec![]),
+                software: None,
+            }),
+            ..Default::default()
+        });
+        assert_eq!(step_names(&delete_only), ["raid.delete_configuration"]);
     }
 
     #[test]

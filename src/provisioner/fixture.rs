@@ -436,6 +436,22 @@ impl Provisioner for FixtureProvisioner {
         Ok(Outcome::done(()))
     }
 
+    async fn has_capacity(&self, host: &Host, limit: usize) -> Result<bool, ProvisionerError> {
+        let hosts = lock(&self.hosts);
+        let busy = |h: &FixtureHost| {
+            matches!(
+                h.state,
+                FixtureState::Inspecting { .. }
+                    | FixtureState::Provisioning { .. }
+                    | FixtureState::Deprovisioning { .. }
+            )
+        };
+        if hosts.get(&host.id.node_name()).is_some_and(busy) {
+            return Ok(true);
+        }
+        Ok(hosts.values().filter(|h| busy(h)).count() < limit)
+    }
+
     async fn delete(&self, host: &Host) -> ProvisionerResult<()> {
         if let Some(message) = self.failure(host, FixtureOperation::Delete) {
             return Ok(Outcome::failed((), message));
@@ -446,13 +462,13 @@ impl Provisioner for FixtureProvisioner {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::bmc::BmcAddress;
     use crate::credentials::{Credentials, SecretString};
     use crate::provisioner::types::*;
 
-    fn host() -> Host {
+    pub(crate) fn host() -> Host {
         Host {
             id: HostId::new("ns", "h"),
             provisioning_id: None,
@@ -471,6 +487,7 @@ mod tests {
             externally_provisioned: false,
             disable_power_off: false,
             deploy_ramdisk: DeployRamdisk::default(),
+            preprovisioning_network_data: None,
             restart_on_failure: false,
         }
     }

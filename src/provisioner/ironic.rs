@@ -45,6 +45,10 @@ pub struct IronicProvisioner {
 }
 
 const MAINTENANCE_REASON: &str = "forcing deletion in bmo";
+/// Key in a node's `extra` holding why new BMC settings failed their check on a node
+/// past enrollment (Ironic re-verifies BMC access only in `enroll`), so the reason is
+/// reported on every call until the settings change again.
+const BMC_CHECK_ERROR: &str = "bmo_bmc_check_error";
 
 /// Ironic's `last_error` as one sentence: first line, whitespace collapsed, bounded.
 fn sentence(text: &str) -> String {
@@ -53,6 +57,9 @@ fn sentence(text: &str) -> String {
         .map(str::trim)
         .find(|l| !l.is_empty())
         .unwrap_or("no reason given");
+    // Drop what only repeats itself or dumps raw structures.
+    let line = line.split(" Extended information:").next().unwrap_or(line);
+    let line = line.replace("Redfish exception occurred. Error: ", "");
     let mut out: String = line.split_whitespace().collect::<Vec<_>>().join(" ");
     if out.chars().count() > 400 {
         out = out.chars().take(400).collect::<String>() + "…";
@@ -193,6 +200,16 @@ impl IronicProvisioner {
         info
     }
 
+    fn preprovisioning_network_data(host: &Host) -> Result<Option<Value>, String> {
+        host.preprovisioning_network_data
+            .as_deref()
+            .map(|bytes| {
+                configdrive::parse_document("preprovisioningNetworkData", bytes)
+                    .map_err(|e| e.to_string())
+            })
+            .transpose()
+    }
+
     /// Whether the node's `driver_info` differs from what the host wants (passwords
     /// are masked by Ironic and compared only through `credentials_changed`).
     fn driver_info_differs(node: &Node, wanted: &Map<String, Value>) -> bool {
@@ -225,6 +242,10 @@ impl IronicProvisioner {
             Ok(i) => i,
             Err(message) => return Ok(Outcome::failed(Registration::default(), message)),
         };
+        let network_data = match Self::preprovisioning_network_data(host) {
+            Ok(n) => n,
+            Err(message) => return Ok(Outcome::failed(Registration::default(), message)),
+        };
         let settings = host
             .bmc
             .driver_settings(host.disable_certificate_verification);
@@ -249,6 +270,8 @@ impl IronicProvisioner {
             bios_interface: i.bios.map(Into::into),
             firmware_interface: i.firmware.map(Into::into),
             automated_clean: Some(host.cleaning_mode == CleaningMode::Metadata),
+            disable_power_off: host.disable_power_off.then_some(true),
+            network_data,
         };
         let node = match self.client.create_node(&create).await {
             Ok(node) => node,
@@ -348,89 +371,25 @@ impl IronicProvisioner {
         ))
     }
 
+    /// Sets the RAID target (and the agent RAID interface for software RAID) and
+    /// returns the clean steps to run.
     async fn clean_steps(
         &self,
         host: &Host,
         node: &Node,
         request: &PrepareRequest,
     ) -> Result<Vec<Value>, IronicError> {
-        let mut steps = Vec::new();
-        if let Some(raid) = &request.raid {
-            if let Some(software) = &raid.software {
-                if node.raid_interface.as_deref() != Some("agent") {
-                    self.patch(host, node, &[PatchOp::set("/raid_interface", "agent")])
-                        .await?;
-                }
-                let disks: Vec<Value> = software
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| {
-                        json!({
-                            "size_gb": v.size_gibibytes.map_or(json!("MAX"), |s| json!(s)),
-                            "raid_level": v.level,
-                            "controller": "software",
-                            "is_root_volume": i == 0,
-                            "physical_disks": v.physical_disks.iter().map(|h| Value::Object(configdrive::root_device(h))).collect::<Vec<_>>(),
-                        })
-                    })
-                    .collect();
-                self.client
-                    .set_target_raid_config(&node.uuid, &json!({"logical_disks": disks}))
-                    .await?;
-                steps.push(json!({"interface": "raid", "step": "delete_configuration"}));
-                steps.push(json!({"interface": "deploy", "step": "erase_devices_metadata"}));
-                if !software.is_empty() {
-                    steps.push(json!({"interface": "raid", "step": "create_configuration"}));
-                }
-            } else if let Some(hardware) = &raid.hardware {
-                let disks: Vec<Value> = hardware
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| {
-                        let mut d = json!({
-                            "size_gb": v.size_gibibytes.map_or(json!("MAX"), |s| json!(s)),
-                            "raid_level": v.level,
-                            "is_root_volume": i == 0,
-                        });
-                        if let Some(name) = &v.name {
-                            d["volume_name"] = json!(name);
-                        }
-                        if let Some(c) = &v.controller {
-                            d["controller"] = json!(c);
-                        }
-                        if !v.physical_disks.is_empty() {
-                            d["physical_disks"] = json!(v.physical_disks);
-                        }
-                        if let Some(n) = v.number_of_physical_disks {
-                            d["number_of_physical_disks"] = json!(n);
-                        }
-                        if let Some(r) = v.rotational {
-                            d["disk_type"] = json!(if r { "hdd" } else { "ssd" });
-                        }
-                        d
-                    })
-                    .collect();
-                self.client
-                    .set_target_raid_config(&node.uuid, &json!({"logical_disks": disks}))
-                    .await?;
-                steps.push(json!({"interface": "raid", "step": "delete_configuration"}));
-                if !hardware.is_empty() {
-                    steps.push(json!({"interface": "raid", "step": "create_configuration"}));
-                }
-            }
+        let plan = configdrive::clean_plan(request);
+        if plan.software_raid && node.raid_interface.as_deref() != Some("agent") {
+            self.patch(host, node, &[PatchOp::set("/raid_interface", "agent")])
+                .await?;
         }
-        if !request.bios_settings.is_empty() {
-            let settings: Vec<Value> = request
-                .bios_settings
-                .iter()
-                .map(|(name, value)| json!({"name": name, "value": value}))
-                .collect();
-            steps.push(json!({"interface": "bios", "step": "apply_configuration", "args": {"settings": settings}}));
+        if let Some(target) = &plan.target_raid_config {
+            self.client
+                .set_target_raid_config(&node.uuid, target)
+                .await?;
         }
-        if request.full_disk_wipe {
-            steps.push(json!({"interface": "deploy", "step": "erase_devices"}));
-        }
-        Ok(steps)
+        Ok(plan.steps)
     }
 
     /// Writes instance_info and the deploy interface for a request.
@@ -670,6 +629,13 @@ impl Provisioner for IronicProvisioner {
             }
             ops.push(PatchOp::set("/driver_info", Value::Object(wanted_info)));
         }
+        match Self::preprovisioning_network_data(host) {
+            Ok(wanted) if !transient && wanted.is_some() && node.network_data != wanted => {
+                ops.push(PatchOp::set("/network_data", wanted.unwrap_or_default()));
+            }
+            Ok(_) => {}
+            Err(message) => return Ok(Outcome::failed(registration, message)),
+        }
         let updated = !ops.is_empty() && !transient;
         let node = if updated {
             match self.patch(host, &node, &ops).await {
@@ -700,12 +666,19 @@ impl Provisioner for IronicProvisioner {
                     return self.wait(registration);
                 }
                 if node.last_error.is_some() && !(access_changed || host.restart_on_failure) {
+                    let reason = last_error(&node);
+                    let lower = reason.to_lowercase();
+                    let hint = if reason.contains("401")
+                        || reason.contains("403")
+                        || lower.contains("password")
+                    {
+                        "Check the username and password in the secret named by credentialsName."
+                    } else {
+                        "Check the BMC address and that Ironic can reach the BMC."
+                    };
                     return Ok(Outcome::failed(
                         registration,
-                        format!(
-                            "Ironic cannot manage the host through its BMC: {}",
-                            last_error(&node)
-                        ),
+                        format!("Ironic cannot manage the host through its BMC: {reason} {hint}"),
                     ));
                 }
                 self.transition(
@@ -718,10 +691,53 @@ impl Provisioner for IronicProvisioner {
                 .await
             }
             "verifying" => self.wait(registration),
-            _ if updated && access_changed && node.provision_state() == "manageable" => {
-                // New credentials on a managed node are proven by the next power read.
-                registration.credentials_valid = node.power_state.is_some();
-                self.changed(registration)
+            _ if !transient && (access_changed || host.restart_on_failure) => {
+                // Past enrollment Ironic does not check new BMC settings itself: ask
+                // the BMC for the boot device, and remember a failure on the node.
+                let check = self.client.get_boot_device(&node.uuid).await;
+                let (op, result) = match check {
+                    Ok(_) => (
+                        node.extra
+                            .contains_key(BMC_CHECK_ERROR)
+                            .then(|| PatchOp::remove(format!("/extra/{BMC_CHECK_ERROR}"))),
+                        None,
+                    ),
+                    Err(e) if e.status() == Some(StatusCode::CONFLICT) => {
+                        return self.busy_or_err(host, e, registration);
+                    }
+                    Err(e) => {
+                        let reason = format!(
+                            "Ironic cannot reach the BMC with the new settings: {} Check the BMC address and the username and password in the secret named by credentialsName.",
+                            sentence(&e.to_string())
+                        );
+                        (
+                            Some(PatchOp::set(
+                                format!("/extra/{BMC_CHECK_ERROR}"),
+                                reason.clone(),
+                            )),
+                            Some(reason),
+                        )
+                    }
+                };
+                if let Some(op) = op
+                    && let Err(e) = self.patch(host, &node, &[op]).await
+                {
+                    return self.busy_or_err(host, e, registration);
+                }
+                match result {
+                    Some(reason) => Ok(Outcome::failed(registration, reason)),
+                    None => {
+                        registration.credentials_valid = true;
+                        self.changed(registration)
+                    }
+                }
+            }
+            _ if node.extra.get(BMC_CHECK_ERROR).is_some() => {
+                let reason = node.extra[BMC_CHECK_ERROR]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                Ok(Outcome::failed(registration, reason))
             }
             _ => {
                 registration.credentials_valid = true;
@@ -741,7 +757,13 @@ impl Provisioner for IronicProvisioner {
     async fn inspect(&self, host: &Host, refresh: bool) -> ProvisionerResult<InspectStatus> {
         let node = self.require_node(host).await?;
         let start = || async {
+            // A fake-hardware node someone switched to agent inspection (to feed it a
+            // real inventory through continue_inspection) keeps that interface.
+            let keep_agent = host.bmc.kind == BmcType::Fake
+                && host.inspection_mode == InspectionMode::Agent
+                && node.inspect_interface.as_deref() == Some("agent");
             let interface = match Self::inspect_interface(host) {
+                Ok(_) if keep_agent => "agent",
                 Ok(i) => i,
                 Err(message) => return Ok(Outcome::failed(InspectStatus::InProgress, message)),
             };
@@ -1249,6 +1271,48 @@ impl Provisioner for IronicProvisioner {
     async fn delete(&self, host: &Host) -> ProvisionerResult<()> {
         self.remove_node(host).await
     }
+
+    async fn has_capacity(&self, host: &Host, limit: usize) -> Result<bool, ProvisionerError> {
+        if host.bmc.kind.supports_iso_boot() {
+            return Ok(true);
+        }
+        let nodes = self
+            .client
+            .list_nodes()
+            .await
+            .map_err(|e| Self::ironic_err(host, e))?;
+        Ok(has_capacity(&nodes, host, limit))
+    }
+}
+
+/// Provision states in which a host boots the ramdisk over the provisioning network.
+const BUSY_STATES: &[&str] = &[
+    "cleaning",
+    "clean wait",
+    "inspecting",
+    "inspect wait",
+    "deploying",
+    "wait call-back",
+    "deleting",
+];
+
+fn has_capacity(nodes: &[Node], host: &Host, limit: usize) -> bool {
+    let name = host.id.node_name();
+    let busy: Vec<&Node> = nodes
+        .iter()
+        .filter(|n| BUSY_STATES.contains(&n.provision_state()))
+        .filter(|n| {
+            !n.boot_interface
+                .as_deref()
+                .unwrap_or_default()
+                .contains("virtual-media")
+        })
+        .collect();
+    let this = |n: &&Node| {
+        n.name.as_deref() == Some(name.as_str())
+            || host.provisioning_id.as_deref() == Some(n.uuid.as_str())
+    };
+    busy.iter().any(this) || busy.len() < limit
 }
 
 #[cfg(test)]
@@ -1268,7 +1332,40 @@ mod tests {
             "HTTP 401 Unauthorized."
         );
         assert_eq!(sentence(""), "no reason given.");
+        assert_eq!(
+            sentence(
+                "Failed to get power state for node n. Error: Redfish exception occurred. Error: HTTP GET http://b/redfish/v1/Systems/1 returned code 401. Base.1.0.GeneralError: Incorrect username or password Extended information: [{'@odata.type': 'x'}]"
+            ),
+            "Failed to get power state for node n. Error: HTTP GET http://b/redfish/v1/Systems/1 returned code 401. Base.1.0.GeneralError: Incorrect username or password."
+        );
         assert!(sentence(&"x".repeat(1000)).chars().count() <= 401);
+    }
+
+    fn node(name: &str, state: &str, boot: &str) -> Node {
+        serde_json::from_value(json!({
+            "uuid": format!("uuid-{name}"), "name": name, "driver": "ipmi",
+            "provision_state": state, "boot_interface": boot,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn capacity_counts_busy_network_booting_hosts_only() {
+        let host = crate::provisioner::fixture::tests::host();
+        let nodes = vec![
+            node("a", "inspect wait", "ipxe"),
+            node("b", "deploying", "ipxe"),
+            node("c", "clean wait", "redfish-virtual-media"),
+            node("d", "active", "ipxe"),
+        ];
+        assert!(!has_capacity(&nodes, &host, 2), "a and b fill a limit of 2");
+        assert!(has_capacity(&nodes, &host, 3));
+        let mut with_self = nodes.clone();
+        with_self.push(node("ns~h", "cleaning", "ipxe"));
+        assert!(
+            has_capacity(&with_self, &host, 1),
+            "a busy host keeps its slot"
+        );
     }
 
     #[test]

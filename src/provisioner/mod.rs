@@ -120,4 +120,13 @@ pub trait Provisioner: Send + Sync {
 
     /// Removes the host's record from any state; done when it is gone.
     fn delete(&self, host: &Host) -> impl Future<Output = ProvisionerResult<()>> + Send;
+
+    /// Whether the host may start an operation that boots it over the provisioning
+    /// network (inspect, provision, deprovision) while at most `limit` hosts do so
+    /// (`PROVISIONING_LIMIT`). Hosts that boot from virtual media never count.
+    fn has_capacity(
+        &self,
+        host: &Host,
+        limit: usize,
+    ) -> impl Future<Output = Result<bool, ProvisionerError>> + Send;
 }

@@ -91,6 +91,8 @@ pub struct Host {
     pub credentials: Credentials,
     /// Set by the controller when the credentials secret changed since they were
     /// last sent (Ironic never shows the password back, so bmo cannot compare it).
+    /// The `register` call that sends them returns `changed`; the controller then
+    /// records them as tried and clears this flag.
     pub credentials_changed: bool,
     pub disable_certificate_verification: bool,
     /// Normalised (lower case, colons); see [`crate::bmc::parse_mac`].
@@ -102,6 +104,9 @@ pub struct Host {
     pub externally_provisioned: bool,
     pub disable_power_off: bool,
     pub deploy_ramdisk: DeployRamdisk,
+    /// `preprovisioningNetworkDataName`'s network data (JSON or YAML) for the
+    /// ramdisk; Ironic keeps it as the node's `network_data`.
+    pub preprovisioning_network_data: Option<Vec<u8>>,
     /// The last failure was of the kind this call would produce: start over rather
     /// than reporting it again.
     pub restart_on_failure: bool,
