@@ -46,6 +46,10 @@ pub struct Config {
     /// Log line format.
     #[arg(long, env = "BMO_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
     pub log_format: LogFormat,
+
+    /// Provisioning network: own IP, DHCP, TFTP, HTTP boot (src/netboot/config.rs).
+    #[command(flatten)]
+    pub netboot: crate::netboot::config::NetbootConfig,
 }
 
 impl Config {

@@ -6,6 +6,7 @@
 pub mod config;
 pub mod credentials;
 pub mod ironic;
+pub mod netboot;
 pub mod run;
 pub mod telemetry;
 pub mod tls;

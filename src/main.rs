@@ -17,10 +17,20 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once at start-up; the size difference between variants does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the operator: host controller and provisioning network services.
     Run(Config),
+    /// Print the provisioning IP bmo would use, and why.
+    DetectIp {
+        #[command(flatten)]
+        provisioning: bmo::netboot::config::ProvisioningNetwork,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print version, git commit, build date and rustc version.
     Version {
         /// Print as JSON.
@@ -37,6 +47,19 @@ async fn main() -> anyhow::Result<()> {
         Command::Run(config) => {
             telemetry::init(config.log_format, "info");
             bmo::run::run(config).await?;
+        }
+        Command::DetectIp { provisioning, json } => {
+            telemetry::init(bmo::telemetry::LogFormat::Human, "warn");
+            let selector = bmo::netboot::address::Selector::from_config(&provisioning)?;
+            let choice =
+                bmo::netboot::address::wait_for_address(&selector, provisioning.wait()).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&choice)?);
+            } else {
+                println!("{}", choice.ip);
+                println!("interface: {}", choice.interface.as_deref().unwrap_or("-"));
+                println!("reason:    {}", choice.reason);
+            }
         }
         Command::Version { json } => {
             if json {

@@ -30,6 +30,8 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Netboot(#[from] crate::netboot::NetbootError),
     #[error("health server failed: {0}")]
     Serve(#[source] std::io::Error),
 }
@@ -70,6 +72,16 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let ironic = IronicClient::connect(ironic_config).await?;
     tracing::info!(endpoint = %ironic.endpoint(), microversion = %ironic.microversion(), auth = auth_kind, "connected to Ironic");
 
+    // Provisioning network services (src/netboot): started when switched on; the
+    // handle (address, lease table, deploy image URLs) is for the host controller.
+    let netboot = if config.netboot.any_service() {
+        let leases = crate::netboot::leases::LeaseTable::open(&config.netboot.lease_file)
+            .map_err(crate::netboot::NetbootError::from)?;
+        Some(crate::netboot::start(&config.netboot, leases).await?)
+    } else {
+        None
+    };
+
     let health = Health {
         ready: Arc::new(AtomicBool::new(false)),
     };
@@ -90,6 +102,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(RunError::Serve)?;
+    if let Some(netboot) = netboot
+        && let Err(e) = netboot.shutdown().await
+    {
+        tracing::warn!(error = %e, "lease table not saved at shutdown");
+    }
     tracing::info!("shut down");
     Ok(())
 }
