@@ -78,21 +78,13 @@ fn ip(args: &[&str]) {
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
-/// A network namespace, deleted on drop.
-pub struct Netns {
+/// A non-owning name of a namespace, to use from other threads.
+#[derive(Debug, Clone)]
+pub struct NsRef {
     pub name: String,
 }
 
-impl Netns {
-    pub fn new(role: &str) -> Netns {
-        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let name = format!("bmo{}-{role}{n}", std::process::id());
-        ip(&["netns", "add", &name]);
-        let ns = Netns { name };
-        ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
-        ns
-    }
-
+impl NsRef {
     /// `ip netns exec NAME PROGRAM`.
     pub fn command(&self, program: &str) -> Command {
         let mut c = Command::new("ip");
@@ -113,6 +105,38 @@ impl Netns {
             std::io::Error::last_os_error()
         );
     }
+}
+
+/// A network namespace, deleted on drop.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new(role: &str) -> Netns {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let name = format!("bmo{}-{role}{n}", std::process::id());
+        ip(&["netns", "add", &name]);
+        let ns = Netns { name };
+        ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
+        ns
+    }
+
+    pub fn handle(&self) -> NsRef {
+        NsRef {
+            name: self.name.clone(),
+        }
+    }
+
+    /// `ip netns exec NAME PROGRAM`.
+    pub fn command(&self, program: &str) -> Command {
+        self.handle().command(program)
+    }
+
+    /// Moves the calling thread into this namespace.
+    pub fn enter(&self) {
+        self.handle().enter()
+    }
 
     /// Runs `f` on a fresh thread inside this namespace, with a tokio runtime
     /// whose sockets are all created there.
@@ -122,9 +146,9 @@ impl Netns {
         Fut: std::future::Future<Output = T>,
         T: Send + 'static,
     {
-        let name = self.name.clone();
+        let ns = self.handle();
         std::thread::spawn(move || {
-            Netns { name }.enter_forget();
+            ns.enter();
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -135,17 +159,12 @@ impl Netns {
         .unwrap_or_else(|p| std::panic::resume_unwind(p))
     }
 
-    fn enter_forget(self) {
-        self.enter();
-        std::mem::forget(self);
-    }
-
     /// A std UDP socket bound inside this namespace.
     pub fn udp_socket(&self, addr: &str) -> std::net::UdpSocket {
-        let name = self.name.clone();
+        let ns = self.handle();
         let addr = addr.to_owned();
         std::thread::spawn(move || {
-            Netns { name }.enter_forget();
+            ns.enter();
             std::net::UdpSocket::bind(&addr).expect("bind in netns")
         })
         .join()

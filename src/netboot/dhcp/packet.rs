@@ -102,13 +102,22 @@ impl ClientRequest {
 /// Parses a request. Never panics, whatever the bytes.
 pub fn parse_request(buf: &[u8]) -> Result<ClientRequest, DhcpParseError> {
     let raw = raw_options(buf)?;
+    // Checked on the raw header first: dhcproto slices chaddr by hlen unchecked.
+    if buf[0] != 1 {
+        return Err(DhcpParseError::NotRequest);
+    }
+    if buf[1] != 1 || buf[2] != 6 {
+        return Err(DhcpParseError::NotEthernet);
+    }
     let get = |code: u8| raw.iter().find(|(c, _)| *c == code).map(|(_, v)| v.clone());
-    // dhcproto insists on UTF-8 for string options; drop those we read raw or
-    // do not use, so a non-UTF-8 hostname cannot make the packet undecodable.
-    const RAW_ONLY: &[u8] = &[12, 14, 15, 17, 18, 40, 47, 56, 60, 62, 64, 65, 77, 81, 175];
+    // dhcproto decodes only the header and the few options bmo needs typed:
+    // others are read raw above. It insists on UTF-8 for string options (a
+    // non-UTF-8 hostname would make the packet undecodable) and some of its
+    // option decoders assert on lengths, which random input trips.
+    const TYPED: &[u8] = &[50, 53, 54];
     let mut clean = buf[..HEADER + 4].to_vec();
     for (code, value) in &raw {
-        if RAW_ONLY.contains(code) {
+        if !TYPED.contains(code) {
             continue;
         }
         for chunk in value.chunks(255) {
@@ -123,12 +132,8 @@ pub fn parse_request(buf: &[u8]) -> Result<ClientRequest, DhcpParseError> {
     if msg.opcode() != Opcode::BootRequest {
         return Err(DhcpParseError::NotRequest);
     }
-    let chaddr = msg.chaddr();
-    if buf[1] != 1 || buf[2] != 6 || chaddr.len() < 6 {
-        return Err(DhcpParseError::NotEthernet);
-    }
     let mut mac = [0u8; 6];
-    mac.copy_from_slice(&chaddr[..6]);
+    mac.copy_from_slice(&buf[28..34]);
     let msg_type = match msg.opts().get(dhcproto::v4::OptionCode::MessageType) {
         Some(DhcpOption::MessageType(t)) => *t,
         _ => return Err(DhcpParseError::NoMessageType),
