@@ -37,6 +37,36 @@ fn main() {
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/index");
+    embed_ipxe_loaders();
+}
+
+/// Copies Debian's iPXE loaders (package `ipxe`) into OUT_DIR for rust-embed, under
+/// the names bmo serves them by. Missing files are skipped: bmo then reads loaders
+/// from BMO_IPXE_DIR at run time.
+fn embed_ipxe_loaders() {
+    let out =
+        std::path::Path::new(&std::env::var("OUT_DIR").unwrap_or_default()).join("ipxe-embed");
+    let _ = std::fs::create_dir_all(&out);
+    let source =
+        std::env::var("BMO_IPXE_SOURCE_DIR").unwrap_or_else(|_| "/usr/lib/ipxe".to_owned());
+    println!("cargo:rerun-if-env-changed=BMO_IPXE_SOURCE_DIR");
+    if std::path::Path::new(&source).is_dir() {
+        println!("cargo:rerun-if-changed={source}");
+    }
+    for (from, to) in [
+        ("undionly.kpxe", "undionly.kpxe"),
+        ("snponly.efi", "snponly-x86_64.efi"),
+        ("ipxe.efi", "ipxe-x86_64.efi"),
+        ("arm64-efi/snponly.efi", "snponly-arm64.efi"),
+        ("arm64-efi/ipxe.efi", "ipxe-arm64.efi"),
+    ] {
+        let src = std::path::Path::new(&source).join(from);
+        if src.is_file() {
+            let _ = std::fs::copy(&src, out.join(to));
+        } else {
+            let _ = std::fs::remove_file(out.join(to));
+        }
+    }
 }
 
 fn command_output(program: &str, args: &[&str]) -> Option<String> {

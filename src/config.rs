@@ -60,14 +60,6 @@ pub struct Config {
     #[arg(long, env = "BMO_MAX_BACKOFF", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub max_backoff_secs: u64,
 
-    /// IPA kernel URL handed to Ironic for inspection and deployment.
-    #[arg(long, env = "DEPLOY_KERNEL_URL")]
-    pub deploy_kernel_url: Option<String>,
-
-    /// IPA ramdisk URL handed to Ironic for inspection and deployment.
-    #[arg(long, env = "DEPLOY_RAMDISK_URL")]
-    pub deploy_ramdisk_url: Option<String>,
-
     /// Apply the CRDs (BareMetalHost, HardwareData) at start-up; needs the right to
     /// manage CustomResourceDefinitions.
     #[arg(long, env = "BMO_INSTALL_CRDS")]
@@ -76,6 +68,10 @@ pub struct Config {
     /// Log line format.
     #[arg(long, env = "BMO_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
     pub log_format: LogFormat,
+
+    /// Provisioning network: own IP, DHCP, TFTP, HTTP boot (src/netboot/config.rs).
+    #[command(flatten)]
+    pub netboot: crate::netboot::config::NetbootConfig,
 }
 
 impl Config {
@@ -91,8 +87,16 @@ impl Config {
             provisioning_limit: self.provisioning_limit.max(1),
             max_backoff: Duration::from_secs(self.max_backoff_secs),
             deploy_ramdisk: crate::provisioner::DeployRamdisk {
-                kernel_url: self.deploy_kernel_url.clone(),
-                ramdisk_url: self.deploy_ramdisk_url.clone(),
+                kernel_url: self
+                    .netboot
+                    .deploy_kernel_url
+                    .as_ref()
+                    .map(|u| u.to_string()),
+                ramdisk_url: self
+                    .netboot
+                    .deploy_ramdisk_url
+                    .as_ref()
+                    .map(|u| u.to_string()),
                 ..Default::default()
             },
         }

@@ -9,6 +9,7 @@ pub mod config;
 pub mod controller;
 pub mod credentials;
 pub mod ironic;
+pub mod netboot;
 pub mod provisioner;
 pub mod run;
 pub mod telemetry;

@@ -18,6 +18,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once at start-up; the size difference between variants does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the operator: host controller and provisioning network services.
@@ -37,6 +39,14 @@ enum Command {
         /// As spec.bmc.disableCertificateVerification.
         #[arg(long)]
         disable_certificate_verification: bool,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the provisioning IP bmo would use, and why.
+    DetectIp {
+        #[command(flatten)]
+        provisioning: bmo::netboot::config::ProvisioningNetwork,
         /// Print as JSON.
         #[arg(long)]
         json: bool,
@@ -91,6 +101,19 @@ async fn main() -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 print!("{}", report.to_text());
+            }
+        }
+        Command::DetectIp { provisioning, json } => {
+            telemetry::init(bmo::telemetry::LogFormat::Human, "warn");
+            let selector = bmo::netboot::address::Selector::from_config(&provisioning)?;
+            let choice =
+                bmo::netboot::address::wait_for_address(&selector, provisioning.wait()).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&choice)?);
+            } else {
+                println!("{}", choice.ip);
+                println!("interface: {}", choice.interface.as_deref().unwrap_or("-"));
+                println!("reason:    {}", choice.reason);
             }
         }
         Command::Version { json } => {

@@ -32,6 +32,8 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Netboot(#[from] crate::netboot::NetbootError),
     #[error("health server failed: {0}")]
     Serve(#[source] std::io::Error),
     #[error("cannot install the CRDs: {0}")]
@@ -68,6 +70,15 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let ironic = IronicClient::connect(ironic_config).await?;
     tracing::info!(endpoint = %ironic.endpoint(), microversion = %ironic.microversion(), auth = auth_kind, "connected to Ironic");
 
+    // Provisioning network services (src/netboot): started when switched on; the
+    // handle (address, lease table, deploy image URLs) is for the host controller.
+    let netboot = if config.netboot.any_service() {
+        let leases = crate::netboot::leases::LeaseTable::open(&config.netboot.lease_file)
+            .map_err(crate::netboot::NetbootError::from)?;
+        Some(crate::netboot::start(&config.netboot, leases).await?)
+    } else {
+        None
+    };
     if config.install_crds {
         crate::api::install::install(&kube, std::time::Duration::from_secs(60))
             .await
@@ -83,10 +94,21 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         }
     };
     let provisioner = IronicProvisioner::new(ironic, ProvisionerSettings::default());
+    let mut settings = config.controller_settings();
+    // Without explicit URLs, Ironic boots the IPA images bmo itself serves.
+    if let Some(netboot) = &netboot {
+        let ramdisk = &mut settings.deploy_ramdisk;
+        ramdisk
+            .kernel_url
+            .get_or_insert_with(|| netboot.deploy_kernel_url());
+        ramdisk
+            .ramdisk_url
+            .get_or_insert_with(|| netboot.deploy_ramdisk_url());
+    }
     let ctx = Arc::new(controller::Context::new(
         kube.clone(),
         provisioner,
-        config.controller_settings(),
+        settings,
     ));
     let controller_task = tokio::spawn(controller::run(ctx, stopped()));
     tracing::info!(
@@ -121,6 +143,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         .await
         .map_err(RunError::Serve)?;
     let _ = controller_task.await;
+    if let Some(netboot) = netboot
+        && let Err(e) = netboot.shutdown().await
+    {
+        tracing::warn!(error = %e, "lease table not saved at shutdown");
+    }
     tracing::info!("shut down");
     Ok(())
 }

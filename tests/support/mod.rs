@@ -186,6 +186,10 @@ impl BmoProcess {
         let log_path = std::env::temp_dir().join(format!("{}.log", unique_name("bmo-test")));
         let log = std::fs::File::create(&log_path).expect("create log file");
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bmo"));
+        // Tests run many bmo processes at once: no fixed HTTP boot port unless asked.
+        if !env.iter().any(|(k, _)| *k == "HTTP_PORT") {
+            cmd.env("HTTP_PORT", "0");
+        }
         cmd.args(args)
             .envs(env.iter().copied())
             .stdin(std::process::Stdio::null())

@@ -1,0 +1,172 @@
+//! Settings of the provisioning network services, flattened into [`crate::config::Config`].
+//!
+//! Names follow upstream metal3 (baremetal-operator and ironic-image) where the meaning
+//! exists there; bmo's own settings start with `BMO_`.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, ValueEnum};
+use url::Url;
+
+/// Which address bmo advertises on the provisioning network, and how to find it.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ProvisioningNetwork {
+    /// The provisioning IP itself (`ADDR` or `ADDR/PREFIX`); bmo waits for it to appear
+    /// on an interface.
+    #[arg(long, env = "PROVISIONING_IP")]
+    pub provisioning_ip: Option<String>,
+
+    /// The interface whose address is the provisioning IP.
+    #[arg(long, env = "PROVISIONING_INTERFACE")]
+    pub provisioning_interface: Option<String>,
+
+    /// MAC addresses (comma-separated) of candidate provisioning interfaces.
+    #[arg(long, env = "PROVISIONING_MACS", value_delimiter = ',')]
+    pub provisioning_macs: Vec<String>,
+
+    /// A CIDR (e.g. `172.22.0.0/24`) the provisioning IP must fall in.
+    #[arg(long, env = "BMO_PROVISIONING_CIDR")]
+    pub provisioning_cidr: Option<String>,
+
+    /// Address family to prefer when an interface has both.
+    #[arg(long, env = "BMO_PROVISIONING_IP_FAMILY", value_enum, default_value_t = IpFamily::Ipv4)]
+    pub provisioning_ip_family: IpFamily,
+
+    /// Seconds to wait for the provisioning IP to appear at start-up.
+    #[arg(
+        long = "provisioning-ip-wait",
+        env = "BMO_PROVISIONING_IP_WAIT",
+        default_value_t = 60
+    )]
+    pub provisioning_ip_wait_secs: u64,
+}
+
+impl ProvisioningNetwork {
+    pub fn wait(&self) -> Duration {
+        Duration::from_secs(self.provisioning_ip_wait_secs)
+    }
+}
+
+/// Preferred address family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum IpFamily {
+    #[default]
+    Ipv4,
+    Ipv6,
+}
+
+/// DHCP server mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum DhcpMode {
+    /// No DHCP server (another one hands out addresses and boot options).
+    #[default]
+    Off,
+    /// Addresses from `DHCP_RANGE` and `DHCP_HOSTS`, plus boot options.
+    Full,
+    /// proxyDHCP: boot options only, beside an existing DHCP server.
+    Proxy,
+}
+
+/// Settings of the built-in DHCP, TFTP and HTTP boot services.
+#[derive(Debug, Clone, Args)]
+pub struct NetbootConfig {
+    #[command(flatten)]
+    pub provisioning: ProvisioningNetwork,
+
+    /// IPA kernel URL handed to Ironic; defaults to bmo's HTTP server on the
+    /// provisioning IP (`/images/ironic-python-agent.kernel`).
+    #[arg(long, env = "DEPLOY_KERNEL_URL")]
+    pub deploy_kernel_url: Option<Url>,
+
+    /// IPA ramdisk URL handed to Ironic; defaults to bmo's HTTP server on the
+    /// provisioning IP (`/images/ironic-python-agent.initramfs`).
+    #[arg(long, env = "DEPLOY_RAMDISK_URL")]
+    pub deploy_ramdisk_url: Option<Url>,
+
+    /// Serve HTTP boot (iPXE scripts, IPA images, Ironic's http_root).
+    #[arg(long = "netboot-http", env = "BMO_HTTP", default_value_t = true, action = ArgAction::Set)]
+    pub http: bool,
+
+    /// Address the HTTP boot server listens on (the port comes from `HTTP_PORT`).
+    #[arg(long, env = "BMO_HTTP_BIND", default_value = "0.0.0.0")]
+    pub http_bind: IpAddr,
+
+    /// Port of the HTTP boot server (upstream ironic-image's `HTTP_PORT`).
+    #[arg(long, env = "HTTP_PORT", default_value_t = 6180)]
+    pub http_port: u16,
+
+    /// Ironic's `[deploy] http_root`: where its iPXE boot interface writes
+    /// `boot.ipxe` and `pxelinux.cfg/<mac>`, served at `/`.
+    #[arg(long, env = "BMO_HTTP_ROOT", default_value = "/shared/html")]
+    pub http_root: PathBuf,
+
+    /// IPA kernel, ramdisk and OS images, served at `/images/` (HTTP and TFTP).
+    #[arg(long, env = "BMO_IMAGES_DIR", default_value = "/shared/html/images")]
+    pub images_dir: PathBuf,
+
+    /// Serve TFTP (iPXE loaders, `/images/`, Ironic's `[pxe] tftp_root`).
+    #[arg(long = "netboot-tftp", env = "BMO_TFTP", default_value_t = false, action = ArgAction::Set)]
+    pub tftp: bool,
+
+    /// Address the TFTP server listens on.
+    #[arg(long, env = "BMO_TFTP_ADDR", default_value = "0.0.0.0:69")]
+    pub tftp_addr: SocketAddr,
+
+    /// Ironic's `[pxe] tftp_root`, served over TFTP at `/`.
+    #[arg(long, env = "BMO_TFTP_ROOT", default_value = "/shared/tftpboot")]
+    pub tftp_root: PathBuf,
+
+    /// Directory of iPXE loaders that take precedence over the embedded ones
+    /// (`undionly.kpxe`, `snponly-x86_64.efi`, `ipxe-x86_64.efi`, `snponly-arm64.efi`).
+    #[arg(
+        long,
+        env = "BMO_IPXE_DIR",
+        default_value = "/shared/custom_ipxe_firmware"
+    )]
+    pub ipxe_dir: PathBuf,
+
+    /// Kernel parameters added to the fallback (inspection) iPXE script.
+    #[arg(long, env = "BMO_IPXE_KERNEL_PARAMS", default_value = "ipa-insecure=1")]
+    pub ipxe_kernel_params: String,
+
+    /// DHCP server on the provisioning interface: off, full or proxy.
+    #[arg(long, env = "BMO_DHCP_MODE", value_enum, default_value_t = DhcpMode::Off)]
+    pub dhcp_mode: DhcpMode,
+
+    /// Address range for full mode: `START,END[,PREFIXLEN|NETMASK]`.
+    #[arg(long, env = "DHCP_RANGE")]
+    pub dhcp_range: Option<String>,
+
+    /// Fixed addresses, `;`-separated `MAC,IP` pairs.
+    #[arg(long, env = "DHCP_HOSTS")]
+    pub dhcp_hosts: Option<String>,
+
+    /// Router (option 3) handed out in full mode.
+    #[arg(long, env = "GATEWAY_IP")]
+    pub gateway_ip: Option<Ipv4Addr>,
+
+    /// DNS server (option 6) handed out in full mode.
+    #[arg(long, env = "DNS_IP")]
+    pub dns_ip: Option<Ipv4Addr>,
+
+    /// Lease time in seconds.
+    #[arg(long, env = "BMO_DHCP_LEASE_TIME", default_value_t = 3600, value_parser = clap::value_parser!(u32).range(60..))]
+    pub dhcp_lease_secs: u32,
+
+    /// Where the lease table is persisted (JSON, written atomically).
+    #[arg(
+        long,
+        env = "BMO_LEASE_FILE",
+        default_value = "/var/lib/bmo/leases.json"
+    )]
+    pub lease_file: PathBuf,
+}
+
+impl NetbootConfig {
+    /// Whether any network boot service is switched on.
+    pub fn any_service(&self) -> bool {
+        self.http || self.tftp || self.dhcp_mode != DhcpMode::Off
+    }
+}

@@ -1,0 +1,7 @@
+//! DHCPv4 on the provisioning interface: full mode and proxyDHCP.
+//!
+//! `packet` reads requests, `policy` decides the answer, `server` owns the sockets.
+
+pub mod packet;
+pub mod policy;
+pub mod server;

@@ -1,0 +1,500 @@
+//! What to answer: addresses (full mode), boot options (both modes). Pure over the
+//! request, the settings and the lease table, so it is tested without sockets.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+#[cfg(test)]
+use dhcproto::v4::OptionCode;
+use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
+
+use super::packet::ClientRequest;
+use crate::netboot::leases::{LeaseState, LeaseTable, Sighting};
+
+/// Seconds an offered address is held for the client's REQUEST.
+const OFFER_HOLD_SECS: u64 = 60;
+
+/// An address pool: `start..=end` with its netmask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Range {
+    pub start: Ipv4Addr,
+    pub end: Ipv4Addr,
+    pub netmask: Option<Ipv4Addr>,
+}
+
+impl Range {
+    /// Parses `START,END[,PREFIXLEN|NETMASK]` (upstream's `DHCP_RANGE`; the first of
+    /// several `;`-separated ranges).
+    pub fn parse(s: &str) -> Result<Range, String> {
+        let first = s.split(';').next().unwrap_or("").trim();
+        let parts: Vec<&str> = first.split(',').map(str::trim).collect();
+        let ip = |p: &str| -> Result<Ipv4Addr, String> {
+            p.parse()
+                .map_err(|e| format!("DHCP_RANGE {s:?}: {p:?} is not an IPv4 address: {e}"))
+        };
+        let (start, end) = match parts.as_slice() {
+            [a, b] | [a, b, _] => (ip(a)?, ip(b)?),
+            _ => {
+                return Err(format!(
+                    "DHCP_RANGE {s:?}: expected START,END[,PREFIXLEN|NETMASK]"
+                ));
+            }
+        };
+        if u32::from(start) > u32::from(end) {
+            return Err(format!("DHCP_RANGE {s:?}: start is after end"));
+        }
+        let netmask = match parts.get(2) {
+            None => None,
+            Some(m) if m.contains('.') => Some(ip(m)?),
+            Some(m) => {
+                let len: u32 = m.parse().ok().filter(|l| *l <= 32).ok_or_else(|| {
+                    format!("DHCP_RANGE {s:?}: {m:?} is not a prefix length or netmask")
+                })?;
+                Some(Ipv4Addr::from(u32::MAX.checked_shl(32 - len).unwrap_or(0)))
+            }
+        };
+        Ok(Range {
+            start,
+            end,
+            netmask,
+        })
+    }
+}
+
+/// The mode-specific part of the settings.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    Full { range: Range },
+    Proxy,
+}
+
+/// Everything the policy needs besides the request.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub mode: Mode,
+    /// Our address: server identifier, next-server (TFTP).
+    pub server_ip: Ipv4Addr,
+    pub netmask: Ipv4Addr,
+    pub router: Option<Ipv4Addr>,
+    pub dns: Option<Ipv4Addr>,
+    pub lease_secs: u32,
+    /// `http://IP:PORT` of bmo's HTTP server.
+    pub http_base: String,
+}
+
+/// Where a reply goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Destination {
+    /// 255.255.255.255:68 on the provisioning interface.
+    Broadcast,
+    Unicast(SocketAddrV4),
+}
+
+/// The boot program for a client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Boot {
+    /// A loader name on bmo's TFTP server.
+    Tftp(&'static str),
+    /// A URL (iPXE script or UEFI HTTP boot image).
+    Http(String),
+}
+
+/// Picks the boot program from the client's architecture (option 93), vendor class
+/// (option 60) and whether it is iPXE already.
+pub fn boot_for(req: &ClientRequest, http_base: &str) -> Option<Boot> {
+    if req.ipxe {
+        return Some(Boot::Http(format!("{http_base}/boot.ipxe")));
+    }
+    if req.is_http_client() {
+        return match req.arch {
+            Some(16) => Some(Boot::Http(format!("{http_base}/ipxe/ipxe-x86_64.efi"))),
+            Some(19) => Some(Boot::Http(format!("{http_base}/ipxe/snponly-arm64.efi"))),
+            _ => None,
+        };
+    }
+    if !req.is_pxe() && req.arch.is_none() {
+        return None;
+    }
+    match req.arch.unwrap_or(0) {
+        0 => Some(Boot::Tftp("undionly.kpxe")),
+        7 | 9 => Some(Boot::Tftp("snponly-x86_64.efi")),
+        11 => Some(Boot::Tftp("snponly-arm64.efi")),
+        _ => None,
+    }
+}
+
+impl Policy {
+    /// The reply to `req`, if any. `on_proxy_port` is true for port 4011 requests.
+    pub fn answer(
+        &self,
+        req: &ClientRequest,
+        leases: &LeaseTable,
+        on_proxy_port: bool,
+    ) -> Option<(Message, Destination)> {
+        let proxy = matches!(self.mode, Mode::Proxy);
+        leases.see(
+            req.mac,
+            Sighting {
+                hostname_raw: req.hostname_raw.clone(),
+                arch: req.arch,
+                vendor_class: req.vendor_class_str(),
+                ipxe: req.ipxe,
+            },
+            proxy,
+        );
+        let boot = boot_for(req, &self.http_base);
+        match &self.mode {
+            Mode::Proxy => self.answer_proxy(req, boot, on_proxy_port),
+            Mode::Full { range } => self.answer_full(req, boot, leases, range),
+        }
+    }
+
+    fn answer_proxy(
+        &self,
+        req: &ClientRequest,
+        boot: Option<Boot>,
+        on_proxy_port: bool,
+    ) -> Option<(Message, Destination)> {
+        // Only netboot clients, and only with something to boot.
+        let boot = boot?;
+        if !(req.is_pxe() || req.is_http_client() || req.ipxe) {
+            return None;
+        }
+        let reply_type = match (req.msg_type, on_proxy_port) {
+            (MessageType::Discover, false) => MessageType::Offer,
+            (MessageType::Request, true) | (MessageType::Inform, _) => MessageType::Ack,
+            _ => return None,
+        };
+        let mut reply = self.reply_base(req, reply_type, Ipv4Addr::UNSPECIFIED);
+        self.add_boot(&mut reply, req, &boot, true);
+        let dest = if on_proxy_port && !req.msg.ciaddr().is_unspecified() {
+            Destination::Unicast(SocketAddrV4::new(req.msg.ciaddr(), 68))
+        } else {
+            self.destination(req, false)
+        };
+        Some((reply, dest))
+    }
+
+    fn answer_full(
+        &self,
+        req: &ClientRequest,
+        boot: Option<Boot>,
+        leases: &LeaseTable,
+        range: &Range,
+    ) -> Option<(Message, Destination)> {
+        match req.msg_type {
+            MessageType::Discover => {
+                let Some(ip) = leases.allocate(req.mac, req.requested_ip, range.start, range.end)
+                else {
+                    tracing::warn!(mac = %req.mac, "DHCP range exhausted; no offer made (widen DHCP_RANGE)");
+                    return None;
+                };
+                leases.assign(req.mac, ip, LeaseState::Offered, OFFER_HOLD_SECS);
+                let mut reply = self.reply_base(req, MessageType::Offer, ip);
+                self.add_lease_options(&mut reply, range);
+                if let Some(b) = &boot {
+                    self.add_boot(&mut reply, req, b, false);
+                }
+                Some((reply, self.destination(req, false)))
+            }
+            MessageType::Request => {
+                if let Some(sid) = req.server_id
+                    && sid != self.server_ip
+                {
+                    // The client took another server's offer.
+                    if leases
+                        .get(&req.mac)
+                        .is_some_and(|l| l.state == LeaseState::Offered)
+                    {
+                        leases.release(req.mac);
+                    }
+                    return None;
+                }
+                let wanted = req
+                    .requested_ip
+                    .or_else(|| (!req.msg.ciaddr().is_unspecified()).then(|| req.msg.ciaddr()));
+                let ok = wanted.filter(|ip| {
+                    let in_range =
+                        (u32::from(range.start)..=u32::from(range.end)).contains(&u32::from(*ip));
+                    let reserved = leases.reservation(&req.mac);
+                    (reserved == Some(*ip) || (reserved.is_none() && in_range))
+                        && leases.may_bind(req.mac, *ip)
+                });
+                match ok {
+                    Some(ip) => {
+                        leases.assign(req.mac, ip, LeaseState::Bound, u64::from(self.lease_secs));
+                        let mut reply = self.reply_base(req, MessageType::Ack, ip);
+                        self.add_lease_options(&mut reply, range);
+                        if let Some(b) = &boot {
+                            self.add_boot(&mut reply, req, b, false);
+                        }
+                        Some((reply, self.destination(req, false)))
+                    }
+                    None => {
+                        tracing::debug!(mac = %req.mac, requested = ?wanted, "DHCP request refused (NAK)");
+                        let reply = self.reply_base(req, MessageType::Nak, Ipv4Addr::UNSPECIFIED);
+                        Some((reply, self.destination(req, true)))
+                    }
+                }
+            }
+            MessageType::Inform => {
+                let mut reply = self.reply_base(req, MessageType::Ack, Ipv4Addr::UNSPECIFIED);
+                reply.opts_mut().insert(DhcpOption::SubnetMask(
+                    range.netmask.unwrap_or(self.netmask),
+                ));
+                if let Some(b) = &boot {
+                    self.add_boot(&mut reply, req, b, false);
+                }
+                Some((reply, self.destination(req, false)))
+            }
+            MessageType::Release | MessageType::Decline => {
+                leases.release(req.mac);
+                None
+            }
+            _ => None,
+        }
+    }
+
+    fn reply_base(&self, req: &ClientRequest, ty: MessageType, yiaddr: Ipv4Addr) -> Message {
+        let mut m = Message::new_with_id(
+            req.msg.xid(),
+            if ty == MessageType::Nak {
+                Ipv4Addr::UNSPECIFIED
+            } else {
+                req.msg.ciaddr()
+            },
+            yiaddr,
+            Ipv4Addr::UNSPECIFIED,
+            req.msg.giaddr(),
+            &req.mac.0,
+        );
+        m.set_opcode(Opcode::BootReply);
+        m.set_flags(req.msg.flags());
+        m.opts_mut().insert(DhcpOption::MessageType(ty));
+        m.opts_mut()
+            .insert(DhcpOption::ServerIdentifier(self.server_ip));
+        m
+    }
+
+    fn add_lease_options(&self, m: &mut Message, range: &Range) {
+        let secs = self.lease_secs;
+        m.opts_mut().insert(DhcpOption::AddressLeaseTime(secs));
+        m.opts_mut().insert(DhcpOption::Renewal(secs / 2));
+        m.opts_mut().insert(DhcpOption::Rebinding(secs / 8 * 7));
+        m.opts_mut().insert(DhcpOption::SubnetMask(
+            range.netmask.unwrap_or(self.netmask),
+        ));
+        if let Some(r) = self.router {
+            m.opts_mut().insert(DhcpOption::Router(vec![r]));
+        }
+        if let Some(d) = self.dns {
+            m.opts_mut().insert(DhcpOption::DomainNameServer(vec![d]));
+        }
+    }
+
+    fn add_boot(&self, m: &mut Message, req: &ClientRequest, boot: &Boot, proxy: bool) {
+        let file = match boot {
+            Boot::Tftp(name) => {
+                m.set_siaddr(self.server_ip);
+                m.opts_mut().insert(DhcpOption::TFTPServerName(
+                    self.server_ip.to_string().into_bytes(),
+                ));
+                (*name).to_owned()
+            }
+            Boot::Http(url) => {
+                m.set_siaddr(self.server_ip);
+                url.clone()
+            }
+        };
+        if file.len() < 128 {
+            m.set_fname(file.as_bytes());
+        }
+        m.opts_mut()
+            .insert(DhcpOption::BootfileName(file.into_bytes()));
+        if req.is_http_client() {
+            m.opts_mut()
+                .insert(DhcpOption::ClassIdentifier(b"HTTPClient".to_vec()));
+        } else if proxy || req.is_pxe() {
+            m.opts_mut()
+                .insert(DhcpOption::ClassIdentifier(b"PXEClient".to_vec()));
+        }
+        if proxy && req.is_pxe() {
+            // PXE vendor options: discovery control = 8, boot from the file name.
+            m.opts_mut()
+                .insert(DhcpOption::VendorExtensions(vec![6, 1, 8, 255]));
+        }
+    }
+
+    fn destination(&self, req: &ClientRequest, nak: bool) -> Destination {
+        let giaddr = req.msg.giaddr();
+        if !giaddr.is_unspecified() {
+            return Destination::Unicast(SocketAddrV4::new(giaddr, 67));
+        }
+        let ciaddr = req.msg.ciaddr();
+        if !nak && !ciaddr.is_unspecified() {
+            return Destination::Unicast(SocketAddrV4::new(ciaddr, 68));
+        }
+        Destination::Broadcast
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netboot::dhcp::packet::parse_request;
+    use crate::netboot::dhcp::packet::tests::discover;
+
+    fn policy(mode: Mode) -> Policy {
+        Policy {
+            mode,
+            server_ip: "10.9.0.1".parse().unwrap(),
+            netmask: "255.255.255.0".parse().unwrap(),
+            router: None,
+            dns: None,
+            lease_secs: 600,
+            http_base: "http://10.9.0.1:6180".into(),
+        }
+    }
+
+    fn full() -> Mode {
+        Mode::Full {
+            range: Range::parse("10.9.0.10,10.9.0.20,24").unwrap(),
+        }
+    }
+
+    fn bootfile(m: &Message) -> Option<String> {
+        match m.opts().get(OptionCode::BootfileName) {
+            Some(DhcpOption::BootfileName(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn arch_picks_loader() {
+        let p = policy(full());
+        let leases = LeaseTable::in_memory();
+        for (arch, want) in [
+            (0u16, "undionly.kpxe"),
+            (7, "snponly-x86_64.efi"),
+            (9, "snponly-x86_64.efi"),
+            (11, "snponly-arm64.efi"),
+        ] {
+            let vc = format!("PXEClient:Arch:{arch:05}:UNDI:003016");
+            let b = discover(
+                [0x52, 0, 0, 0, 0, arch as u8],
+                &[(93, &arch.to_be_bytes()), (60, vc.as_bytes())],
+            );
+            let (m, _) = p
+                .answer(&parse_request(&b).unwrap(), &leases, false)
+                .unwrap();
+            assert_eq!(bootfile(&m).as_deref(), Some(want), "arch {arch}");
+            assert_eq!(m.siaddr().to_string(), "10.9.0.1");
+            assert!(!m.yiaddr().is_unspecified());
+        }
+    }
+
+    #[test]
+    fn ipxe_gets_the_script_and_plain_clients_no_bootfile() {
+        let p = policy(full());
+        let leases = LeaseTable::in_memory();
+        let b = discover(
+            [1, 2, 3, 4, 5, 6],
+            &[
+                (175, &[19, 1, 1]),
+                (60, b"PXEClient:Arch:00000:UNDI:002001"),
+            ],
+        );
+        let (m, _) = p
+            .answer(&parse_request(&b).unwrap(), &leases, false)
+            .unwrap();
+        assert_eq!(
+            bootfile(&m).as_deref(),
+            Some("http://10.9.0.1:6180/boot.ipxe")
+        );
+        let b = discover([1, 2, 3, 4, 5, 7], &[(12, b"plain")]);
+        let (m, d) = p
+            .answer(&parse_request(&b).unwrap(), &leases, false)
+            .unwrap();
+        assert_eq!(bootfile(&m), None);
+        assert_eq!(d, Destination::Broadcast);
+    }
+
+    #[test]
+    fn uefi_http_boot_gets_a_url() {
+        let p = policy(full());
+        let b = discover(
+            [1, 2, 3, 4, 5, 8],
+            &[
+                (93, &16u16.to_be_bytes()),
+                (60, b"HTTPClient:Arch:00016:UNDI:003001"),
+            ],
+        );
+        let (m, _) = p
+            .answer(&parse_request(&b).unwrap(), &LeaseTable::in_memory(), false)
+            .unwrap();
+        assert_eq!(
+            bootfile(&m).as_deref(),
+            Some("http://10.9.0.1:6180/ipxe/ipxe-x86_64.efi")
+        );
+        assert!(
+            matches!(m.opts().get(OptionCode::ClassIdentifier), Some(DhcpOption::ClassIdentifier(v)) if v == b"HTTPClient")
+        );
+    }
+
+    #[test]
+    fn proxy_mode_offers_no_address_and_ignores_plain_clients() {
+        let p = policy(Mode::Proxy);
+        let leases = LeaseTable::in_memory();
+        let b = discover(
+            [9, 9, 9, 9, 9, 9],
+            &[
+                (93, &7u16.to_be_bytes()),
+                (60, b"PXEClient:Arch:00007:UNDI:003016"),
+            ],
+        );
+        let (m, _) = p
+            .answer(&parse_request(&b).unwrap(), &leases, false)
+            .unwrap();
+        assert!(m.yiaddr().is_unspecified());
+        assert_eq!(bootfile(&m).as_deref(), Some("snponly-x86_64.efi"));
+        assert!(m.opts().get(OptionCode::AddressLeaseTime).is_none());
+        assert!(
+            matches!(m.opts().get(OptionCode::VendorExtensions), Some(DhcpOption::VendorExtensions(v)) if v == &vec![6, 1, 8, 255])
+        );
+        let b = discover([9, 9, 9, 9, 9, 8], &[(12, b"plain")]);
+        assert!(
+            p.answer(&parse_request(&b).unwrap(), &leases, false)
+                .is_none()
+        );
+        assert!(
+            leases.get(&"09:09:09:09:09:08".parse().unwrap()).is_some(),
+            "still recorded"
+        );
+    }
+
+    #[test]
+    fn range_parsing() {
+        let r = Range::parse("172.22.0.10,172.22.0.100").unwrap();
+        assert_eq!(
+            (r.start.to_string(), r.netmask),
+            ("172.22.0.10".into(), None)
+        );
+        assert_eq!(
+            Range::parse("10.0.0.1,10.0.0.9,255.255.0.0")
+                .unwrap()
+                .netmask
+                .unwrap()
+                .to_string(),
+            "255.255.0.0"
+        );
+        assert_eq!(
+            Range::parse("10.0.0.1,10.0.0.9,16")
+                .unwrap()
+                .netmask
+                .unwrap()
+                .to_string(),
+            "255.255.0.0"
+        );
+        assert!(Range::parse("10.0.0.9,10.0.0.1").is_err());
+        assert!(Range::parse("x").is_err());
+    }
+}

@@ -1,0 +1,90 @@
+//! DHCP sockets: UDP 67 (and 4011 in proxy mode) bound to the provisioning
+//! interface only (SO_BINDTODEVICE), replies broadcast on it or unicast to a relay
+//! or a configured client.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+
+use dhcproto::{Encodable, Encoder};
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::net::UdpSocket;
+use tokio::sync::watch;
+
+use super::packet::parse_request;
+use super::policy::{Destination, Policy};
+use crate::netboot::address::Choice;
+use crate::netboot::leases::LeaseTable;
+
+/// Opens a UDP socket on `port` bound to `interface`.
+pub fn bind(interface: &str, port: u16) -> std::io::Result<UdpSocket> {
+    let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_reuse_address(true)?;
+    s.set_broadcast(true)?;
+    s.bind_device(Some(interface.as_bytes()))?;
+    s.set_nonblocking(true)?;
+    s.bind(&SocketAddr::from(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port)).into())?;
+    UdpSocket::from_std(s.into())
+}
+
+/// Answers requests on `socket` until the task is dropped. The policy's server
+/// address follows the provisioning IP.
+pub async fn serve(
+    socket: UdpSocket,
+    mut policy: Policy,
+    http_port: u16,
+    mut address: watch::Receiver<Choice>,
+    leases: LeaseTable,
+    proxy_port: bool,
+) {
+    let mut buf = vec![0u8; 4096];
+    let mut out = Vec::with_capacity(1024);
+    loop {
+        let received = tokio::select! {
+            r = socket.recv_from(&mut buf) => r,
+            changed = address.changed() => {
+                if changed.is_ok() {
+                    let choice = address.borrow_and_update().clone();
+                    if let std::net::IpAddr::V4(v4) = choice.ip {
+                        policy.server_ip = v4;
+                        policy.http_base = choice.http_base(http_port);
+                    }
+                }
+                continue;
+            }
+        };
+        let (len, peer) = match received {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "DHCP receive failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let req = match parse_request(&buf[..len]) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "malformed DHCP packet dropped");
+                continue;
+            }
+        };
+        let Some((reply, dest)) = policy.answer(&req, &leases, proxy_port) else {
+            continue;
+        };
+        out.clear();
+        if let Err(e) = reply.encode(&mut Encoder::new(&mut out)) {
+            tracing::warn!(mac = %req.mac, error = %e, "cannot encode DHCP reply");
+            continue;
+        }
+        let to: SocketAddr = match dest {
+            Destination::Broadcast => SocketAddrV4::new(Ipv4Addr::BROADCAST, 68).into(),
+            Destination::Unicast(a) => a.into(),
+        };
+        let to = if proxy_port && matches!(dest, Destination::Broadcast) {
+            peer
+        } else {
+            to
+        };
+        if let Err(e) = socket.send_to(&out, to).await {
+            tracing::debug!(mac = %req.mac, %to, error = %e, "DHCP reply not sent");
+        }
+    }
+}

@@ -1,0 +1,617 @@
+//! The lease table: what bmo's DHCP server learned about each MAC address.
+//!
+//! It is the seam to the host controller: a cheap-to-clone handle created at start-up
+//! and passed to both sides. Keyed by MAC (not client-id), persisted as one JSON file
+//! written atomically (temp file + rename) by a background task, so DHCP never waits
+//! on the disk and bursts of changes coalesce into one write.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, broadcast};
+
+use super::mac::MacAddr;
+
+/// Where a lease stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LeaseState {
+    /// Offered, not yet requested; expires quickly.
+    Offered,
+    /// Acknowledged.
+    Bound,
+    /// Given back by the client.
+    Released,
+    /// Seen in proxyDHCP mode: boot options only, no address from bmo.
+    Proxy,
+}
+
+/// One client, as the DHCP server saw it last.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub mac: MacAddr,
+    pub ip: Option<Ipv4Addr>,
+    pub state: LeaseState,
+    /// Unix seconds at which the address may be given to someone else.
+    pub expires_unix: u64,
+    /// Option 12 exactly as the client sent it (it need not be UTF-8), as hex.
+    #[serde(with = "hex_bytes", default, skip_serializing_if = "Option::is_none")]
+    pub hostname_raw: Option<Vec<u8>>,
+    /// Option 12 for display: invalid UTF-8 replaced by U+FFFD. Derived, not read back.
+    #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// Client system architecture (option 93): 0 BIOS, 7/9 x86-64 UEFI, 11 arm64 UEFI…
+    pub arch: Option<u16>,
+    /// Vendor class identifier (option 60), e.g. `PXEClient:Arch:00007:UNDI:003016`.
+    pub vendor_class: Option<String>,
+    /// Whether the last request came from iPXE (option 175 or user class `iPXE`).
+    pub ipxe: bool,
+    pub first_seen_unix: u64,
+    pub last_seen_unix: u64,
+}
+
+impl Lease {
+    /// The hostname the client sent, lossily decoded for display.
+    pub fn hostname_lossy(&self) -> Option<String> {
+        self.hostname_raw
+            .as_deref()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+    }
+
+    fn with_display(mut self) -> Self {
+        self.hostname = self.hostname_lossy();
+        self
+    }
+}
+
+/// What a DHCP exchange tells the table about a client.
+#[derive(Debug, Clone, Default)]
+pub struct Sighting {
+    pub hostname_raw: Option<Vec<u8>>,
+    pub arch: Option<u16>,
+    pub vendor_class: Option<String>,
+    pub ipxe: bool,
+}
+
+/// A change the controller may react to (e.g. discovery of unknown MACs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseEvent {
+    /// A MAC the table had never seen.
+    NewClient(MacAddr),
+    /// A lease was acknowledged or renewed.
+    Bound(MacAddr, Ipv4Addr),
+}
+
+/// Why the lease file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error(
+        "cannot read the lease file {path}: {source}; fix its permissions or set BMO_LEASE_FILE"
+    )]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the lease file {path} is not valid JSON ({source}); move it away to start with no leases"
+    )]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("cannot write the lease file {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+#[derive(Serialize, Deserialize)]
+struct LeaseFile {
+    version: u32,
+    leases: Vec<Lease>,
+}
+
+#[derive(Default)]
+struct Inner {
+    leases: BTreeMap<MacAddr, Lease>,
+    /// Address → holder, for allocation.
+    by_ip: HashMap<Ipv4Addr, MacAddr>,
+    reservations: HashMap<MacAddr, Ipv4Addr>,
+    /// Bumped on each change; the writer compares it with what it wrote.
+    generation: u64,
+    /// Where the next scan for a free address starts.
+    cursor: u32,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    path: Option<PathBuf>,
+    dirty: Notify,
+    written: Mutex<u64>,
+    write_lock: tokio::sync::Mutex<()>,
+    events: broadcast::Sender<LeaseEvent>,
+}
+
+/// Shared handle to the lease table. Clones share one table.
+#[derive(Clone)]
+pub struct LeaseTable {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for LeaseTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseTable")
+            .field("path", &self.shared.path)
+            .field("leases", &self.lock().leases.len())
+            .finish()
+    }
+}
+
+pub fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl LeaseTable {
+    /// A table that lives in memory only.
+    pub fn in_memory() -> Self {
+        Self::new(None, Inner::default())
+    }
+
+    /// Loads the table from `path` (a missing file is an empty table) and persists
+    /// every change there. Call [`LeaseTable::spawn_writer`] on a runtime to write.
+    pub fn open(path: &Path) -> Result<Self, LeaseError> {
+        let mut inner = Inner::default();
+        match std::fs::read(path) {
+            Ok(bytes) => {
+                let file: LeaseFile =
+                    serde_json::from_slice(&bytes).map_err(|source| LeaseError::Parse {
+                        path: path.to_owned(),
+                        source,
+                    })?;
+                for lease in file.leases {
+                    if let Some(ip) = lease.ip {
+                        inner.by_ip.insert(ip, lease.mac);
+                    }
+                    inner.leases.insert(lease.mac, lease);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(LeaseError::Read {
+                    path: path.to_owned(),
+                    source,
+                });
+            }
+        }
+        Ok(Self::new(Some(path.to_owned()), inner))
+    }
+
+    fn new(path: Option<PathBuf>, inner: Inner) -> Self {
+        let (events, _) = broadcast::channel(1024);
+        LeaseTable {
+            shared: Arc::new(Shared {
+                inner: Mutex::new(inner),
+                path,
+                dirty: Notify::new(),
+                written: Mutex::new(0),
+                write_lock: tokio::sync::Mutex::new(()),
+                events,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves consistent data (every update is
+        // a few map inserts), so poisoning is ignored.
+        self.shared.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    // ------------------------------------------------------------------ read API
+
+    /// The lease of `mac`, if the table has seen it.
+    pub fn get(&self, mac: &MacAddr) -> Option<Lease> {
+        self.lock()
+            .leases
+            .get(mac)
+            .cloned()
+            .map(Lease::with_display)
+    }
+
+    /// Every lease, ordered by MAC.
+    pub fn list(&self) -> Vec<Lease> {
+        self.lock()
+            .leases
+            .values()
+            .cloned()
+            .map(Lease::with_display)
+            .collect()
+    }
+
+    /// Changes as they happen (new MACs, bound leases).
+    pub fn subscribe(&self) -> broadcast::Receiver<LeaseEvent> {
+        self.shared.events.subscribe()
+    }
+
+    // ------------------------------------------------------------ reservations
+
+    /// Gives `mac` the fixed address `ip` (a known bootMACAddress).
+    pub fn reserve(&self, mac: MacAddr, ip: Ipv4Addr) {
+        self.lock().reservations.insert(mac, ip);
+    }
+
+    /// Removes a fixed address.
+    pub fn unreserve(&self, mac: &MacAddr) {
+        self.lock().reservations.remove(mac);
+    }
+
+    pub fn reservation(&self, mac: &MacAddr) -> Option<Ipv4Addr> {
+        self.lock().reservations.get(mac).copied()
+    }
+
+    // ------------------------------------------------------- used by DHCP only
+
+    /// Records that `mac` was seen, with what it said about itself.
+    pub(crate) fn see(&self, mac: MacAddr, sighting: Sighting, proxy: bool) {
+        let now = now_unix();
+        let mut inner = self.lock();
+        let new = !inner.leases.contains_key(&mac);
+        let lease = inner.leases.entry(mac).or_insert_with(|| Lease {
+            mac,
+            ip: None,
+            state: if proxy {
+                LeaseState::Proxy
+            } else {
+                LeaseState::Offered
+            },
+            expires_unix: 0,
+            hostname_raw: None,
+            hostname: None,
+            arch: None,
+            vendor_class: None,
+            ipxe: false,
+            first_seen_unix: now,
+            last_seen_unix: now,
+        });
+        lease.last_seen_unix = now;
+        if sighting.hostname_raw.is_some() {
+            lease.hostname_raw = sighting.hostname_raw;
+        }
+        if sighting.arch.is_some() {
+            lease.arch = sighting.arch;
+        }
+        if sighting.vendor_class.is_some() {
+            lease.vendor_class = sighting.vendor_class;
+        }
+        lease.ipxe = sighting.ipxe;
+        inner.generation += 1;
+        drop(inner);
+        if new {
+            let _ = self.shared.events.send(LeaseEvent::NewClient(mac));
+        }
+        self.shared.dirty.notify_one();
+    }
+
+    /// Picks the address for `mac` in `start..=end`: its reservation, its current
+    /// address, the address it asked for, or the lowest free one.
+    pub(crate) fn allocate(
+        &self,
+        mac: MacAddr,
+        requested: Option<Ipv4Addr>,
+        start: Ipv4Addr,
+        end: Ipv4Addr,
+    ) -> Option<Ipv4Addr> {
+        let now = now_unix();
+        let inner = self.lock();
+        if let Some(ip) = inner.reservations.get(&mac) {
+            return Some(*ip);
+        }
+        let in_range = |ip: Ipv4Addr| (u32::from(start)..=u32::from(end)).contains(&u32::from(ip));
+        let reserved_by_other = |ip: Ipv4Addr| {
+            inner
+                .reservations
+                .iter()
+                .any(|(m, r)| *r == ip && *m != mac)
+        };
+        let free = |ip: Ipv4Addr| {
+            !reserved_by_other(ip)
+                && match inner.by_ip.get(&ip) {
+                    None => true,
+                    Some(holder) if *holder == mac => true,
+                    Some(holder) => inner
+                        .leases
+                        .get(holder)
+                        .is_none_or(|l| l.ip != Some(ip) || l.expires_unix <= now),
+                }
+        };
+        if let Some(ip) = inner.leases.get(&mac).and_then(|l| l.ip)
+            && in_range(ip)
+            && free(ip)
+        {
+            return Some(ip);
+        }
+        if let Some(ip) = requested
+            && in_range(ip)
+            && free(ip)
+        {
+            return Some(ip);
+        }
+        // Scan from where the last allocation stopped, so a large range stays cheap.
+        let (lo, hi) = (u32::from(start), u32::from(end));
+        let cursor = inner.cursor.clamp(lo, hi.max(lo));
+        let found = (cursor..=hi)
+            .chain(lo..cursor)
+            .map(Ipv4Addr::from)
+            .find(|ip| free(*ip));
+        drop(inner);
+        if let Some(ip) = found {
+            self.lock().cursor = u32::from(ip).saturating_add(1);
+        }
+        found
+    }
+
+    /// Whether `ip` may be acknowledged to `mac` (not held by another live lease).
+    pub(crate) fn may_bind(&self, mac: MacAddr, ip: Ipv4Addr) -> bool {
+        let now = now_unix();
+        let inner = self.lock();
+        if inner
+            .reservations
+            .iter()
+            .any(|(m, r)| *r == ip && *m != mac)
+        {
+            return false;
+        }
+        match inner.by_ip.get(&ip) {
+            Some(holder) if *holder != mac => inner
+                .leases
+                .get(holder)
+                .is_none_or(|l| l.ip != Some(ip) || l.expires_unix <= now),
+            _ => true,
+        }
+    }
+
+    /// Sets the address and state of `mac`'s lease, valid for `secs`.
+    pub(crate) fn assign(&self, mac: MacAddr, ip: Ipv4Addr, state: LeaseState, secs: u64) {
+        let now = now_unix();
+        let mut inner = self.lock();
+        let Some(lease) = inner.leases.get_mut(&mac) else {
+            return;
+        };
+        let old = lease.ip.replace(ip);
+        lease.state = state;
+        lease.expires_unix = now + secs;
+        if let Some(old) = old
+            && old != ip
+        {
+            inner.by_ip.remove(&old);
+        }
+        inner.by_ip.insert(ip, mac);
+        inner.generation += 1;
+        drop(inner);
+        if state == LeaseState::Bound {
+            let _ = self.shared.events.send(LeaseEvent::Bound(mac, ip));
+        }
+        self.shared.dirty.notify_one();
+    }
+
+    /// The client gave its address back (RELEASE) or found it in use (DECLINE).
+    pub(crate) fn release(&self, mac: MacAddr) {
+        let mut inner = self.lock();
+        if let Some(lease) = inner.leases.get_mut(&mac) {
+            lease.state = LeaseState::Released;
+            lease.expires_unix = 0;
+            inner.generation += 1;
+        }
+        drop(inner);
+        self.shared.dirty.notify_one();
+    }
+
+    // ----------------------------------------------------------- persistence
+
+    /// Starts the background writer on the current runtime (no-op in memory).
+    pub fn spawn_writer(&self) {
+        if self.shared.path.is_none() {
+            return;
+        }
+        let table = self.clone();
+        tokio::spawn(async move {
+            loop {
+                table.shared.dirty.notified().await;
+                if let Err(e) = table.flush().await {
+                    tracing::warn!(error = %e, "lease table not persisted; will retry on the next change");
+                }
+                if Arc::strong_count(&table.shared) == 1 {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Writes the table now if it changed since the last write.
+    pub async fn flush(&self) -> Result<(), LeaseError> {
+        let Some(path) = self.shared.path.clone() else {
+            return Ok(());
+        };
+        let _guard = self.shared.write_lock.lock().await;
+        let (generation, bytes) = {
+            let inner = self.lock();
+            let written = *self
+                .shared
+                .written
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if inner.generation == written && path.exists() {
+                return Ok(());
+            }
+            let file = LeaseFile {
+                version: 1,
+                leases: inner.leases.values().cloned().collect(),
+            };
+            let bytes = serde_json::to_vec_pretty(&file).map_err(|e| LeaseError::Write {
+                path: path.clone(),
+                source: std::io::Error::other(e),
+            })?;
+            (inner.generation, bytes)
+        };
+        let target = path.clone();
+        tokio::task::spawn_blocking(move || write_atomically(&target, &bytes))
+            .await
+            .map_err(|e| LeaseError::Write {
+                path: path.clone(),
+                source: std::io::Error::other(e),
+            })?
+            .map_err(|source| LeaseError::Write { path, source })?;
+        *self
+            .shared
+            .written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = generation;
+        Ok(())
+    }
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("json.tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+mod hex_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(b) => s.serialize_str(&b.iter().map(|x| format!("{x:02x}")).collect::<String>()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        let Some(s) = Option::<String>::deserialize(d)? else {
+            return Ok(None);
+        };
+        if s.len() % 2 != 0 {
+            return Err(serde::de::Error::custom("odd number of hex digits"));
+        }
+        (0..s.len())
+            .step_by(2)
+            .map(|i| {
+                s.get(i..i + 2)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| serde::de::Error::custom("not hex"))
+            })
+            .collect::<Result<Vec<u8>, _>>()
+            .map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mac(n: u8) -> MacAddr {
+        MacAddr([0x52, 0x54, 0, 0, 0, n])
+    }
+
+    #[test]
+    fn allocation_skips_live_leases_and_reservations() {
+        let t = LeaseTable::in_memory();
+        let (start, end) = ("10.0.0.10".parse().unwrap(), "10.0.0.12".parse().unwrap());
+        t.reserve(mac(9), "10.0.0.10".parse().unwrap());
+        t.see(mac(1), Sighting::default(), false);
+        let a = t.allocate(mac(1), None, start, end).unwrap();
+        assert_eq!(a.to_string(), "10.0.0.11");
+        t.assign(mac(1), a, LeaseState::Bound, 60);
+        t.see(mac(2), Sighting::default(), false);
+        assert_eq!(
+            t.allocate(mac(2), Some(a), start, end).unwrap().to_string(),
+            "10.0.0.12"
+        );
+        assert_eq!(
+            t.allocate(mac(1), None, start, end),
+            Some(a),
+            "a client keeps its address"
+        );
+        assert_eq!(
+            t.allocate(mac(9), None, start, end).unwrap().to_string(),
+            "10.0.0.10"
+        );
+        t.assign(mac(2), "10.0.0.12".parse().unwrap(), LeaseState::Bound, 60);
+        t.see(mac(3), Sighting::default(), false);
+        assert_eq!(
+            t.allocate(mac(3), None, start, end),
+            None,
+            "range exhausted"
+        );
+        t.release(mac(2));
+        assert_eq!(
+            t.allocate(mac(3), None, start, end).unwrap().to_string(),
+            "10.0.0.12"
+        );
+    }
+
+    #[test]
+    fn hostname_keeps_raw_bytes_and_displays_lossily() {
+        let t = LeaseTable::in_memory();
+        t.see(
+            mac(1),
+            Sighting {
+                hostname_raw: Some(b"node\xff1".to_vec()),
+                ..Default::default()
+            },
+            false,
+        );
+        let l = t.get(&mac(1)).unwrap();
+        assert_eq!(l.hostname_raw.as_deref(), Some(&b"node\xff1"[..]));
+        assert_eq!(l.hostname.as_deref(), Some("node\u{fffd}1"));
+        let json = serde_json::to_string(&l).unwrap();
+        assert!(json.contains("\"hostname_raw\":\"6e6f6465ff31\""), "{json}");
+        let back: Lease = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.hostname_raw, l.hostname_raw);
+    }
+
+    #[tokio::test]
+    async fn persists_across_reopen() {
+        let dir = std::env::temp_dir().join(format!("bmo-leases-{}", std::process::id()));
+        let path = dir.join("leases.json");
+        let _ = std::fs::remove_file(&path);
+        let t = LeaseTable::open(&path).unwrap();
+        t.see(
+            mac(1),
+            Sighting {
+                arch: Some(7),
+                ..Default::default()
+            },
+            false,
+        );
+        t.assign(mac(1), "10.0.0.5".parse().unwrap(), LeaseState::Bound, 600);
+        t.flush().await.unwrap();
+        let again = LeaseTable::open(&path).unwrap();
+        let l = again.get(&mac(1)).unwrap();
+        assert_eq!(
+            (l.ip, l.arch, l.state),
+            (
+                Some("10.0.0.5".parse().unwrap()),
+                Some(7),
+                LeaseState::Bound
+            )
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,259 @@
+//! Provisioning network services: bmo's own address, DHCP with hostname capture,
+//! TFTP and HTTP boot, and the lease table shared with the host controller.
+//!
+//! See `docs/netboot.md`.
+
+pub mod address;
+pub mod config;
+pub mod dhcp;
+pub mod files;
+pub mod http;
+pub mod ipxe;
+pub mod leases;
+pub mod mac;
+pub mod tftp;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use address::{AddressError, Choice, Selector};
+use config::{DhcpMode, NetbootConfig};
+use dhcp::policy::{Mode, Policy, Range};
+use files::{Loaders, TftpFiles};
+use http::HttpState;
+use leases::{LeaseError, LeaseTable};
+
+/// How often the provisioning address is re-checked.
+const FOLLOW_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Why the network boot services could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum NetbootError {
+    #[error(transparent)]
+    Address(#[from] AddressError),
+    #[error(transparent)]
+    Leases(#[from] LeaseError),
+    #[error("cannot listen on {addr} for {service}: {source}; free the port or change {setting}")]
+    Bind {
+        service: &'static str,
+        addr: String,
+        setting: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("DHCP cannot start: {0}")]
+    Dhcp(String),
+}
+
+/// The running services. Dropping it stops them.
+pub struct Netboot {
+    /// The provisioning address, updated when it changes.
+    pub address: watch::Receiver<Choice>,
+    pub leases: LeaseTable,
+    pub http_addr: Option<SocketAddr>,
+    pub tftp_addr: Option<SocketAddr>,
+    http_port: u16,
+    kernel_url: Option<String>,
+    ramdisk_url: Option<String>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Netboot {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Netboot {
+    /// IPA kernel URL for Ironic: `DEPLOY_KERNEL_URL`, else bmo's own.
+    pub fn deploy_kernel_url(&self) -> String {
+        self.kernel_url.clone().unwrap_or_else(|| {
+            format!(
+                "{}/images/{}",
+                self.address.borrow().http_base(self.http_port),
+                http::DEFAULT_KERNEL
+            )
+        })
+    }
+
+    /// IPA ramdisk URL for Ironic: `DEPLOY_RAMDISK_URL`, else bmo's own.
+    pub fn deploy_ramdisk_url(&self) -> String {
+        self.ramdisk_url.clone().unwrap_or_else(|| {
+            format!(
+                "{}/images/{}",
+                self.address.borrow().http_base(self.http_port),
+                http::DEFAULT_RAMDISK
+            )
+        })
+    }
+
+    /// Writes pending lease changes; call before shutting down.
+    pub async fn shutdown(self) -> Result<(), LeaseError> {
+        self.leases.flush().await
+    }
+}
+
+/// Detects the provisioning address and starts the services `cfg` switches on.
+/// Sockets are opened on the calling runtime thread, hence in its network namespace.
+pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, NetbootError> {
+    let selector = Selector::from_config(&cfg.provisioning)?;
+    let choice = address::wait_for_address(&selector, cfg.provisioning.wait()).await?;
+    tracing::info!(address = %choice, "provisioning IP");
+    let address = address::follow(selector, choice.clone(), FOLLOW_INTERVAL);
+    leases.spawn_writer();
+    let mut tasks = Vec::new();
+    let kernel_url = cfg.deploy_kernel_url.as_ref().map(ToString::to_string);
+    let ramdisk_url = cfg.deploy_ramdisk_url.as_ref().map(ToString::to_string);
+    let loaders = Loaders {
+        dir: cfg.ipxe_dir.clone(),
+    };
+
+    let mut http_addr = None;
+    let mut http_port = cfg.http_port;
+    if cfg.http {
+        let bind = SocketAddr::new(cfg.http_bind, cfg.http_port);
+        let listener = tokio::net::TcpListener::bind(bind)
+            .await
+            .map_err(|source| NetbootError::Bind {
+                service: "HTTP boot",
+                addr: bind.to_string(),
+                setting: "HTTP_PORT or BMO_HTTP_BIND",
+                source,
+            })?;
+        let local = listener.local_addr().unwrap_or(bind);
+        http_port = local.port();
+        http_addr = Some(local);
+        let state = HttpState {
+            http_root: cfg.http_root.clone(),
+            images_dir: cfg.images_dir.clone(),
+            loaders: loaders.clone(),
+            leases: leases.clone(),
+            address: address.clone(),
+            port: http_port,
+            kernel_url: kernel_url.clone(),
+            ramdisk_url: ramdisk_url.clone(),
+            kernel_params: cfg.ipxe_kernel_params.clone(),
+        };
+        let app = http::router(state);
+        tracing::info!(addr = %local, root = %cfg.http_root.display(), images = %cfg.images_dir.display(), "serving HTTP boot");
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "HTTP boot server stopped");
+            }
+        }));
+    }
+
+    let mut tftp_addr = None;
+    if cfg.tftp {
+        let socket = tokio::net::UdpSocket::bind(cfg.tftp_addr)
+            .await
+            .map_err(|source| NetbootError::Bind {
+                service: "TFTP",
+                addr: cfg.tftp_addr.to_string(),
+                setting: "BMO_TFTP_ADDR",
+                source,
+            })?;
+        tftp_addr = Some(socket.local_addr().unwrap_or(cfg.tftp_addr));
+        let files = Arc::new(TftpFiles {
+            loaders: loaders.clone(),
+            images_dir: cfg.images_dir.clone(),
+            tftp_root: cfg.tftp_root.clone(),
+        });
+        tracing::info!(addr = %cfg.tftp_addr, loaders = ?loaders.available(), root = %cfg.tftp_root.display(), "serving TFTP");
+        tasks.push(tokio::spawn(tftp::serve(socket, files)));
+    }
+
+    if cfg.dhcp_mode != DhcpMode::Off {
+        let IpAddr::V4(server_ip) = choice.ip else {
+            return Err(NetbootError::Dhcp(format!(
+                "the provisioning IP {} is IPv6; DHCPv4 needs an IPv4 one (set BMO_PROVISIONING_IP_FAMILY=ipv4)",
+                choice.ip
+            )));
+        };
+        let Some(interface) = choice.interface.clone() else {
+            return Err(NetbootError::Dhcp(
+                "the provisioning IP is on no known interface".into(),
+            ));
+        };
+        let prefix = u32::from(choice.prefix_len.unwrap_or(24).min(32));
+        let netmask = std::net::Ipv4Addr::from(u32::MAX.checked_shl(32 - prefix).unwrap_or(0));
+        let mode = match cfg.dhcp_mode {
+            DhcpMode::Proxy => Mode::Proxy,
+            _ => {
+                let range = cfg
+                    .dhcp_range
+                    .as_deref()
+                    .ok_or_else(|| {
+                        NetbootError::Dhcp("BMO_DHCP_MODE=full needs DHCP_RANGE=START,END".into())
+                    })
+                    .and_then(|r| Range::parse(r).map_err(NetbootError::Dhcp))?;
+                Mode::Full { range }
+            }
+        };
+        for host in cfg
+            .dhcp_hosts
+            .as_deref()
+            .unwrap_or("")
+            .split(';')
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+        {
+            let (mac, ip) = host.split_once(',').ok_or_else(|| {
+                NetbootError::Dhcp(format!("DHCP_HOSTS entry {host:?} is not MAC,IP"))
+            })?;
+            let mac = mac.parse().map_err(NetbootError::Dhcp)?;
+            let ip = ip.trim().parse().map_err(|e| {
+                NetbootError::Dhcp(format!("DHCP_HOSTS entry {host:?}: bad IPv4 address: {e}"))
+            })?;
+            leases.reserve(mac, ip);
+        }
+        let policy = Policy {
+            mode: mode.clone(),
+            server_ip,
+            netmask,
+            router: cfg.gateway_ip,
+            dns: cfg.dns_ip,
+            lease_secs: cfg.dhcp_lease_secs,
+            http_base: choice.http_base(http_port),
+        };
+        let mut ports = vec![(67u16, false)];
+        if matches!(mode, Mode::Proxy) {
+            ports.push((4011, true));
+        }
+        for (port, proxy_port) in ports {
+            let socket =
+                dhcp::server::bind(&interface, port).map_err(|source| NetbootError::Bind {
+                    service: "DHCP",
+                    addr: format!("0.0.0.0:{port} on {interface}"),
+                    setting: "BMO_DHCP_MODE",
+                    source,
+                })?;
+            tasks.push(tokio::spawn(dhcp::server::serve(
+                socket,
+                policy.clone(),
+                http_port,
+                address.clone(),
+                leases.clone(),
+                proxy_port,
+            )));
+        }
+        tracing::info!(mode = ?cfg.dhcp_mode, %interface, %server_ip, "serving DHCP");
+    }
+
+    Ok(Netboot {
+        address,
+        leases,
+        http_addr,
+        tftp_addr,
+        http_port,
+        kernel_url,
+        ramdisk_url,
+        tasks,
+    })
+}

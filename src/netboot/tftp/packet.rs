@@ -1,0 +1,252 @@
+//! TFTP packets (RFC 1350) and options (RFC 2347 negotiation, 2348 blksize,
+//! 2349 timeout/tsize, 7440 windowsize).
+
+/// Error codes of RFC 1350 and RFC 2347.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum ErrorCode {
+    NotDefined = 0,
+    FileNotFound = 1,
+    AccessViolation = 2,
+    IllegalOperation = 4,
+    UnknownTid = 5,
+    OptionRefused = 8,
+}
+
+/// A parsed packet. Borrowed from the receive buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Packet<'a> {
+    Read(Request),
+    Write(Request),
+    Data { block: u16, data: &'a [u8] },
+    Ack { block: u16 },
+    Error { code: u16, message: String },
+    OptionAck,
+}
+
+/// A read or write request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub filename: String,
+    pub mode: String,
+    /// Options in the order the client sent them, names lower-cased.
+    pub options: Vec<(String, String)>,
+}
+
+/// Why a packet could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("packet shorter than 4 bytes")]
+    Short,
+    #[error("unknown opcode {0}")]
+    Opcode(u16),
+    #[error("string field not NUL-terminated")]
+    Unterminated,
+    #[error("option {0:?} has no value")]
+    OptionWithoutValue(String),
+}
+
+fn split_strings(mut rest: &[u8]) -> Result<Vec<String>, ParseError> {
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let end = rest
+            .iter()
+            .position(|b| *b == 0)
+            .ok_or(ParseError::Unterminated)?;
+        out.push(String::from_utf8_lossy(&rest[..end]).into_owned());
+        rest = &rest[end + 1..];
+    }
+    Ok(out)
+}
+
+/// Parses one datagram. Never panics on any input.
+pub fn parse(buf: &[u8]) -> Result<Packet<'_>, ParseError> {
+    if buf.len() < 2 {
+        return Err(ParseError::Short);
+    }
+    let opcode = u16::from_be_bytes([buf[0], buf[1]]);
+    let body = &buf[2..];
+    match opcode {
+        1 | 2 => {
+            let strings = split_strings(body)?;
+            let mut it = strings.into_iter();
+            let filename = it.next().ok_or(ParseError::Short)?;
+            let mode = it.next().ok_or(ParseError::Short)?.to_ascii_lowercase();
+            let mut options = Vec::new();
+            while let Some(name) = it.next() {
+                let value = it
+                    .next()
+                    .ok_or_else(|| ParseError::OptionWithoutValue(name.clone()))?;
+                options.push((name.to_ascii_lowercase(), value));
+            }
+            let req = Request {
+                filename,
+                mode,
+                options,
+            };
+            Ok(if opcode == 1 {
+                Packet::Read(req)
+            } else {
+                Packet::Write(req)
+            })
+        }
+        3..=5 if body.len() < 2 => Err(ParseError::Short),
+        3 => Ok(Packet::Data {
+            block: u16::from_be_bytes([body[0], body[1]]),
+            data: &body[2..],
+        }),
+        4 => Ok(Packet::Ack {
+            block: u16::from_be_bytes([body[0], body[1]]),
+        }),
+        5 => {
+            let code = u16::from_be_bytes([body[0], body[1]]);
+            let message = split_strings(&body[2..])
+                .ok()
+                .and_then(|s| s.into_iter().next())
+                .unwrap_or_default();
+            Ok(Packet::Error { code, message })
+        }
+        6 => Ok(Packet::OptionAck),
+        other => Err(ParseError::Opcode(other)),
+    }
+}
+
+pub fn data(block: u16, payload: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&3u16.to_be_bytes());
+    out.extend_from_slice(&block.to_be_bytes());
+    out.extend_from_slice(payload);
+}
+
+pub fn error(code: ErrorCode, message: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(5 + message.len());
+    out.extend_from_slice(&5u16.to_be_bytes());
+    out.extend_from_slice(&(code as u16).to_be_bytes());
+    out.extend_from_slice(message.as_bytes());
+    out.push(0);
+    out
+}
+
+pub fn oack(options: &[(String, String)]) -> Vec<u8> {
+    let mut out = 6u16.to_be_bytes().to_vec();
+    for (k, v) in options {
+        out.extend_from_slice(k.as_bytes());
+        out.push(0);
+        out.extend_from_slice(v.as_bytes());
+        out.push(0);
+    }
+    out
+}
+
+/// Transfer parameters after option negotiation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Negotiated {
+    pub blksize: usize,
+    pub windowsize: u16,
+    pub timeout_secs: Option<u8>,
+    /// Options to acknowledge, in the client's order.
+    pub acked: Vec<(String, String)>,
+}
+
+/// Largest block we accept: keeps a window's buffer small and DATA under the
+/// 65,507-byte UDP payload limit (RFC 2348 allows up to 65464).
+pub const MAX_BLKSIZE: usize = 65464;
+/// Largest window: bounds memory per transfer to `MAX_WINDOW * blksize`.
+pub const MAX_WINDOW: u16 = 64;
+
+/// Applies RFC 2347/2348/2349/7440 options. Unknown or invalid options are
+/// ignored (left out of the OACK), as RFC 2347 prescribes. `max_blksize` caps
+/// blksize to what the path MTU allows when known.
+pub fn negotiate(req: &Request, file_size: u64, max_blksize: usize) -> Negotiated {
+    let mut n = Negotiated {
+        blksize: 512,
+        windowsize: 1,
+        timeout_secs: None,
+        acked: Vec::new(),
+    };
+    for (name, value) in &req.options {
+        match name.as_str() {
+            "blksize" => {
+                if let Ok(v) = value.parse::<usize>()
+                    && v >= 8
+                {
+                    n.blksize = v.min(max_blksize).min(MAX_BLKSIZE);
+                    n.acked.push((name.clone(), n.blksize.to_string()));
+                }
+            }
+            "tsize" => n.acked.push((name.clone(), file_size.to_string())),
+            "timeout" => {
+                if let Ok(v) = value.parse::<u8>()
+                    && v >= 1
+                {
+                    n.timeout_secs = Some(v);
+                    n.acked.push((name.clone(), v.to_string()));
+                }
+            }
+            "windowsize" => {
+                if let Ok(v) = value.parse::<u16>()
+                    && v >= 1
+                {
+                    n.windowsize = v.min(MAX_WINDOW);
+                    n.acked.push((name.clone(), n.windowsize.to_string()));
+                }
+            }
+            _ => {}
+        }
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rrq(opts: &[(&str, &str)]) -> Vec<u8> {
+        let mut b = vec![0, 1];
+        b.extend_from_slice(b"undionly.kpxe\0octet\0");
+        for (k, v) in opts {
+            b.extend_from_slice(k.as_bytes());
+            b.push(0);
+            b.extend_from_slice(v.as_bytes());
+            b.push(0);
+        }
+        b
+    }
+
+    #[test]
+    fn parses_rrq_with_options() {
+        let b = rrq(&[("BLKSIZE", "1468"), ("tsize", "0"), ("windowsize", "16")]);
+        let Packet::Read(r) = parse(&b).unwrap() else {
+            panic!()
+        };
+        assert_eq!(r.filename, "undionly.kpxe");
+        assert_eq!(r.mode, "octet");
+        let n = negotiate(&r, 12345, 1468);
+        assert_eq!((n.blksize, n.windowsize), (1468, 16));
+        assert_eq!(n.acked[1], ("tsize".to_owned(), "12345".to_owned()));
+    }
+
+    #[test]
+    fn invalid_options_are_left_out() {
+        let b = rrq(&[
+            ("blksize", "4"),
+            ("timeout", "0"),
+            ("windowsize", "x"),
+            ("foo", "1"),
+        ]);
+        let Packet::Read(r) = parse(&b).unwrap() else {
+            panic!()
+        };
+        let n = negotiate(&r, 1, MAX_BLKSIZE);
+        assert_eq!((n.blksize, n.windowsize, n.acked.len()), (512, 1, 0));
+    }
+
+    #[test]
+    fn rejects_malformed() {
+        assert_eq!(parse(&[0]), Err(ParseError::Short));
+        assert_eq!(parse(&[0, 9, 0, 0]), Err(ParseError::Opcode(9)));
+        assert_eq!(parse(&[0, 1, b'a']), Err(ParseError::Unterminated));
+        assert_eq!(parse(&[0, 4, 1]), Err(ParseError::Short));
+        assert_eq!(parse(&[0, 4, 1, 2]), Ok(Packet::Ack { block: 0x0102 }));
+    }
+}
