@@ -9,6 +9,8 @@ pub mod config;
 pub mod controller;
 pub mod credentials;
 pub mod ironic;
+pub mod make_host;
+pub mod notify;
 pub mod provisioner;
 pub mod run;
 pub mod telemetry;
