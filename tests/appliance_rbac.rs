@@ -22,7 +22,10 @@ fn role_documents() -> Vec<serde_json::Value> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/rbac/role.yaml");
     let text = std::fs::read_to_string(path).expect("read deploy/rbac/role.yaml");
     text.split("\n---\n")
-        .filter(|d| d.lines().any(|l| !l.trim().is_empty() && !l.starts_with('#')))
+        .filter(|d| {
+            d.lines()
+                .any(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        })
         .map(|d| serde_norway::from_str(d).expect("role.yaml document is YAML"))
         .collect()
 }
