@@ -51,6 +51,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print a BareMetalHost and its BMC Secret as YAML, from flags checked the way
+    /// the CRD checks them; pipe into `kubectl apply -f -`.
+    MakeHost(Box<bmo::make_host::MakeHostArgs>),
     /// Print version, git commit, build date and rustc version.
     Version {
         /// Print as JSON.
@@ -116,6 +119,13 @@ async fn main() -> anyhow::Result<()> {
                 println!("reason:    {}", choice.reason);
             }
         }
+        Command::MakeHost(args) => match bmo::make_host::make_host(&args) {
+            Ok(manifests) => print!("{}", manifests.to_yaml()?),
+            Err(e) => {
+                eprintln!("bmo make-host: {e}");
+                std::process::exit(2);
+            }
+        },
         Command::Version { json } => {
             if json {
                 println!("{}", serde_json::to_string_pretty(&BUILD)?);

@@ -134,8 +134,17 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     tracing::info!(addr = %bound, "serving /healthz and /readyz");
     health.ready.store(true, Ordering::SeqCst);
 
+    // systemd (Type=notify): ready only now that the controller and probes are up.
+    let notifier = crate::notify::Notifier::from_env();
+    if let Err(e) = notifier.ready("host controller running") {
+        tracing::warn!(error = %e, "cannot tell systemd that bmo is ready");
+    }
+    let watchdog = notifier.spawn_watchdog();
     tokio::spawn(async move {
         shutdown_signal().await;
+        if let Err(e) = notifier.stopping() {
+            tracing::warn!(error = %e, "cannot tell systemd that bmo is stopping");
+        }
         let _ = stop_tx.send(true);
     });
     axum::serve(listener, app)
@@ -143,6 +152,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         .await
         .map_err(RunError::Serve)?;
     let _ = controller_task.await;
+    if let Some(watchdog) = watchdog {
+        watchdog.abort();
+    }
     if let Some(netboot) = netboot
         && let Err(e) = netboot.shutdown().await
     {
