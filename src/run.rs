@@ -12,6 +12,8 @@ use axum::routing::get;
 use crate::config::Config;
 use crate::controller;
 use crate::ironic::{ClientConfig, IronicAuth, IronicClient, IronicError};
+use crate::leader::Elector;
+use crate::metrics::Metrics;
 use crate::provisioner::{IronicProvisioner, ProvisionerSettings};
 use crate::version::BUILD;
 
@@ -38,16 +40,22 @@ pub enum RunError {
     Serve(#[source] std::io::Error),
     #[error("cannot install the CRDs: {0}")]
     InstallCrds(#[source] crate::api::install::InstallError),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("leadership of the Lease {0} was lost; exiting so that a restart rejoins the election")]
+    LeadershipLost(String),
 }
 
 #[derive(Clone)]
 struct Health {
     ready: Arc<AtomicBool>,
+    metrics: Arc<Metrics>,
 }
 
 /// Runs bmo until a shutdown signal arrives.
 pub async fn run(config: Config) -> Result<(), RunError> {
     tracing::info!("{BUILD}");
+    let leader_election = config.leader_election()?;
 
     let kube_config = kube::Config::infer().await.map_err(RunError::KubeConfig)?;
     let kube_url = kube_config.cluster_url.to_string();
@@ -70,6 +78,68 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let ironic = IronicClient::connect(ironic_config).await?;
     tracing::info!(endpoint = %ironic.endpoint(), microversion = %ironic.microversion(), auth = auth_kind, "connected to Ironic");
 
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+    let notifier = crate::notify::Notifier::from_env();
+    let signal_stop = stop_tx.clone();
+    let signal_notifier = notifier.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        if let Err(e) = signal_notifier.stopping() {
+            tracing::warn!(error = %e, "cannot tell systemd that bmo is stopping");
+        }
+        let _ = signal_stop.send(true);
+    });
+
+    let health = Health {
+        ready: Arc::new(AtomicBool::new(false)),
+        metrics: Arc::new(Metrics::new()),
+    };
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(health.clone());
+    let listener = tokio::net::TcpListener::bind(config.health_addr)
+        .await
+        .map_err(|source| RunError::Listen {
+            addr: config.health_addr,
+            source,
+        })?;
+    let bound = listener.local_addr().unwrap_or(config.health_addr);
+    tracing::info!(addr = %bound, "serving /healthz, /readyz and /metrics");
+    let server = tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(stopped())
+            .into_future(),
+    );
+
+    // With leader election, a standby is healthy and ready, and waits here; the host
+    // controller and the network boot services run only in the leader.
+    let mut elector = match leader_election {
+        Some((namespace, timings)) => {
+            health.ready.store(true, Ordering::SeqCst);
+            let mut elector =
+                Elector::new(kube.clone(), &namespace, crate::leader::identity(), timings);
+            tracing::info!(lease = %elector.lease(), identity = %elector.identity(), "waiting for leadership");
+            tokio::select! {
+                () = elector.acquire() => {}
+                () = stopped() => {
+                    let _ = server.await;
+                    tracing::info!("shut down before becoming the leader");
+                    return Ok(());
+                }
+            }
+            Some(elector)
+        }
+        None => None,
+    };
+
     // Provisioning network services (src/netboot): started when switched on; the
     // handle (address, lease table, deploy image URLs) is for the host controller.
     let netboot = if config.netboot.any_service() {
@@ -86,13 +156,6 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         tracing::info!("CRDs installed");
     }
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        }
-    };
     let provisioner = IronicProvisioner::new(ironic, ProvisionerSettings::default());
     let mut settings = config.controller_settings();
     // Without explicit URLs, Ironic boots the IPA images bmo itself serves.
@@ -105,11 +168,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             .ramdisk_url
             .get_or_insert_with(|| netboot.deploy_ramdisk_url());
     }
-    let ctx = Arc::new(controller::Context::new(
-        kube.clone(),
-        provisioner,
-        settings,
-    ));
+    let mut ctx = controller::Context::new(kube.clone(), provisioner, settings);
+    ctx.metrics = health.metrics.clone();
+    let ctx = Arc::new(ctx);
     let controller_task = tokio::spawn(controller::run(ctx, stopped()));
     tracing::info!(
         namespace = config.watch_namespace.as_deref().unwrap_or("(all)"),
@@ -117,41 +178,40 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         "host controller started"
     );
 
-    let health = Health {
-        ready: Arc::new(AtomicBool::new(false)),
-    };
-    let app = Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .with_state(health.clone());
-    let listener = tokio::net::TcpListener::bind(config.health_addr)
-        .await
-        .map_err(|source| RunError::Listen {
-            addr: config.health_addr,
-            source,
-        })?;
-    let bound = listener.local_addr().unwrap_or(config.health_addr);
-    tracing::info!(addr = %bound, "serving /healthz and /readyz");
     health.ready.store(true, Ordering::SeqCst);
 
     // systemd (Type=notify): ready only now that the controller and probes are up.
-    let notifier = crate::notify::Notifier::from_env();
     if let Err(e) = notifier.ready("host controller running") {
         tracing::warn!(error = %e, "cannot tell systemd that bmo is ready");
     }
     let watchdog = notifier.spawn_watchdog();
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        if let Err(e) = notifier.stopping() {
-            tracing::warn!(error = %e, "cannot tell systemd that bmo is stopping");
+    let mut outcome = Ok(());
+    match elector.as_mut() {
+        Some(elector) => {
+            tokio::select! {
+                () = elector.keep_leading() => {
+                    outcome = Err(RunError::LeadershipLost(elector.lease()));
+                    let _ = stop_tx.send(true);
+                }
+                () = stopped() => {}
+            }
         }
-        let _ = stop_tx.send(true);
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(stopped())
-        .await
-        .map_err(RunError::Serve)?;
+        None => stopped().await,
+    }
     let _ = controller_task.await;
+    if let Some(elector) = &elector
+        && outcome.is_ok()
+    {
+        match elector.release().await {
+            Ok(()) => tracing::info!(lease = %elector.lease(), "leadership released"),
+            Err(e) => tracing::warn!(error = %e, "cannot release the leader Lease"),
+        }
+    }
+    match server.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "health server failed"),
+        Err(e) => tracing::warn!(error = %e, "health server task failed"),
+    }
     if let Some(watchdog) = watchdog {
         watchdog.abort();
     }
@@ -161,7 +221,17 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         tracing::warn!(error = %e, "lease table not saved at shutdown");
     }
     tracing::info!("shut down");
-    Ok(())
+    outcome
+}
+
+async fn metrics(State(health): State<Health>) -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            crate::metrics::CONTENT_TYPE,
+        )],
+        health.metrics.render(),
+    )
 }
 
 async fn readyz(State(health): State<Health>) -> (StatusCode, &'static str) {

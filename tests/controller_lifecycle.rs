@@ -20,6 +20,8 @@ struct Site {
     ns: String,
     client: kube::Client,
     bmo: BmoProcess,
+    /// Address of bmo's `/healthz`, `/readyz` and `/metrics`.
+    health: String,
 }
 
 impl Site {
@@ -53,7 +55,24 @@ impl Site {
                 ("RUST_LOG", "info,bmo=debug"),
             ],
         );
-        Site { ns, client, bmo }
+        Site {
+            ns,
+            client,
+            bmo,
+            health,
+        }
+    }
+
+    /// bmo's `/metrics` text.
+    async fn metrics(&self) -> String {
+        let url = format!("http://{}/metrics", self.health);
+        let response = reqwest::get(&url).await.expect("GET /metrics");
+        assert!(
+            response.status().is_success(),
+            "{url}: {}",
+            response.status()
+        );
+        response.text().await.expect("metrics body")
     }
 
     fn hosts(&self) -> Api<BareMetalHost> {
@@ -230,6 +249,21 @@ async fn fake_hardware_host_goes_from_registering_to_provisioned_and_back_out() 
         );
     }
 
+    // Prometheus sees what the user saw, under upstream's metric names.
+    let metrics = site.metrics().await;
+    let host_labels = format!(r#"namespace="{}",host="{name}""#, site.ns);
+    for expected in [
+        r#"metal3_provisioning_state_change_total{prev_state="provisioning",new_state="provisioned"}"#.to_owned(),
+        format!("metal3_reconcile_total{{{host_labels}}}"),
+        format!("metal3_operation_provision_duration_seconds_count{{{host_labels}}} 1"),
+        format!("metal3_operation_register_duration_seconds_count{{{host_labels}}} 1"),
+    ] {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(&expected)),
+            "no {expected} in /metrics:\n{metrics}"
+        );
+    }
+
     // Deleting a provisioned host deprovisions it and removes the Ironic node.
     site.hosts()
         .delete(name, &DeleteParams::default())
@@ -254,6 +288,13 @@ async fn fake_hardware_host_goes_from_registering_to_provisioned_and_back_out() 
             .is_none(),
         "Ironic node deleted"
     );
+    // A deleted host's own series go with it; the totals stay.
+    let metrics = site.metrics().await;
+    assert!(
+        !metrics.contains(&host_labels),
+        "series of the deleted host remain:\n{metrics}"
+    );
+    assert!(metrics.contains("metal3_provisioning_state_change_total"));
 }
 
 fn redfish_host(name: &str, system_index: usize) -> serde_json::Value {

@@ -6,7 +6,6 @@
 mod support;
 
 use std::future::Future;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bmo::bmc::BmcAddress;
@@ -19,7 +18,7 @@ use bmo::provisioner::{
     ProvisionerSettings, RaidConfig, RootDeviceHints,
 };
 use serde_json::{Value, json};
-use support::{Stack, eventually, unique_name};
+use support::{PrivateIronic, Stack, eventually, unique_name};
 
 fn fast_settings() -> ProvisionerSettings {
     ProvisionerSettings {
@@ -1003,68 +1002,6 @@ async fn libvirt_without_boot_mac_is_refused_with_the_reason() {
             .is_none(),
         "no node was created"
     );
-}
-
-/// A second Ironic of our own, stopped when dropped.
-struct PrivateIronic {
-    dir: PathBuf,
-    endpoint: url::Url,
-}
-
-fn stack_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/env/stack")
-}
-
-impl PrivateIronic {
-    fn start(prefix: &str, conf_lines: &[&str]) -> Self {
-        let dir = Stack::get()
-            .dir
-            .join(format!("private-{}", unique_name(prefix)));
-        let out = std::process::Command::new(stack_script())
-            .args(["private-ironic", "start"])
-            .arg(&dir)
-            .args(conf_lines)
-            .output()
-            .expect("run tests/env/stack");
-        assert!(
-            out.status.success(),
-            "private Ironic did not start: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let endpoint = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        Self {
-            dir,
-            endpoint: endpoint.parse().expect("endpoint URL"),
-        }
-    }
-
-    fn wipe(&self) {
-        let out = std::process::Command::new(stack_script())
-            .args(["private-ironic", "wipe"])
-            .arg(&self.dir)
-            .output()
-            .expect("run tests/env/stack");
-        assert!(
-            out.status.success(),
-            "wipe failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    async fn client(&self) -> IronicClient {
-        IronicClient::connect(ClientConfig::new(self.endpoint.clone()))
-            .await
-            .expect("connect to private Ironic")
-    }
-}
-
-impl Drop for PrivateIronic {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new(stack_script())
-            .args(["private-ironic", "stop"])
-            .arg(&self.dir)
-            .output();
-    }
 }
 
 #[tokio::test]

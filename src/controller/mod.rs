@@ -33,6 +33,7 @@ use crate::api::{
     ProvisioningState as State,
 };
 use crate::credentials::{Credentials, SecretString};
+use crate::metrics::{self, HostLabels, Metrics, TimedOperation};
 use crate::provisioner::{
     DeployRamdisk, InspectStatus, Outcome, PowerMode, PowerState, PrepareRequest, ProvisionRequest,
     Provisioner, ProvisionerError,
@@ -81,6 +82,8 @@ pub struct Context<P> {
     pub client: kube::Client,
     pub provisioner: P,
     pub settings: ControllerSettings,
+    /// What `/metrics` exports.
+    pub metrics: Arc<Metrics>,
     recorder: Recorder,
     /// Hosts holding a provisioning slot.
     busy: Mutex<HashSet<String>>,
@@ -97,6 +100,7 @@ impl<P: Provisioner> Context<P> {
             client,
             provisioner,
             settings,
+            metrics: Arc::new(Metrics::new()),
             busy: Mutex::new(HashSet::new()),
         }
     }
@@ -180,6 +184,7 @@ fn error_policy<P: Provisioner>(
     ctx: Arc<Context<P>>,
 ) -> Action {
     tracing::warn!(host = %host.namespaced_name(), %error, "reconcile failed; retrying");
+    ctx.metrics.count(metrics::Event::ReconcileError);
     let count = host
         .status
         .as_ref()
@@ -234,6 +239,13 @@ fn reboot_request(host: &BareMetalHost, state: State) -> Option<RebootRequest> {
     found
 }
 
+fn host_labels(host: &BareMetalHost) -> HostLabels {
+    HostLabels {
+        namespace: host.namespace().unwrap_or_default(),
+        host: host.name_any(),
+    }
+}
+
 fn kube_err(host: &str) -> impl FnOnce(kube::Error) -> ReconcileError + '_ {
     move |source| ReconcileError::Kube {
         host: host.to_owned(),
@@ -246,6 +258,7 @@ async fn reconcile<P: Provisioner>(
     ctx: Arc<Context<P>>,
 ) -> Result<Action, ReconcileError> {
     let name = host.namespaced_name();
+    ctx.metrics.reconcile(&host_labels(&host));
     let span = tracing::info_span!("host", host = %name);
     reconcile_host(&host, &ctx).instrument(span).await
 }
@@ -280,13 +293,27 @@ async fn reconcile_host<P: Provisioner>(
     }
 
     let state = host.provisioning_state();
-    let (credentials, credentials_check, secret_version) = load_credentials(host, ctx).await?;
+    let (credentials, credentials_check, secret_version) = match load_credentials(host, ctx).await {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            ctx.metrics.count(metrics::Event::CredentialsUnhandledError);
+            return Err(e);
+        }
+    };
+    match &credentials_check {
+        CredentialsCheck::Missing(_) => ctx.metrics.count(metrics::Event::CredentialsMissing),
+        CredentialsCheck::Invalid(_) => ctx.metrics.count(metrics::Event::CredentialsInvalid),
+        CredentialsCheck::Valid => {}
+    }
     let previous_version = host
         .status
         .as_ref()
         .and_then(|s| s.tried_credentials.as_ref())
         .and_then(|c| c.credentials_version.clone());
     let credentials_changed = secret_version.is_some() && secret_version != previous_version;
+    if credentials_changed && previous_version.is_some() {
+        ctx.metrics.count(metrics::Event::CredentialsUpdated);
+    }
 
     let provisioner_host = match mapping::host_input(
         host,
@@ -323,6 +350,9 @@ async fn reconcile_host<P: Provisioner>(
     {
         let outcome = ctx.provisioner.register(phost).await?;
         let provisioning_id = outcome.value.provisioning_id.clone();
+        if !outcome.is_done() {
+            ctx.metrics.count(metrics::Event::HostRegistrationRequired);
+        }
         if !outcome.is_done() || (state == State::Registering) {
             let result = call_result(&outcome);
             let update = state_machine::after(host, Operation::Register, &result);
@@ -372,6 +402,9 @@ async fn reconcile_host<P: Provisioner>(
     match step {
         Step::Transition(update) => save(host, ctx, update, None, None).await,
         Step::Wait(after) => {
+            if deleting && state_machine::delete_delayed_by_detach(host) {
+                ctx.metrics.count(metrics::Event::DeleteDelayedForDetached);
+            }
             // Keep conditions and lastUpdated fresh only when something changed.
             Ok(Action::requeue(after))
         }
@@ -482,14 +515,24 @@ async fn execute<P: Provisioner>(
             let request = provision_request(host, ctx).await?;
             call_result(&ctx.provisioner.adopt(phost, &request).await?)
         }
-        Operation::PowerOn => call_result(&ctx.provisioner.power_on(phost).await?),
+        Operation::PowerOn => {
+            let outcome = ctx.provisioner.power_on(phost).await?;
+            if outcome.changed {
+                ctx.metrics.power_change(&host_labels(host), true);
+            }
+            call_result(&outcome)
+        }
         Operation::PowerOff { hard } => {
             let mode = if hard {
                 PowerMode::Hard
             } else {
                 PowerMode::Soft
             };
-            call_result(&ctx.provisioner.power_off(phost, mode).await?)
+            let outcome = ctx.provisioner.power_off(phost, mode).await?;
+            if outcome.changed {
+                ctx.metrics.power_change(&host_labels(host), false);
+            }
+            call_result(&outcome)
         }
         Operation::Detach => call_result(&ctx.provisioner.detach(phost).await?),
         Operation::Delete => {
@@ -539,6 +582,15 @@ async fn provision_request<P: Provisioner>(
         }
     };
     let mut user_data = read(host.spec.user_data.as_ref(), &["userData", "value"]).await?;
+    // A Secret that is named but missing (or lacks the key) is counted, as upstream does.
+    let note_missing = |reference: Option<&k8s_openapi::api::core::v1::SecretReference>,
+                        found: &Option<Vec<u8>>,
+                        data_type: &str| {
+        if reference.and_then(|r| r.name.as_ref()).is_some() && found.is_none() {
+            ctx.metrics.config_data_error(data_type);
+        }
+    };
+    note_missing(host.spec.user_data.as_ref(), &user_data, "userData");
     if user_data.is_none() {
         user_data = host
             .spec
@@ -548,6 +600,12 @@ async fn provision_request<P: Provisioner>(
     }
     let network_data = read(host.spec.network_data.as_ref(), &["networkData", "value"]).await?;
     let meta_data = read(host.spec.meta_data.as_ref(), &["metaData", "value"]).await?;
+    note_missing(
+        host.spec.network_data.as_ref(),
+        &network_data,
+        "networkData",
+    );
+    note_missing(host.spec.meta_data.as_ref(), &meta_data, "metaData");
     Ok(ProvisionRequest {
         image: host.spec.image.as_ref().map(mapping::image),
         custom_deploy: host.spec.custom_deploy.as_ref().map(|c| c.method.clone()),
@@ -717,6 +775,7 @@ async fn finish_delete<P: Provisioner>(
     let name = host.namespaced_name();
     let ns = host.namespace().unwrap_or_default();
     ctx.claim_slot(&name, State::Deleting);
+    ctx.metrics.forget_host(&host_labels(host));
     publish(
         host,
         ctx,
@@ -818,6 +877,7 @@ async fn save_with<P: Provisioner>(
     if status.provisioning.state != old_state {
         tracing::info!(from = %old_state, to = %status.provisioning.state, "state changed");
     }
+    record_metrics(host, ctx, &update, &before, &status, &now);
     if let Some((reason, message, warning)) = &update.event {
         publish(host, ctx, reason, message, *warning).await;
     }
@@ -828,6 +888,58 @@ async fn save_with<P: Provisioner>(
         Requeue::Backoff => Action::requeue(backoff(status.error_count, ctx.settings.max_backoff)),
         Requeue::OnChange => Action::await_change(),
     })
+}
+
+/// Counts what a status update shows: a state change (and how long the state it
+/// leaves lasted), a new error, a delay by the provisioning limit.
+fn record_metrics<P: Provisioner>(
+    host: &BareMetalHost,
+    ctx: &Context<P>,
+    update: &Update,
+    before: &BareMetalHostStatus,
+    after: &BareMetalHostStatus,
+    now: &Time,
+) {
+    let labels = host_labels(host);
+    let (old, new) = (before.provisioning.state, after.provisioning.state);
+    if old != new {
+        ctx.metrics.state_change(&old.to_string(), &new.to_string());
+        if new == State::Unmanaged {
+            ctx.metrics.count(metrics::Event::HostUnmanaged);
+        }
+        let history = before.operation_history.clone().unwrap_or_default();
+        let timed = match old {
+            State::Registering => Some((TimedOperation::Register, history.register)),
+            State::Inspecting => Some((TimedOperation::Inspect, history.inspect)),
+            State::Provisioning => Some((TimedOperation::Provision, history.provision)),
+            State::Deprovisioning => Some((TimedOperation::Deprovision, history.deprovision)),
+            _ => None,
+        };
+        if let Some((
+            op,
+            Some(crate::api::OperationMetric {
+                start: Some(start), ..
+            }),
+        )) = timed
+        {
+            let seconds = now.0.duration_since(start.0).as_secs_f64();
+            if seconds >= 0.0 {
+                ctx.metrics.operation_duration(&labels, op, seconds);
+            }
+        }
+    }
+    if matches!(&update.event, Some((reason, _, _)) if reason == "DeprovisioningSkipped") {
+        ctx.metrics
+            .count(metrics::Event::DeleteWithoutDeprovisioning);
+    }
+    if let (ErrorChange::Set(..), Some((reason, _, true))) = (&update.error, &update.event) {
+        ctx.metrics.host_error(reason);
+    }
+    if after.operational_status == crate::api::OperationalStatus::Delayed
+        && before.operational_status != crate::api::OperationalStatus::Delayed
+    {
+        ctx.metrics.delayed(&labels, new == State::Deprovisioning);
+    }
 }
 
 async fn remove_annotations<P: Provisioner>(

@@ -256,7 +256,7 @@ fn detached(host: &BareMetalHost) -> bool {
 }
 
 /// The `deleteAction` of the detached annotation is `delay`.
-fn delete_delayed_by_detach(host: &BareMetalHost) -> bool {
+pub fn delete_delayed_by_detach(host: &BareMetalHost) -> bool {
     annotation(host, crate::api::host::DETACHED_ANNOTATION)
         .and_then(|v| serde_json::from_str::<serde_json::Value>(v).ok())
         .and_then(|v| {

@@ -256,3 +256,68 @@ pub fn unique_mac() -> String {
         .to_be_bytes();
     format!("02:42:{:02x}:{:02x}:{:02x}:{:02x}", r[0], r[1], r[2], r[3])
 }
+
+/// A second Ironic of our own, stopped when dropped.
+pub struct PrivateIronic {
+    pub dir: PathBuf,
+    pub endpoint: url::Url,
+}
+
+fn stack_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/env/stack")
+}
+
+impl PrivateIronic {
+    /// Starts an Ironic of its own (empty database, own ports) with extra
+    /// `ironic.conf` lines.
+    pub fn start(prefix: &str, conf_lines: &[&str]) -> Self {
+        let dir = Stack::get()
+            .dir
+            .join(format!("private-{}", unique_name(prefix)));
+        let out = std::process::Command::new(stack_script())
+            .args(["private-ironic", "start"])
+            .arg(&dir)
+            .args(conf_lines)
+            .output()
+            .expect("run tests/env/stack");
+        assert!(
+            out.status.success(),
+            "private Ironic did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let endpoint = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        Self {
+            dir,
+            endpoint: endpoint.parse().expect("endpoint URL"),
+        }
+    }
+
+    /// Restarts it on the same port with an empty database.
+    pub fn wipe(&self) {
+        let out = std::process::Command::new(stack_script())
+            .args(["private-ironic", "wipe"])
+            .arg(&self.dir)
+            .output()
+            .expect("run tests/env/stack");
+        assert!(
+            out.status.success(),
+            "wipe failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    pub async fn client(&self) -> IronicClient {
+        IronicClient::connect(ClientConfig::new(self.endpoint.clone()))
+            .await
+            .expect("connect to private Ironic")
+    }
+}
+
+impl Drop for PrivateIronic {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(stack_script())
+            .args(["private-ironic", "stop"])
+            .arg(&self.dir)
+            .output();
+    }
+}

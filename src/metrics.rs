@@ -1,0 +1,423 @@
+//! Prometheus metrics with upstream baremetal-operator's `metal3_*` names, labels and
+//! histogram buckets, so existing dashboards and alerts keep working. Served as
+//! OpenMetrics text at `/metrics` on the health address.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Content type of [`Metrics::render`].
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Upstream's buckets for the long operations (inspect, provision, deprovision), seconds.
+const LONG_OPERATION_BUCKETS: [f64; 6] = [30.0, 90.0, 180.0, 360.0, 720.0, 1440.0];
+/// Prometheus' default buckets, which upstream uses for registration.
+const DEFAULT_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HostLabels {
+    pub namespace: String,
+    pub host: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PowerLabels {
+    namespace: String,
+    host: String,
+    on_off: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    error_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateChangeLabels {
+    prev_state: String,
+    new_state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DataTypeLabels {
+    host_data_type: String,
+}
+
+/// The long-running operations whose durations are recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimedOperation {
+    Register,
+    Inspect,
+    Provision,
+    Deprovision,
+}
+
+/// Simple counters without labels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    ReconcileError,
+    CredentialsMissing,
+    CredentialsInvalid,
+    CredentialsUnhandledError,
+    CredentialsUpdated,
+    CredentialsNoManagementAccess,
+    HostRegistrationRequired,
+    HostUnmanaged,
+    DeleteWithoutDeprovisioning,
+    ProvisionerNotReady,
+    DeleteDelayedForDetached,
+}
+
+type HistogramFamily = Family<HostLabels, Histogram, fn() -> Histogram>;
+
+/// Every metric bmo exports. Cheap to share behind an `Arc`; all methods take `&self`.
+pub struct Metrics {
+    registry: Registry,
+    reconcile: Family<HostLabels, Counter>,
+    host_error: Family<ErrorLabels, Counter>,
+    power_change: Family<PowerLabels, Counter>,
+    config_data_error: Family<DataTypeLabels, Counter>,
+    delayed_provisioning: Family<HostLabels, Counter>,
+    delayed_deprovisioning: Family<HostLabels, Counter>,
+    state_change: Family<StateChangeLabels, Counter>,
+    register_duration: HistogramFamily,
+    inspect_duration: HistogramFamily,
+    provision_duration: HistogramFamily,
+    deprovision_duration: HistogramFamily,
+    events: Vec<(Event, Counter)>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+fn default_histogram() -> Histogram {
+    Histogram::new(DEFAULT_BUCKETS)
+}
+
+fn long_histogram() -> Histogram {
+    Histogram::new(LONG_OPERATION_BUCKETS)
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        // prometheus-client appends `_total` to counter names.
+        let reconcile = Family::<HostLabels, Counter>::default();
+        registry.register(
+            "metal3_reconcile",
+            "Number of reconcile loops executed",
+            reconcile.clone(),
+        );
+        let host_error = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "metal3_host_error",
+            "Number of times a host got into an error state",
+            host_error.clone(),
+        );
+        let power_change = Family::<PowerLabels, Counter>::default();
+        registry.register(
+            "metal3_operation_power_change",
+            "Number of times a host has been powered on or off",
+            power_change.clone(),
+        );
+        let config_data_error = Family::<DataTypeLabels, Counter>::default();
+        registry.register(
+            "metal3_host_config_data_error",
+            "Number of times the operator has failed to retrieve host configuration data",
+            config_data_error.clone(),
+        );
+        let delayed_provisioning = Family::<HostLabels, Counter>::default();
+        registry.register(
+            "metal3_delayed__provisioning",
+            "Number of times provisioning was delayed by the provisioning limit",
+            delayed_provisioning.clone(),
+        );
+        let delayed_deprovisioning = Family::<HostLabels, Counter>::default();
+        registry.register(
+            "metal3_delayed__deprovisioning",
+            "Number of times deprovisioning was delayed by the provisioning limit",
+            delayed_deprovisioning.clone(),
+        );
+        let state_change = Family::<StateChangeLabels, Counter>::default();
+        registry.register(
+            "metal3_provisioning_state_change",
+            "Number of times a state transition has occurred",
+            state_change.clone(),
+        );
+        let histogram = |registry: &mut Registry,
+                         name: &str,
+                         help: &str,
+                         make: fn() -> Histogram|
+         -> HistogramFamily {
+            let family = HistogramFamily::new_with_constructor(make);
+            registry.register(name, help, family.clone());
+            family
+        };
+        let register_duration = histogram(
+            &mut registry,
+            "metal3_operation_register_duration_seconds",
+            "Length of time per registration per host",
+            default_histogram,
+        );
+        let inspect_duration = histogram(
+            &mut registry,
+            "metal3_operation_inspect_duration_seconds",
+            "Length of time per hardware inspection per host",
+            long_histogram,
+        );
+        let provision_duration = histogram(
+            &mut registry,
+            "metal3_operation_provision_duration_seconds",
+            "Length of time per provisioning operation per host",
+            long_histogram,
+        );
+        let deprovision_duration = histogram(
+            &mut registry,
+            "metal3_operation_deprovision_duration_seconds",
+            "Length of time per deprovisioning operation per host",
+            long_histogram,
+        );
+        let plain = [
+            (
+                Event::ReconcileError,
+                "metal3_reconcile_error",
+                "Number of reconcile loops that returned an error",
+            ),
+            (
+                Event::CredentialsMissing,
+                "metal3_credentials_missing",
+                "Number of times a host's credentials are found to be missing",
+            ),
+            (
+                Event::CredentialsInvalid,
+                "metal3_credentials_invalid",
+                "Number of times a host's credentials are found to be invalid",
+            ),
+            (
+                Event::CredentialsUnhandledError,
+                "metal3_credentials_unhandled_error",
+                "Number of times getting a host's credentials fails in an unexpected way",
+            ),
+            (
+                Event::CredentialsUpdated,
+                "metal3_credentials_updated",
+                "Number of times a host's credentials change",
+            ),
+            (
+                Event::CredentialsNoManagementAccess,
+                "metal3_credentials_no_management_access",
+                "Number of times a host management interface is unavailable",
+            ),
+            (
+                Event::HostRegistrationRequired,
+                "metal3_host_registration_required",
+                "Number of times a host is found to be unregistered",
+            ),
+            (
+                Event::HostUnmanaged,
+                "metal3_host_unmanaged",
+                "Number of times a host is found to be unmanaged",
+            ),
+            (
+                Event::DeleteWithoutDeprovisioning,
+                "metal3_delete_without_deprovisioning",
+                "Number of times a host is deleted despite deprovisioning failing",
+            ),
+            (
+                Event::ProvisionerNotReady,
+                "metal3_provisioner_not_ready",
+                "Number of times a host is not provision ready",
+            ),
+            (
+                Event::DeleteDelayedForDetached,
+                "metal3_delete_delayed_for_detached",
+                "Number of times a detached host's deletion is delayed",
+            ),
+        ];
+        let events = plain
+            .into_iter()
+            .map(|(event, name, help)| {
+                let counter = Counter::default();
+                registry.register(name, help, counter.clone());
+                (event, counter)
+            })
+            .collect();
+        Self {
+            registry,
+            reconcile,
+            host_error,
+            power_change,
+            config_data_error,
+            delayed_provisioning,
+            delayed_deprovisioning,
+            state_change,
+            register_duration,
+            inspect_duration,
+            provision_duration,
+            deprovision_duration,
+            events,
+        }
+    }
+
+    /// The OpenMetrics text of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    pub fn count(&self, event: Event) {
+        if let Some((_, counter)) = self.events.iter().find(|(e, _)| *e == event) {
+            counter.inc();
+        }
+    }
+
+    pub fn reconcile(&self, host: &HostLabels) {
+        self.reconcile.get_or_create(host).inc();
+    }
+
+    /// `error_type` is the reason of the event published with the error.
+    pub fn host_error(&self, error_type: &str) {
+        self.host_error
+            .get_or_create(&ErrorLabels {
+                error_type: error_type.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn power_change(&self, host: &HostLabels, on: bool) {
+        self.power_change
+            .get_or_create(&PowerLabels {
+                namespace: host.namespace.clone(),
+                host: host.host.clone(),
+                on_off: if on { "on" } else { "off" }.to_owned(),
+            })
+            .inc();
+    }
+
+    /// `data_type` is the spec field whose Secret could not be read, e.g. `userData`.
+    pub fn config_data_error(&self, data_type: &str) {
+        self.config_data_error
+            .get_or_create(&DataTypeLabels {
+                host_data_type: data_type.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn delayed(&self, host: &HostLabels, deprovisioning: bool) {
+        let family = if deprovisioning {
+            &self.delayed_deprovisioning
+        } else {
+            &self.delayed_provisioning
+        };
+        family.get_or_create(host).inc();
+    }
+
+    pub fn state_change(&self, prev: &str, new: &str) {
+        self.state_change
+            .get_or_create(&StateChangeLabels {
+                prev_state: prev.to_owned(),
+                new_state: new.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn operation_duration(&self, host: &HostLabels, op: TimedOperation, seconds: f64) {
+        let family = match op {
+            TimedOperation::Register => &self.register_duration,
+            TimedOperation::Inspect => &self.inspect_duration,
+            TimedOperation::Provision => &self.provision_duration,
+            TimedOperation::Deprovision => &self.deprovision_duration,
+        };
+        family.get_or_create(host).observe(seconds);
+    }
+
+    /// Drops the per-host series of a deleted host, so they do not pile up.
+    pub fn forget_host(&self, host: &HostLabels) {
+        self.reconcile.remove(host);
+        self.delayed_provisioning.remove(host);
+        self.delayed_deprovisioning.remove(host);
+        for family in [
+            &self.register_duration,
+            &self.inspect_duration,
+            &self.provision_duration,
+            &self.deprovision_duration,
+        ] {
+            family.remove(host);
+        }
+        for on_off in ["on", "off"] {
+            self.power_change.remove(&PowerLabels {
+                namespace: host.namespace.clone(),
+                host: host.host.clone(),
+                on_off: on_off.to_owned(),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host() -> HostLabels {
+        HostLabels {
+            namespace: "ns".into(),
+            host: "node-0".into(),
+        }
+    }
+
+    #[test]
+    fn exports_upstream_names_and_labels() {
+        let metrics = Metrics::new();
+        metrics.reconcile(&host());
+        metrics.host_error("RegistrationError");
+        metrics.power_change(&host(), false);
+        metrics.delayed(&host(), false);
+        metrics.state_change("registering", "inspecting");
+        metrics.operation_duration(&host(), TimedOperation::Provision, 42.0);
+        metrics.count(Event::CredentialsMissing);
+        let text = metrics.render();
+        for line in [
+            r#"metal3_reconcile_total{namespace="ns",host="node-0"} 1"#,
+            r#"metal3_host_error_total{error_type="RegistrationError"} 1"#,
+            r#"metal3_operation_power_change_total{namespace="ns",host="node-0",on_off="off"} 1"#,
+            r#"metal3_delayed__provisioning_total{namespace="ns",host="node-0"} 1"#,
+            r#"metal3_provisioning_state_change_total{prev_state="registering",new_state="inspecting"} 1"#,
+            r#"metal3_operation_provision_duration_seconds_bucket{le="90.0",namespace="ns",host="node-0"} 1"#,
+            r#"metal3_operation_provision_duration_seconds_bucket{le="30.0",namespace="ns",host="node-0"} 0"#,
+            "metal3_credentials_missing_total 1",
+            "metal3_credentials_invalid_total 0",
+            "metal3_delete_delayed_for_detached_total 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn forgetting_a_host_drops_its_series() {
+        let metrics = Metrics::new();
+        metrics.reconcile(&host());
+        metrics.operation_duration(&host(), TimedOperation::Register, 0.2);
+        metrics.forget_host(&host());
+        let text = metrics.render();
+        assert!(!text.contains("node-0"), "{text}");
+        assert!(text.contains("metal3_reconcile_error_total 0"), "{text}");
+    }
+}
