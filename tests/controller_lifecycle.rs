@@ -496,3 +496,127 @@ async fn paused_host_is_left_alone_while_its_neighbour_proceeds() {
         "paused host got a finalizer"
     );
 }
+
+#[tokio::test]
+async fn status_and_hardware_annotations_are_taken_in_and_a_bad_hardware_profile_is_an_error() {
+    let site = Site::start("annotations").await;
+    let hosts = site.hosts();
+
+    // A host moved from another cluster: its saved status says available, with the
+    // hardware inspected there. bmo restores it and does not inspect again.
+    let moved = "moved-0";
+    site.secret(&format!("{moved}-bmc"), "admin", "password")
+        .await;
+    let saved_status = json!({
+        "operationalStatus": "OK",
+        "errorMessage": "",
+        "poweredOn": false,
+        "errorCount": 0,
+        "provisioningFailCount": 0,
+        "provisioning": {"state": "available", "ID": ""},
+        "hardware": {"systemVendor": {"manufacturer": "Moved Inc", "productName": "M1"}, "ramMebibytes": 4096}
+    });
+    let mut manifest = fake_host(moved, &unique_mac());
+    manifest["metadata"]["annotations"] =
+        json!({"baremetalhost.metal3.io/status": saved_status.to_string()});
+    site.create_host(manifest).await;
+
+    // Inspection disabled and hardware details supplied from outside.
+    let external = "external-0";
+    site.secret(&format!("{external}-bmc"), "admin", "password")
+        .await;
+    let mut manifest = fake_host(external, &unique_mac());
+    manifest["metadata"]["annotations"] = json!({
+        "inspect.metal3.io": "disabled",
+        "inspect.metal3.io/hardwaredetails":
+            json!({"systemVendor": {"manufacturer": "Elsewhere Ltd"}, "ramMebibytes": 8192}).to_string()
+    });
+    site.create_host(manifest).await;
+
+    // A hardware profile that does not exist.
+    let profiled = "profiled-0";
+    site.secret(&format!("{profiled}-bmc"), "admin", "password")
+        .await;
+    let mut manifest = fake_host(profiled, &unique_mac());
+    manifest["spec"]["hardwareProfile"] = json!("no-such-profile");
+    site.create_host(manifest).await;
+
+    let error = eventually(
+        "the bad hardwareProfile to be reported",
+        Duration::from_secs(60),
+        || async {
+            let h = hosts.get(profiled).await.map_err(|e| e.to_string())?;
+            let st = h.status.clone().unwrap_or_default();
+            if st.error_type == Some(bmo::api::ErrorType::Registration) {
+                Ok(st.error_message)
+            } else {
+                Err(format!("{:?} {:?}", h.provisioning_state(), st.error_type))
+            }
+        },
+    )
+    .await;
+    assert!(
+        error.contains("spec.hardwareProfile") && error.contains("no-such-profile"),
+        "{error}"
+    );
+
+    let seen = Mutex::new(BTreeSet::new());
+    site.wait_state(
+        moved,
+        ProvisioningState::Provisioned,
+        Duration::from_secs(120),
+        &seen,
+    )
+    .await;
+    let seen = seen.into_inner().expect("lock");
+    assert!(
+        !seen.contains("inspecting") && !seen.contains("registering"),
+        "the restored host went through {seen:?}"
+    );
+    let host = hosts.get(moved).await.expect("get moved host");
+    assert!(
+        !annotations_of(&host).contains_key("baremetalhost.metal3.io/status"),
+        "status annotation not removed"
+    );
+    let vendor = host
+        .status
+        .and_then(|s| s.hardware)
+        .and_then(|h| h.system_vendor)
+        .and_then(|v| v.manufacturer);
+    assert_eq!(vendor.as_deref(), Some("Moved Inc"));
+
+    let host = eventually(
+        "external hardware details in the status",
+        Duration::from_secs(60),
+        || async {
+            let h = hosts.get(external).await.map_err(|e| e.to_string())?;
+            let has = h
+                .status
+                .as_ref()
+                .and_then(|s| s.hardware.as_ref())
+                .is_some();
+            if has && !annotations_of(&h).contains_key("inspect.metal3.io/hardwaredetails") {
+                Ok(h)
+            } else {
+                Err(format!("{:?}", h.metadata.annotations))
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        host.status
+            .and_then(|s| s.hardware)
+            .and_then(|h| h.ram_mebibytes),
+        Some(8192)
+    );
+    let data: Api<bmo::api::HardwareData> = Api::namespaced(site.client.clone(), &site.ns);
+    let stored = data.get(external).await.expect("HardwareData written");
+    assert_eq!(
+        stored.spec.hardware.and_then(|h| h.ram_mebibytes),
+        Some(8192)
+    );
+}
+
+fn annotations_of(host: &BareMetalHost) -> std::collections::BTreeMap<String, String> {
+    host.metadata.annotations.clone().unwrap_or_default()
+}

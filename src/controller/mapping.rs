@@ -21,7 +21,21 @@ pub enum SpecError {
     BootMacRequired { address: String },
     #[error("spec.bmc is missing: set spec.bmc.address and spec.bmc.credentialsName")]
     NoBmc,
+    #[error(
+        "spec.hardwareProfile {profile:?} is not a known profile (unknown, libvirt, dell, dell-raid, openstack, empty); remove it and use spec.rootDeviceHints"
+    )]
+    HardwareProfile { profile: String },
 }
+
+/// Upstream's hardware profile names (deprecated; they only choose root device hints).
+pub const HARDWARE_PROFILES: [&str; 6] = [
+    "unknown",
+    "libvirt",
+    "dell",
+    "dell-raid",
+    "openstack",
+    "empty",
+];
 
 /// The provisioner's view of `host`.
 pub fn host_input(
@@ -31,6 +45,16 @@ pub fn host_input(
     deploy_ramdisk: &DeployRamdisk,
 ) -> Result<Host, SpecError> {
     let bmc = bmh.spec.bmc.as_ref().ok_or(SpecError::NoBmc)?;
+    if let Some(profile) = bmh
+        .spec
+        .hardware_profile
+        .as_deref()
+        .filter(|p| !p.is_empty() && !HARDWARE_PROFILES.contains(p))
+    {
+        return Err(SpecError::HardwareProfile {
+            profile: profile.to_owned(),
+        });
+    }
     let address = BmcAddress::parse(&bmc.address).map_err(|e| SpecError::BmcAddress {
         address: bmc.address.clone(),
         reason: e.to_string(),

@@ -27,7 +27,10 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::Instrument;
 
-use crate::api::host::{FINALIZER, PAUSED_ANNOTATION, REBOOT_ANNOTATION_PREFIX};
+use crate::api::host::{
+    FINALIZER, HARDWARE_DETAILS_ANNOTATION, PAUSED_ANNOTATION, REBOOT_ANNOTATION_PREFIX,
+    STATUS_ANNOTATION,
+};
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, ErrorType, HardwareData, HardwareDataSpec,
     ProvisioningState as State,
@@ -273,6 +276,9 @@ async fn reconcile_host<P: Provisioner>(
     if annotations(host).contains_key(PAUSED_ANNOTATION) {
         tracing::debug!("paused; leaving the host alone");
         return Ok(Action::await_change());
+    }
+    if let Some(action) = apply_status_annotations(host, ctx).await? {
+        return Ok(action);
     }
     let deleting = host.metadata.deletion_timestamp.is_some();
     if !deleting && !host.finalizers().iter().any(|f| f == FINALIZER) {
@@ -823,7 +829,6 @@ async fn save_with<P: Provisioner>(
     hardware: Option<crate::api::HardwareDetails>,
     progress: Option<String>,
 ) -> Result<Action, ReconcileError> {
-    let name = host.namespaced_name();
     let ns = host.namespace().unwrap_or_default();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let mut status: BareMetalHostStatus = host.status.clone().unwrap_or_default();
@@ -859,20 +864,7 @@ async fn save_with<P: Provisioner>(
     let changed = status != before;
     if changed {
         status.last_updated = Some(now.clone());
-        let hosts: Api<BareMetalHost> = Api::namespaced(ctx.client.clone(), &ns);
-        let patch = json!({
-            "apiVersion": "metal3.io/v1alpha1",
-            "kind": "BareMetalHost",
-            "status": status,
-        });
-        hosts
-            .patch_status(
-                &host.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await
-            .map_err(kube_err(&name))?;
+        patch_status(host, ctx, &status).await?;
     }
     if status.provisioning.state != old_state {
         tracing::info!(from = %old_state, to = %status.provisioning.state, "state changed");
@@ -942,6 +934,110 @@ fn record_metrics<P: Provisioner>(
     }
 }
 
+/// Writes the whole status (server-side apply on the status subresource).
+async fn patch_status<P: Provisioner>(
+    host: &BareMetalHost,
+    ctx: &Context<P>,
+    status: &BareMetalHostStatus,
+) -> Result<(), ReconcileError> {
+    let hosts: Api<BareMetalHost> =
+        Api::namespaced(ctx.client.clone(), &host.namespace().unwrap_or_default());
+    let patch = json!({
+        "apiVersion": "metal3.io/v1alpha1",
+        "kind": "BareMetalHost",
+        "status": status,
+    });
+    hosts
+        .patch_status(
+            &host.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(kube_err(&host.namespaced_name()))?;
+    Ok(())
+}
+
+/// Upstream's two annotations that bring status in from outside: the status saved
+/// before a move between clusters, and hardware details inspected by other means.
+/// Each is consumed (removed) once looked at. Returns an action when it changed
+/// something, so the reconcile starts again from the new state.
+async fn apply_status_annotations<P: Provisioner>(
+    host: &BareMetalHost,
+    ctx: &Context<P>,
+) -> Result<Option<Action>, ReconcileError> {
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    if let Some(raw) = annotations(host).get(STATUS_ANNOTATION) {
+        let never_saved = host
+            .status
+            .as_ref()
+            .and_then(|s| s.last_updated.as_ref())
+            .is_none();
+        if never_saved {
+            match serde_json::from_str::<BareMetalHostStatus>(raw) {
+                Ok(mut restored) => {
+                    // The HardwareData object, when there is one, wins for the hardware.
+                    let data: Api<HardwareData> =
+                        Api::namespaced(ctx.client.clone(), &host.namespace().unwrap_or_default());
+                    if let Some(hardware) = data
+                        .get_opt(&host.name_any())
+                        .await
+                        .map_err(kube_err(&host.namespaced_name()))?
+                        .and_then(|d| d.spec.hardware)
+                    {
+                        restored.hardware = Some(hardware);
+                    }
+                    restored.last_updated = Some(now.clone());
+                    patch_status(host, ctx, &restored).await?;
+                    let message =
+                        format!("status restored from the {STATUS_ANNOTATION} annotation");
+                    publish(host, ctx, "StatusRestored", &message, false).await;
+                }
+                Err(e) => {
+                    let message = format!(
+                        "annotation {STATUS_ANNOTATION} is not a BareMetalHost status ({e}); ignored and removed"
+                    );
+                    publish(host, ctx, "InvalidAnnotation", &message, true).await;
+                }
+            }
+        }
+        remove_annotation_keys(host, ctx, &[STATUS_ANNOTATION]).await?;
+        return Ok(Some(Action::requeue(Duration::ZERO)));
+    }
+    if let Some(raw) = annotations(host).get(HARDWARE_DETAILS_ANNOTATION) {
+        let status = host.status.clone().unwrap_or_default();
+        if status.hardware.is_none() || host.inspection_disabled() {
+            match serde_json::from_str::<crate::api::HardwareDetails>(raw) {
+                Ok(details) => {
+                    write_hardware_data(host, ctx, &details).await?;
+                    let mut status = status;
+                    status.hardware = Some(details);
+                    status.last_updated = Some(now);
+                    patch_status(host, ctx, &status).await?;
+                    let message = format!(
+                        "hardware details taken from the {HARDWARE_DETAILS_ANNOTATION} annotation"
+                    );
+                    publish(host, ctx, "UpdateHardwareDetails", &message, false).await;
+                }
+                Err(e) => {
+                    let message = format!(
+                        "annotation {HARDWARE_DETAILS_ANNOTATION} is not hardware details ({e}); ignored and removed"
+                    );
+                    publish(host, ctx, "InvalidAnnotation", &message, true).await;
+                }
+            }
+        } else {
+            let message = format!(
+                "annotation {HARDWARE_DETAILS_ANNOTATION} ignored: the host has inspection data and inspection is not disabled"
+            );
+            publish(host, ctx, "RemoveAnnotation", &message, false).await;
+        }
+        remove_annotation_keys(host, ctx, &[HARDWARE_DETAILS_ANNOTATION]).await?;
+        return Ok(Some(Action::requeue(Duration::ZERO)));
+    }
+    Ok(None)
+}
+
 async fn remove_annotations<P: Provisioner>(
     host: &BareMetalHost,
     ctx: &Context<P>,
@@ -956,6 +1052,15 @@ async fn remove_annotations<P: Provisioner>(
     {
         remove.push(crate::api::host::INSPECT_ANNOTATION);
     }
+    remove_annotation_keys(host, ctx, &remove).await
+}
+
+/// Removes the given annotation keys (a merge patch with nulls).
+async fn remove_annotation_keys<P: Provisioner>(
+    host: &BareMetalHost,
+    ctx: &Context<P>,
+    remove: &[&str],
+) -> Result<(), ReconcileError> {
     if remove.is_empty() {
         return Ok(());
     }
