@@ -620,3 +620,94 @@ async fn status_and_hardware_annotations_are_taken_in_and_a_bad_hardware_profile
 fn annotations_of(host: &BareMetalHost) -> std::collections::BTreeMap<String, String> {
     host.metadata.annotations.clone().unwrap_or_default()
 }
+
+#[tokio::test]
+async fn detached_host_leaves_ironic_keeps_its_status_and_deletes_without_deprovisioning() {
+    let site = Site::start("detached").await;
+    let name = "detach-0";
+    site.secret(&format!("{name}-bmc"), "admin", "password")
+        .await;
+    site.create_host(fake_host(name, &unique_mac())).await;
+    let seen = Mutex::new(BTreeSet::new());
+    let host = site
+        .wait_state(
+            name,
+            ProvisioningState::Provisioned,
+            Duration::from_secs(240),
+            &seen,
+        )
+        .await;
+    let node_id = host.status.expect("status").provisioning.id;
+    let hosts = site.hosts();
+    hosts
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
+                "baremetalhost.metal3.io/detached": ""
+            }}})),
+        )
+        .await
+        .expect("annotate detached");
+    let ironic = Stack::get().ironic().await;
+    eventually(
+        "the node to leave Ironic and the host to show detached",
+        Duration::from_secs(60),
+        || async {
+            let h = hosts.get(name).await.map_err(|e| e.to_string())?;
+            let st = h.status.clone().unwrap_or_default();
+            let node = ironic.get_node(&node_id).await.map_err(|e| e.to_string())?;
+            if st.operational_status == bmo::api::OperationalStatus::Detached && node.is_none() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{:?}, node present: {}",
+                    st.operational_status,
+                    node.is_some()
+                ))
+            }
+        },
+    )
+    .await;
+    let host = hosts.get(name).await.expect("get host");
+    assert_eq!(
+        host.provisioning_state(),
+        ProvisioningState::Provisioned,
+        "a detached host keeps its state"
+    );
+
+    // Deleting it does not deprovision (there is nothing in Ironic to deprovision).
+    hosts
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("delete");
+    let states = Mutex::new(BTreeSet::new());
+    let states_ref = &states;
+    eventually(
+        "the detached host to be gone",
+        Duration::from_secs(60),
+        || {
+            let hosts = hosts.clone();
+            async move {
+                match hosts.get_opt(name).await.map_err(|e| e.to_string())? {
+                    None => Ok(()),
+                    Some(h) => {
+                        let state = h.provisioning_state().as_str().to_owned();
+                        states_ref.lock().expect("lock").insert(state.clone());
+                        Err(state)
+                    }
+                }
+            }
+        },
+    )
+    .await;
+    let states = states.into_inner().expect("lock");
+    assert!(
+        !states.contains("deprovisioning"),
+        "a detached host was deprovisioned: {states:?}"
+    );
+    assert!(
+        ironic.get_node(&node_id).await.expect("get node").is_none(),
+        "no node came back"
+    );
+}
