@@ -65,6 +65,16 @@ pub struct Config {
     #[arg(long, env = "BMO_INSTALL_CRDS")]
     pub install_crds: bool,
 
+    /// Turn DHCP requests from MACs no BareMetalHost has into new BareMetalHosts (no
+    /// BMC, operationalStatus `discovered`), once per MAC; needs BMO_DHCP_MODE.
+    #[arg(long, env = "BMO_DISCOVERY")]
+    pub discovery: bool,
+
+    /// Namespace of the hosts discovery creates (default: WATCH_NAMESPACE, else
+    /// `default`).
+    #[arg(long, env = "BMO_DISCOVERY_NAMESPACE")]
+    pub discovery_namespace: Option<String>,
+
     /// Log line format.
     #[arg(long, env = "BMO_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
     pub log_format: LogFormat,
@@ -77,6 +87,21 @@ pub struct Config {
 impl Config {
     pub fn ironic_timeout(&self) -> Duration {
         Duration::from_secs(self.ironic_timeout_secs)
+    }
+
+    /// Discovery's settings, when it is switched on.
+    pub fn discovery_settings(&self) -> Option<crate::controller::discovery::DiscoverySettings> {
+        let watch_namespace = self.watch_namespace.clone().filter(|ns| !ns.is_empty());
+        self.discovery
+            .then(|| crate::controller::discovery::DiscoverySettings {
+                namespace: self
+                    .discovery_namespace
+                    .clone()
+                    .filter(|ns| !ns.is_empty())
+                    .or_else(|| watch_namespace.clone())
+                    .unwrap_or_else(|| "default".to_owned()),
+                watch_namespace,
+            })
     }
 
     /// The controller's part of the configuration.

@@ -36,6 +36,10 @@ pub enum RunError {
     Netboot(#[from] crate::netboot::NetbootError),
     #[error("health server failed: {0}")]
     Serve(#[source] std::io::Error),
+    #[error(
+        "BMO_DISCOVERY needs bmo's DHCP server to see new machines: set BMO_DHCP_MODE to full or proxy"
+    )]
+    DiscoveryWithoutDhcp,
     #[error("cannot install the CRDs: {0}")]
     InstallCrds(#[source] crate::api::install::InstallError),
 }
@@ -70,6 +74,10 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let ironic = IronicClient::connect(ironic_config).await?;
     tracing::info!(endpoint = %ironic.endpoint(), microversion = %ironic.microversion(), auth = auth_kind, "connected to Ironic");
 
+    let discovery = config.discovery_settings();
+    if discovery.is_some() && config.netboot.dhcp_mode == crate::netboot::config::DhcpMode::Off {
+        return Err(RunError::DiscoveryWithoutDhcp);
+    }
     // Provisioning network services (src/netboot): started when switched on; the
     // handle (address, lease table, deploy image URLs) is for the host controller.
     let netboot = if config.netboot.any_service() {
@@ -105,11 +113,19 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             .ramdisk_url
             .get_or_insert_with(|| netboot.deploy_ramdisk_url());
     }
-    let ctx = Arc::new(controller::Context::new(
-        kube.clone(),
-        provisioner,
-        settings,
-    ));
+    let mut ctx = controller::Context::new(kube.clone(), provisioner, settings);
+    if let Some(netboot) = &netboot {
+        ctx = ctx.with_leases(netboot.leases.clone());
+    }
+    let ctx = Arc::new(ctx);
+    let discovery_task = match (discovery, &netboot) {
+        (Some(settings), Some(netboot)) => Some(tokio::spawn(controller::discovery::run(
+            kube.clone(),
+            netboot.leases.clone(),
+            settings,
+        ))),
+        _ => None,
+    };
     let controller_task = tokio::spawn(controller::run(ctx, stopped()));
     tracing::info!(
         namespace = config.watch_namespace.as_deref().unwrap_or("(all)"),
@@ -152,6 +168,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         .await
         .map_err(RunError::Serve)?;
     let _ = controller_task.await;
+    if let Some(task) = discovery_task {
+        task.abort();
+    }
     if let Some(watchdog) = watchdog {
         watchdog.abort();
     }
