@@ -52,6 +52,10 @@ struct Health {
 /// Runs bmo until a shutdown signal arrives.
 pub async fn run(config: Config) -> Result<(), RunError> {
     tracing::info!("{BUILD}");
+    let discovery = config.discovery_settings();
+    if discovery.is_some() && config.netboot.dhcp_mode == crate::netboot::config::DhcpMode::Off {
+        return Err(RunError::DiscoveryWithoutDhcp);
+    }
 
     let kube_config = kube::Config::infer().await.map_err(RunError::KubeConfig)?;
     let kube_url = kube_config.cluster_url.to_string();
@@ -74,10 +78,6 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let ironic = IronicClient::connect(ironic_config).await?;
     tracing::info!(endpoint = %ironic.endpoint(), microversion = %ironic.microversion(), auth = auth_kind, "connected to Ironic");
 
-    let discovery = config.discovery_settings();
-    if discovery.is_some() && config.netboot.dhcp_mode == crate::netboot::config::DhcpMode::Off {
-        return Err(RunError::DiscoveryWithoutDhcp);
-    }
     // Provisioning network services (src/netboot): started when switched on; the
     // handle (address, lease table, deploy image URLs) is for the host controller.
     let netboot = if config.netboot.any_service() {
