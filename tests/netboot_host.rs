@@ -685,3 +685,119 @@ impl Drop for AbortOnDrop {
         self.0.abort();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_tries_again_on_the_next_request_when_the_create_failed() {
+    require(&["busybox", "ip"]);
+    let mac = parse_mac(&unique_mac());
+    let net = TestNet::new(false);
+    set_mac(&net, "cli0", &mac);
+    let dir = TempDir::new("netboot-discovery-retry");
+    let cfg = dhcp_config(dir.path(), "srv0");
+    let leases = LeaseTable::open(&cfg.lease_file).expect("lease file");
+    let site = Site::start("nb-retry", leases.clone()).await;
+    // Discovery's namespace does not exist yet: the first create fails.
+    let target = unique_name("nb-later");
+    let _server = DhcpServer::start(net.server.handle(), cfg.clone(), leases.clone());
+    let _task = AbortOnDrop(tokio::spawn(discovery::run(
+        site.client.clone(),
+        leases.clone(),
+        DiscoverySettings {
+            namespace: target.clone(),
+            watch_namespace: Some(site.ns.clone()),
+        },
+    )));
+    let client = net.client.handle();
+    let log = captured_log();
+    udhcpc(&client, "cli0", "early").await;
+    // What the operator sees: a warning naming the MAC and the namespace.
+    eventually(
+        "discovery's warning about the failed create",
+        Duration::from_secs(30),
+        || async {
+            let text = log.text();
+            text.lines()
+                .find(|l| {
+                    l.contains("discovery failed")
+                        && l.contains(&mac.to_string())
+                        && l.contains(&target)
+                })
+                .map(|_| ())
+                .ok_or_else(|| format!("{} log lines so far", text.lines().count()))
+        },
+    )
+    .await;
+    assert_eq!(
+        leases.get(&mac).and_then(|l| l.discovered_unix),
+        None,
+        "a failed create does not count as handled"
+    );
+
+    let mut namespace = Namespace::default();
+    namespace.metadata.name = Some(target.clone());
+    Api::<Namespace>::all(site.client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .expect("create namespace");
+    udhcpc(&client, "cli0", "early").await;
+    let hosts: Api<BareMetalHost> = Api::namespaced(site.client.clone(), &target);
+    let name = discovery::host_name(&mac);
+    eventually(
+        "the host once its namespace exists",
+        Duration::from_secs(30),
+        || async {
+            hosts
+                .get_opt(&name)
+                .await
+                .map_err(|e| e.to_string())?
+                .map(|_| ())
+                .ok_or_else(|| "not created yet".to_owned())
+        },
+    )
+    .await;
+    assert!(
+        leases.get(&mac).and_then(|l| l.discovered_unix).is_some(),
+        "handled now"
+    );
+    site.stop().await;
+}
+
+/// Everything this test binary logs through `tracing` (installed once, globally: the
+/// discovery task runs on the runtime's worker threads).
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl LogBuffer {
+    fn text(&self) -> String {
+        let bytes = self.0.lock().map(|b| b.clone()).unwrap_or_default();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut b) = self.0.lock() {
+            b.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn captured_log() -> LogBuffer {
+    static LOG: std::sync::OnceLock<LogBuffer> = std::sync::OnceLock::new();
+    LOG.get_or_init(|| {
+        let buffer = LogBuffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter("bmo=info")
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("first subscriber");
+        buffer
+    })
+    .clone()
+}

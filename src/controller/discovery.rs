@@ -152,9 +152,16 @@ impl Discovery {
                 self.decided.insert(*mac);
                 continue;
             }
-            self.create(mac).await?;
-            self.leases.mark_discovered(mac);
-            self.decided.insert(*mac);
+            match self.create(mac).await {
+                Ok(()) => {
+                    self.leases.mark_discovered(mac);
+                    self.decided.insert(*mac);
+                }
+                // The other MACs of a scan still get their turn.
+                Err(e) => {
+                    tracing::warn!(error = %e, %mac, "discovery failed; trying again on the MAC's next DHCP request")
+                }
+            }
         }
         Ok(())
     }
