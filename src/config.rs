@@ -85,6 +85,15 @@ pub struct Config {
     /// Seconds between attempts to acquire or renew the Lease.
     #[arg(long, env = "RETRY_PERIOD_SECONDS", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub retry_period_seconds: u64,
+    /// Turn DHCP requests from MACs no BareMetalHost has into new BareMetalHosts (no
+    /// BMC, operationalStatus `discovered`), once per MAC; needs BMO_DHCP_MODE.
+    #[arg(long, env = "BMO_DISCOVERY")]
+    pub discovery: bool,
+
+    /// Namespace of the hosts discovery creates (default: WATCH_NAMESPACE, else
+    /// `default`).
+    #[arg(long, env = "BMO_DISCOVERY_NAMESPACE")]
+    pub discovery_namespace: Option<String>,
 
     /// Log line format.
     #[arg(long, env = "BMO_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
@@ -139,6 +148,21 @@ impl Config {
             });
         }
         Ok(Some((namespace, timings)))
+    }
+
+    /// Discovery's settings, when it is switched on.
+    pub fn discovery_settings(&self) -> Option<crate::controller::discovery::DiscoverySettings> {
+        let watch_namespace = self.watch_namespace.clone().filter(|ns| !ns.is_empty());
+        self.discovery
+            .then(|| crate::controller::discovery::DiscoverySettings {
+                namespace: self
+                    .discovery_namespace
+                    .clone()
+                    .filter(|ns| !ns.is_empty())
+                    .or_else(|| watch_namespace.clone())
+                    .unwrap_or_else(|| "default".to_owned()),
+                watch_namespace,
+            })
     }
 
     /// The controller's part of the configuration.

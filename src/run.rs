@@ -38,6 +38,10 @@ pub enum RunError {
     Netboot(#[from] crate::netboot::NetbootError),
     #[error("health server failed: {0}")]
     Serve(#[source] std::io::Error),
+    #[error(
+        "BMO_DISCOVERY needs bmo's DHCP server to see new machines: set BMO_DHCP_MODE to full or proxy"
+    )]
+    DiscoveryWithoutDhcp,
     #[error("cannot install the CRDs: {0}")]
     InstallCrds(#[source] crate::api::install::InstallError),
     #[error(transparent)]
@@ -56,6 +60,10 @@ struct Health {
 pub async fn run(config: Config) -> Result<(), RunError> {
     tracing::info!("{BUILD}");
     let leader_election = config.leader_election()?;
+    let discovery = config.discovery_settings();
+    if discovery.is_some() && config.netboot.dhcp_mode == crate::netboot::config::DhcpMode::Off {
+        return Err(RunError::DiscoveryWithoutDhcp);
+    }
 
     let kube_config = kube::Config::infer().await.map_err(RunError::KubeConfig)?;
     let kube_url = kube_config.cluster_url.to_string();
@@ -170,7 +178,18 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     }
     let mut ctx = controller::Context::new(kube.clone(), provisioner, settings);
     ctx.metrics = health.metrics.clone();
+    if let Some(netboot) = &netboot {
+        ctx = ctx.with_leases(netboot.leases.clone());
+    }
     let ctx = Arc::new(ctx);
+    let discovery_task = match (discovery, &netboot) {
+        (Some(settings), Some(netboot)) => Some(tokio::spawn(controller::discovery::run(
+            kube.clone(),
+            netboot.leases.clone(),
+            settings,
+        ))),
+        _ => None,
+    };
     let controller_task = tokio::spawn(controller::run(ctx, stopped()));
     tracing::info!(
         namespace = config.watch_namespace.as_deref().unwrap_or("(all)"),
@@ -211,6 +230,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::warn!(error = %e, "health server failed"),
         Err(e) => tracing::warn!(error = %e, "health server task failed"),
+    }
+    if let Some(task) = discovery_task {
+        task.abort();
     }
     if let Some(watchdog) = watchdog {
         watchdog.abort();

@@ -77,6 +77,27 @@ async fn bmo_run_names_an_unreachable_ironic() {
 }
 
 #[tokio::test]
+async fn bmo_run_refuses_discovery_without_its_dhcp_server() {
+    let mut bmo = BmoProcess::start(
+        &["run"],
+        &[
+            ("BMO_DISCOVERY", "true"),
+            ("BMO_DHCP_MODE", "off"),
+            ("BMO_HEALTH_ADDR", &format!("127.0.0.1:{}", free_port())),
+        ],
+    );
+    let status = bmo.wait_exit(Duration::from_secs(30)).await;
+    assert!(!status.success());
+    let log = bmo.log();
+    assert!(
+        log.contains("BMO_DISCOVERY needs bmo's DHCP server")
+            && log.contains("set BMO_DHCP_MODE to full or proxy"),
+        "{log}"
+    );
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+#[tokio::test]
 async fn bmo_version_prints_the_four_facts() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_bmo"))
         .arg("version")

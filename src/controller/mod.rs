@@ -6,6 +6,7 @@
 //! an event. Nothing about the lifecycle is decided here.
 
 pub mod conditions;
+pub mod discovery;
 pub mod mapping;
 pub mod state_machine;
 
@@ -37,6 +38,7 @@ use crate::api::{
 };
 use crate::credentials::{Credentials, SecretString};
 use crate::metrics::{self, HostLabels, Metrics, TimedOperation};
+use crate::netboot::leases::LeaseTable;
 use crate::provisioner::{
     DeployRamdisk, InspectStatus, Outcome, PowerMode, PowerState, PrepareRequest, ProvisionRequest,
     Provisioner, ProvisionerError,
@@ -87,6 +89,9 @@ pub struct Context<P> {
     pub settings: ControllerSettings,
     /// What `/metrics` exports.
     pub metrics: Arc<Metrics>,
+    /// What bmo's DHCP server learned, when it runs: NICs in the hardware details get
+    /// their DHCP hostname and leased address from it.
+    pub leases: Option<LeaseTable>,
     recorder: Recorder,
     /// Hosts holding a provisioning slot.
     busy: Mutex<HashSet<String>>,
@@ -104,7 +109,23 @@ impl<P: Provisioner> Context<P> {
             provisioner,
             settings,
             metrics: Arc::new(Metrics::new()),
+            leases: None,
             busy: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Fills hardware details from `leases` (bmo's DHCP server's lease table).
+    pub fn with_leases(mut self, leases: LeaseTable) -> Self {
+        self.leases = Some(leases);
+        self
+    }
+
+    /// Adds lease details (DHCP hostname, leased address) to `details`; whether
+    /// anything changed.
+    fn add_lease_details(&self, details: &mut crate::api::HardwareDetails) -> bool {
+        match &self.leases {
+            Some(leases) => mapping::add_lease_details(details, |mac| leases.get(mac)),
+            None => false,
         }
     }
 
@@ -299,6 +320,16 @@ async fn reconcile_host<P: Provisioner>(
     }
 
     let state = host.provisioning_state();
+    // A DHCP exchange after inspection (a renewal, the provisioned OS) reaches the
+    // stored hardware details on the next reconcile; nothing else changes.
+    if !deleting
+        && let Some(mut details) = host.status.as_ref().and_then(|s| s.hardware.clone())
+        && ctx.add_lease_details(&mut details)
+    {
+        tracing::info!("NIC DHCP details updated from the lease table");
+        write_hardware_data(host, ctx, &details).await?;
+        return save(host, ctx, Update::default(), Some(details), None).await;
+    }
     let (credentials, credentials_check, secret_version) = match load_credentials(host, ctx).await {
         Ok(loaded) => loaded,
         Err(e) => {
@@ -460,7 +491,9 @@ async fn execute<P: Provisioner>(
         Operation::Inspect { refresh } => {
             let outcome = ctx.provisioner.inspect(phost, refresh).await?;
             if let InspectStatus::Complete(details) = &outcome.value {
-                hardware = Some(mapping::hardware_details(details));
+                let mut details = mapping::hardware_details(details);
+                ctx.add_lease_details(&mut details);
+                hardware = Some(details);
             }
             if matches!(
                 outcome.value,

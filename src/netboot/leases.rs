@@ -52,6 +52,10 @@ pub struct Lease {
     pub ipxe: bool,
     pub first_seen_unix: u64,
     pub last_seen_unix: u64,
+    /// Unix seconds at which discovery made (or found) a BareMetalHost for this MAC;
+    /// discovery never acts on the MAC again, even if that host is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovered_unix: Option<u64>,
 }
 
 impl Lease {
@@ -243,6 +247,22 @@ impl LeaseTable {
         self.shared.events.subscribe()
     }
 
+    /// Records that discovery handled `mac` (persisted with its lease). False when
+    /// the table does not know the MAC.
+    pub fn mark_discovered(&self, mac: &MacAddr) -> bool {
+        let mut inner = self.lock();
+        let Some(lease) = inner.leases.get_mut(mac) else {
+            return false;
+        };
+        if lease.discovered_unix.is_none() {
+            lease.discovered_unix = Some(now_unix());
+            inner.generation += 1;
+            drop(inner);
+            self.shared.dirty.notify_one();
+        }
+        true
+    }
+
     // ------------------------------------------------------------ reservations
 
     /// Gives `mac` the fixed address `ip` (a known bootMACAddress).
@@ -282,6 +302,7 @@ impl LeaseTable {
             ipxe: false,
             first_seen_unix: now,
             last_seen_unix: now,
+            discovered_unix: None,
         });
         lease.last_seen_unix = now;
         if sighting.hostname_raw.is_some() {
@@ -601,6 +622,8 @@ mod tests {
             false,
         );
         t.assign(mac(1), "10.0.0.5".parse().unwrap(), LeaseState::Bound, 600);
+        assert!(t.mark_discovered(&mac(1)));
+        assert!(!t.mark_discovered(&mac(2)), "an unknown MAC is not marked");
         t.flush().await.unwrap();
         let again = LeaseTable::open(&path).unwrap();
         let l = again.get(&mac(1)).unwrap();
@@ -612,6 +635,7 @@ mod tests {
                 LeaseState::Bound
             )
         );
+        assert!(l.discovered_unix.is_some(), "discovery's record survives");
         let _ = std::fs::remove_dir_all(dir);
     }
 }
