@@ -6,13 +6,11 @@ mod support;
 use std::time::Duration;
 
 use bmo::api::{BareMetalHost, ProvisioningState};
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding, RoleRef, Subject};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use serde_json::json;
-use support::{BmoProcess, Stack, eventually, free_port, unique_mac, unique_name};
+use support::{BmoProcess, Stack, create_fake_host, eventually, free_port, unique_name};
 
 /// The user `tests/env/stack` creates without any rights.
 const OPERATOR_USER: &str = "bmo-operator";
@@ -98,40 +96,8 @@ async fn deploy_rbac_is_enough_to_provision_a_host() {
         .expect("bind the ClusterRole to bmo-operator in the namespace");
 
     let name = "rbac-worker";
-    let mut secret = Secret::default();
-    secret.metadata.name = Some(format!("{name}-bmc"));
-    secret.data = Some(
-        [
-            ("username".to_owned(), ByteString(b"admin".to_vec())),
-            ("password".to_owned(), ByteString(b"password".to_vec())),
-        ]
-        .into(),
-    );
-    Api::<Secret>::namespaced(admin.clone(), &ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("create BMC secret");
-    let host: BareMetalHost = serde_json::from_value(json!({
-        "apiVersion": "metal3.io/v1alpha1",
-        "kind": "BareMetalHost",
-        "metadata": {"name": name},
-        "spec": {
-            "online": true,
-            "bootMACAddress": unique_mac(),
-            "bmc": {"address": format!("fake://{name}"), "credentialsName": format!("{name}-bmc")},
-            "image": {
-                "url": "http://127.0.0.1/images/demo.qcow2",
-                "checksum": "2d4c0c7a8ef4b1f6e0e6c8d8a0f54f3e6b8f0ab7c5d1e2f3a4b5c6d7e8f90a1b",
-                "checksumType": "sha256"
-            }
-        }
-    }))
-    .expect("valid host");
+    create_fake_host(&admin, &ns, name).await;
     let hosts: Api<BareMetalHost> = Api::namespaced(admin.clone(), &ns);
-    hosts
-        .create(&PostParams::default(), &host)
-        .await
-        .expect("create host");
 
     let operator_kubeconfig = stack.operator_kubeconfig.display().to_string();
     let health = format!("127.0.0.1:{}", free_port());

@@ -8,12 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use bmo::api::{BareMetalHost, ProvisioningState};
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::Api;
-use kube::api::PostParams;
-use serde_json::json;
-use support::{BmoProcess, PrivateIronic, Stack, eventually, free_port, unique_mac, unique_name};
+use support::{PrivateIronic, Stack, bmo_run, create_fake_host, eventually, new_namespace};
 
 const HOSTS: usize = 3;
 
@@ -24,65 +20,20 @@ async fn provisioned_hosts_are_adopted_again_after_ironic_loses_its_database() {
     bmo::api::install::install(&client, Duration::from_secs(60))
         .await
         .expect("install CRDs");
-    let ns = unique_name("ironic-wipe");
-    let mut namespace = Namespace::default();
-    namespace.metadata.name = Some(ns.clone());
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-        .expect("create namespace");
+    let ns = new_namespace(&client, "ironic-wipe").await;
 
     let ironic = PrivateIronic::start("wipe-e2e", &[]);
-    let kubeconfig = stack.kubeconfig.display().to_string();
-    let health = format!("127.0.0.1:{}", free_port());
-    let bmo = BmoProcess::start(
-        &["run"],
+    let (bmo, _health) = bmo_run(
+        &ns,
         &[
-            ("KUBECONFIG", &kubeconfig),
             ("IRONIC_ENDPOINT", ironic.endpoint.as_str()),
-            ("WATCH_NAMESPACE", &ns),
-            ("BMO_HEALTH_ADDR", &health),
+            ("METAL3_AUTH_ROOT_DIR", ""),
             ("RUST_LOG", "info,bmo=debug"),
         ],
     );
-
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &ns);
-    let names: Vec<String> = (0..HOSTS).map(|i| format!("node-{i}")).collect();
-    for name in &names {
-        let mut secret = Secret::default();
-        secret.metadata.name = Some(format!("{name}-bmc"));
-        secret.data = Some(
-            [
-                ("username".to_owned(), ByteString(b"admin".to_vec())),
-                ("password".to_owned(), ByteString(b"password".to_vec())),
-            ]
-            .into(),
-        );
-        secrets
-            .create(&PostParams::default(), &secret)
-            .await
-            .expect("create secret");
-        let host: BareMetalHost = serde_json::from_value(json!({
-            "apiVersion": "metal3.io/v1alpha1",
-            "kind": "BareMetalHost",
-            "metadata": {"name": name},
-            "spec": {
-                "online": true,
-                "bootMACAddress": unique_mac(),
-                "bmc": {"address": format!("fake://{name}"), "credentialsName": format!("{name}-bmc")},
-                "image": {
-                    "url": "http://127.0.0.1/images/demo.qcow2",
-                    "checksum": "2d4c0c7a8ef4b1f6e0e6c8d8a0f54f3e6b8f0ab7c5d1e2f3a4b5c6d7e8f90a1b",
-                    "checksumType": "sha256"
-                }
-            }
-        }))
-        .expect("valid host");
-        hosts
-            .create(&PostParams::default(), &host)
-            .await
-            .expect("create host");
+    for i in 0..HOSTS {
+        create_fake_host(&client, &ns, &format!("node-{i}")).await;
     }
 
     let provisioned = |hosts: Api<BareMetalHost>| async move {

@@ -7,74 +7,23 @@ mod support;
 use std::time::{Duration, Instant};
 
 use bmo::api::{BareMetalHost, ProvisioningState};
-use k8s_openapi::ByteString;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::Api;
-use kube::api::PostParams;
-use serde_json::json;
-use support::{BmoProcess, Stack, eventually, free_port, unique_mac, unique_name};
+use support::{BmoProcess, Stack, bmo_run, create_fake_host, eventually, new_namespace};
 
 fn start_candidate(ns: &str, pod: &str) -> BmoProcess {
-    let stack = Stack::get();
-    let kubeconfig = stack.kubeconfig.display().to_string();
-    let health = format!("127.0.0.1:{}", free_port());
-    BmoProcess::start(
-        &["run"],
+    bmo_run(
+        ns,
         &[
-            ("KUBECONFIG", &kubeconfig),
-            ("IRONIC_ENDPOINT", stack.ironic_endpoint.as_str()),
-            (
-                "METAL3_AUTH_ROOT_DIR",
-                stack.var("METAL3_AUTH_ROOT_DIR").unwrap_or_default(),
-            ),
-            ("WATCH_NAMESPACE", ns),
             ("POD_NAMESPACE", ns),
             ("POD_NAME", pod),
-            ("BMO_HEALTH_ADDR", &health),
             ("BMO_LEADER_ELECTION", "true"),
             ("LEASE_DURATION_SECONDS", "4"),
             ("RENEW_DEADLINE_SECONDS", "3"),
             ("RETRY_PERIOD_SECONDS", "1"),
         ],
     )
-}
-
-async fn create_host(client: &kube::Client, ns: &str, name: &str) {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let mut secret = Secret::default();
-    secret.metadata.name = Some(format!("{name}-bmc"));
-    secret.data = Some(
-        [
-            ("username".to_owned(), ByteString(b"admin".to_vec())),
-            ("password".to_owned(), ByteString(b"password".to_vec())),
-        ]
-        .into(),
-    );
-    secrets
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("create secret");
-    let host: BareMetalHost = serde_json::from_value(json!({
-        "apiVersion": "metal3.io/v1alpha1",
-        "kind": "BareMetalHost",
-        "metadata": {"name": name},
-        "spec": {
-            "online": true,
-            "bootMACAddress": unique_mac(),
-            "bmc": {"address": format!("fake://{name}"), "credentialsName": format!("{name}-bmc")},
-            "image": {
-                "url": "http://127.0.0.1/images/demo.qcow2",
-                "checksum": "2d4c0c7a8ef4b1f6e0e6c8d8a0f54f3e6b8f0ab7c5d1e2f3a4b5c6d7e8f90a1b",
-                "checksumType": "sha256"
-            }
-        }
-    }))
-    .expect("valid host");
-    Api::<BareMetalHost>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &host)
-        .await
-        .expect("create host");
+    .0
 }
 
 async fn holder(leases: &Api<Lease>) -> Result<String, String> {
@@ -123,13 +72,7 @@ async fn one_leader_reconciles_and_the_standby_takes_over_when_it_dies() {
     bmo::api::install::install(&client, Duration::from_secs(60))
         .await
         .expect("install CRDs");
-    let ns = unique_name("leader");
-    let mut namespace = Namespace::default();
-    namespace.metadata.name = Some(ns.clone());
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-        .expect("create namespace");
+    let ns = new_namespace(&client, "leader").await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
     let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &ns);
 
@@ -159,7 +102,7 @@ async fn one_leader_reconciles_and_the_standby_takes_over_when_it_dies() {
     })
     .await;
 
-    create_host(&client, &ns, "before-failover").await;
+    create_fake_host(&client, &ns, "before-failover").await;
     wait_provisioned(&hosts, "before-failover", &[&leader, &standby]).await;
     assert!(
         !standby.log().contains("state changed"),
@@ -172,7 +115,7 @@ async fn one_leader_reconciles_and_the_standby_takes_over_when_it_dies() {
     leader.signal("KILL");
     let killed = Instant::now();
     leader.wait_exit(Duration::from_secs(10)).await;
-    create_host(&client, &ns, "after-failover").await;
+    create_fake_host(&client, &ns, "after-failover").await;
     eventually("the standby to lead", Duration::from_secs(30), || async {
         if standby.log().contains("became the leader") {
             Ok(())

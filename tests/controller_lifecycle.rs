@@ -8,12 +8,13 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bmo::api::{BareMetalHost, ProvisioningState};
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
+use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use support::{BmoProcess, Stack, eventually, free_port, unique_mac, unique_name};
+use support::{
+    BmoProcess, Stack, bmo_run, create_bmc_secret, eventually, fake_host, new_namespace, unique_mac,
+};
 
 /// A namespace with CRDs installed and a `bmo run` watching only it.
 struct Site {
@@ -31,30 +32,8 @@ impl Site {
         bmo::api::install::install(&client, Duration::from_secs(60))
             .await
             .expect("install CRDs");
-        let ns = unique_name(prefix);
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        let mut namespace = Namespace::default();
-        namespace.metadata.name = Some(ns.clone());
-        namespaces
-            .create(&PostParams::default(), &namespace)
-            .await
-            .expect("create namespace");
-        let kubeconfig = stack.kubeconfig.display().to_string();
-        let health = format!("127.0.0.1:{}", free_port());
-        let bmo = BmoProcess::start(
-            &["run"],
-            &[
-                ("KUBECONFIG", &kubeconfig),
-                ("IRONIC_ENDPOINT", stack.ironic_endpoint.as_str()),
-                (
-                    "METAL3_AUTH_ROOT_DIR",
-                    stack.var("METAL3_AUTH_ROOT_DIR").unwrap_or_default(),
-                ),
-                ("WATCH_NAMESPACE", &ns),
-                ("BMO_HEALTH_ADDR", &health),
-                ("RUST_LOG", "info,bmo=debug"),
-            ],
-        );
+        let ns = new_namespace(&client, prefix).await;
+        let (bmo, health) = bmo_run(&ns, &[("RUST_LOG", "info,bmo=debug")]);
         Site {
             ns,
             client,
@@ -80,26 +59,7 @@ impl Site {
     }
 
     async fn secret(&self, name: &str, username: &str, password: &str) {
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.ns);
-        let mut secret = Secret::default();
-        secret.metadata.name = Some(name.into());
-        secret.data = Some(
-            [
-                (
-                    "username".to_owned(),
-                    ByteString(username.as_bytes().to_vec()),
-                ),
-                (
-                    "password".to_owned(),
-                    ByteString(password.as_bytes().to_vec()),
-                ),
-            ]
-            .into(),
-        );
-        secrets
-            .create(&PostParams::default(), &secret)
-            .await
-            .expect("create secret");
+        create_bmc_secret(&self.client, &self.ns, name, username, password).await;
     }
 
     async fn create_host(&self, manifest: serde_json::Value) -> BareMetalHost {
@@ -144,24 +104,6 @@ impl Site {
 fn tail(log: &str) -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(5)..].join("\n")
-}
-
-fn fake_host(name: &str, mac: &str) -> serde_json::Value {
-    json!({
-        "apiVersion": "metal3.io/v1alpha1",
-        "kind": "BareMetalHost",
-        "metadata": {"name": name},
-        "spec": {
-            "online": true,
-            "bootMACAddress": mac,
-            "bmc": {"address": format!("fake://{name}"), "credentialsName": format!("{name}-bmc")},
-            "image": {
-                "url": "http://127.0.0.1/images/demo.qcow2",
-                "checksum": "2d4c0c7a8ef4b1f6e0e6c8d8a0f54f3e6b8f0ab7c5d1e2f3a4b5c6d7e8f90a1b",
-                "checksumType": "sha256"
-            }
-        }
-    })
 }
 
 #[tokio::test]

@@ -7,32 +7,15 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use bmo::api::{BareMetalHost, ProvisioningState};
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
-use support::{BmoProcess, Stack, free_port, unique_mac, unique_name};
+use support::{BmoProcess, Stack, bmo_run, create_bmc_secret, new_namespace, unique_mac};
 
 const HOSTS: usize = 10;
 
 fn start_bmo(ns: &str) -> BmoProcess {
-    let stack = Stack::get();
-    let kubeconfig = stack.kubeconfig.display().to_string();
-    let health = format!("127.0.0.1:{}", free_port());
-    BmoProcess::start(
-        &["run"],
-        &[
-            ("KUBECONFIG", &kubeconfig),
-            ("IRONIC_ENDPOINT", stack.ironic_endpoint.as_str()),
-            (
-                "METAL3_AUTH_ROOT_DIR",
-                stack.var("METAL3_AUTH_ROOT_DIR").unwrap_or_default(),
-            ),
-            ("WATCH_NAMESPACE", ns),
-            ("BMO_HEALTH_ADDR", &health),
-        ],
-    )
+    bmo_run(ns, &[]).0
 }
 
 async fn states(hosts: &Api<BareMetalHost>) -> HashMap<String, ProvisioningState> {
@@ -58,28 +41,8 @@ async fn sigkilled_bmo_restarts_and_every_host_ends_provisioned_without_duplicat
     bmo::api::install::install(&client, Duration::from_secs(60))
         .await
         .expect("install CRDs");
-    let ns = unique_name("restart");
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let mut namespace = Namespace::default();
-    namespace.metadata.name = Some(ns.clone());
-    namespaces
-        .create(&PostParams::default(), &namespace)
-        .await
-        .expect("namespace");
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let mut secret = Secret::default();
-    secret.metadata.name = Some("bmc".into());
-    secret.data = Some(
-        [
-            ("username".to_owned(), ByteString(b"admin".to_vec())),
-            ("password".to_owned(), ByteString(b"pw".to_vec())),
-        ]
-        .into(),
-    );
-    secrets
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("secret");
+    let ns = new_namespace(&client, "restart").await;
+    create_bmc_secret(&client, &ns, "bmc", "admin", "pw").await;
 
     let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &ns);
     for i in 0..HOSTS {

@@ -321,3 +321,99 @@ impl Drop for PrivateIronic {
             .output();
     }
 }
+
+/// A new namespace named after `prefix` (unique per run), for one test's objects.
+pub async fn new_namespace(client: &kube::Client, prefix: &str) -> String {
+    use k8s_openapi::api::core::v1::Namespace;
+    let name = unique_name(prefix);
+    let mut namespace = Namespace::default();
+    namespace.metadata.name = Some(name.clone());
+    kube::Api::<Namespace>::all(client.clone())
+        .create(&Default::default(), &namespace)
+        .await
+        .expect("create namespace");
+    name
+}
+
+/// Creates the BMC Secret `name` with `username` and `password` in `ns`.
+pub async fn create_bmc_secret(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    username: &str,
+    password: &str,
+) {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::Secret;
+    let mut secret = Secret::default();
+    secret.metadata.name = Some(name.to_owned());
+    secret.data = Some(
+        [
+            (
+                "username".to_owned(),
+                ByteString(username.as_bytes().to_vec()),
+            ),
+            (
+                "password".to_owned(),
+                ByteString(password.as_bytes().to_vec()),
+            ),
+        ]
+        .into(),
+    );
+    kube::Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&Default::default(), &secret)
+        .await
+        .expect("create BMC secret");
+}
+
+/// A fake-hardware BareMetalHost (BMC Secret `NAME-bmc`) that provisions an image.
+pub fn fake_host(name: &str, mac: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "metal3.io/v1alpha1",
+        "kind": "BareMetalHost",
+        "metadata": {"name": name},
+        "spec": {
+            "online": true,
+            "bootMACAddress": mac,
+            "bmc": {"address": format!("fake://{name}"), "credentialsName": format!("{name}-bmc")},
+            "image": {
+                "url": "http://127.0.0.1/images/demo.qcow2",
+                "checksum": "2d4c0c7a8ef4b1f6e0e6c8d8a0f54f3e6b8f0ab7c5d1e2f3a4b5c6d7e8f90a1b",
+                "checksumType": "sha256"
+            }
+        }
+    })
+}
+
+/// Creates `NAME-bmc` and the fake-hardware host `name` in `ns`.
+pub async fn create_fake_host(client: &kube::Client, ns: &str, name: &str) {
+    create_bmc_secret(client, ns, &format!("{name}-bmc"), "admin", "password").await;
+    let host: bmo::api::BareMetalHost =
+        serde_json::from_value(fake_host(name, &unique_mac())).expect("valid host");
+    kube::Api::<bmo::api::BareMetalHost>::namespaced(client.clone(), ns)
+        .create(&Default::default(), &host)
+        .await
+        .expect("create host");
+}
+
+/// `bmo run` against the stack, watching `ns`, with `extra` settings; returns the
+/// process and its health address.
+pub fn bmo_run(ns: &str, extra: &[(&str, &str)]) -> (BmoProcess, String) {
+    let stack = Stack::get();
+    let kubeconfig = stack.kubeconfig.display().to_string();
+    let health = format!("127.0.0.1:{}", free_port());
+    let mut env = vec![
+        ("KUBECONFIG", kubeconfig.as_str()),
+        ("IRONIC_ENDPOINT", stack.ironic_endpoint.as_str()),
+        (
+            "METAL3_AUTH_ROOT_DIR",
+            stack.var("METAL3_AUTH_ROOT_DIR").unwrap_or_default(),
+        ),
+        ("WATCH_NAMESPACE", ns),
+        ("BMO_HEALTH_ADDR", health.as_str()),
+    ];
+    // Later entries win: `extra` may override any of the above.
+    env.retain(|(k, _)| !extra.iter().any(|(e, _)| e == k));
+    env.extend_from_slice(extra);
+    (BmoProcess::start(&["run"], &env), health)
+}
