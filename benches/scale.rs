@@ -1,0 +1,1289 @@
+//! Scale benchmark (issue 8): N fake-hardware hosts applied at once, with their
+//! Secrets, on the real test stack; how long until all are `available` and all are
+//! `provisioned`, what bmo costs (peak RSS, CPU seconds) and how many requests it makes
+//! to the kube-apiserver and to Ironic, while provisioning and once idle. The same
+//! Ironic work is then driven directly (enrol → manage → inspect → provide → deploy)
+//! with the same number of hosts in flight, so the table shows bmo's overhead as a
+//! ratio. Prints one markdown table and writes `target/scale-bench.csv`.
+//!
+//!   tests/env/stack up
+//!   BMO_SCALE_HOSTS=10,100,1000 cargo bench --bench scale
+//!
+//! Settings (environment):
+//!   BMO_SCALE_HOSTS              host counts, comma-separated (10,100)
+//!   BMO_SCALE_IDLE_SECS          idle window after all are provisioned (120)
+//!   BMO_SCALE_TIMEOUT_SECS       give up on one N after this long (7200)
+//!   BMO_SCALE_CONCURRENCY        bmo's BMO_CONCURRENCY (bmo's default, 8)
+//!   BMO_SCALE_PROVISIONING_LIMIT bmo's PROVISIONING_LIMIT and the direct driver's
+//!                                hosts in flight (bmo's default, 20)
+//!   BMO_SCALE_DIRECT_POLL_MS     how often the direct driver polls a node (1000)
+//!   BMO_SCALE_IRONIC_CONF        extra lines for the Ironic config, `;`-separated
+//!   BMO_STACK_ENV                the stack's env file (target/test-stack.env)
+//!
+//! Every run gets an empty Ironic of its own (`tests/env/stack private-ironic`) and
+//! its own namespace. bmo talks to both servers through counting proxies in this
+//! process (plain HTTP on loopback; the kube proxy forwards to the apiserver over
+//! TLS), so the request counts are bmo's alone; the benchmark's own watch and
+//! creates go straight to the apiserver and are not counted.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+const IRONIC_VERSION_HEADER: &str = "X-OpenStack-Ironic-API-Version";
+const IRONIC_MICROVERSION: &str = "1.89";
+const IMAGE_URL: &str = "http://images.example.test/ubuntu-24.04.qcow2";
+const IMAGE_SHA256: &str = "8a3f7e0c2b1d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d2e3f4a5b6c7d8e9f";
+
+fn main() -> Result<()> {
+    bmo::tls::install_crypto_provider();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("start the tokio runtime")?;
+    runtime.block_on(run())
+}
+
+// ---------------------------------------------------------------- settings
+
+struct Settings {
+    hosts: Vec<usize>,
+    idle: Duration,
+    timeout: Duration,
+    concurrency: usize,
+    limit: usize,
+    direct_poll: Duration,
+    ironic_conf: Vec<String>,
+}
+
+fn env_or<T: std::str::FromStr>(key: &str, default: T) -> Result<T> {
+    match std::env::var(key) {
+        Ok(v) if !v.trim().is_empty() => v
+            .trim()
+            .parse()
+            .map_err(|_| anyhow::anyhow!("{key}={v} is not a valid number")),
+        _ => Ok(default),
+    }
+}
+
+impl Settings {
+    fn from_env() -> Result<Settings> {
+        let hosts = std::env::var("BMO_SCALE_HOSTS").unwrap_or_else(|_| "10,100".into());
+        let hosts = hosts
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.parse::<usize>()
+                    .with_context(|| format!("BMO_SCALE_HOSTS: {s}"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if hosts.is_empty() || hosts.contains(&0) {
+            bail!("BMO_SCALE_HOSTS needs positive host counts, e.g. 10,100,1000");
+        }
+        Ok(Settings {
+            hosts,
+            idle: Duration::from_secs(env_or("BMO_SCALE_IDLE_SECS", 120)?),
+            timeout: Duration::from_secs(env_or("BMO_SCALE_TIMEOUT_SECS", 7200)?),
+            concurrency: env_or("BMO_SCALE_CONCURRENCY", 8)?,
+            limit: env_or("BMO_SCALE_PROVISIONING_LIMIT", 20)?,
+            direct_poll: Duration::from_millis(env_or("BMO_SCALE_DIRECT_POLL_MS", 1000)?),
+            ironic_conf: std::env::var("BMO_SCALE_IRONIC_CONF")
+                .unwrap_or_default()
+                .split(';')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        })
+    }
+}
+
+/// `export KEY=value` lines of the stack's env file.
+struct StackEnv {
+    vars: HashMap<String, String>,
+}
+
+impl StackEnv {
+    fn load(repo: &Path) -> Result<StackEnv> {
+        let file = std::env::var_os("BMO_STACK_ENV")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| repo.join("target/test-stack.env"));
+        let text = std::fs::read_to_string(&file).with_context(|| {
+            format!(
+                "no stack env file at {}: start the stack with `tests/env/stack up`",
+                file.display()
+            )
+        })?;
+        let vars = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .filter_map(|l| {
+                let l = l.strip_prefix("export ").unwrap_or(l);
+                let (k, v) = l.split_once('=')?;
+                Some((k.to_owned(), v.to_owned()))
+            })
+            .collect();
+        Ok(StackEnv { vars })
+    }
+
+    fn get(&self, key: &str) -> Result<&str> {
+        self.vars
+            .get(key)
+            .map(String::as_str)
+            .with_context(|| format!("the stack env file has no {key}"))
+    }
+}
+
+// ---------------------------------------------------------------- counting proxy
+
+#[derive(Default)]
+struct Counts {
+    total: AtomicU64,
+    by_kind: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Counts {
+    fn add(&self, kind: String) {
+        self.total.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut map) = self.by_kind.lock() {
+            *map.entry(kind).or_default() += 1;
+        }
+    }
+
+    fn snapshot(&self) -> (u64, BTreeMap<String, u64>) {
+        let map = self.by_kind.lock().map(|m| m.clone()).unwrap_or_default();
+        (self.total.load(Ordering::Relaxed), map)
+    }
+}
+
+fn diff(after: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+        .filter(|(_, v)| *v > 0)
+        .collect()
+}
+
+#[derive(Clone, Copy)]
+enum Flavor {
+    Kube,
+    Ironic,
+}
+
+#[derive(Clone)]
+struct ProxyState {
+    upstream: String,
+    client: reqwest::Client,
+    counts: Arc<Counts>,
+    flavor: Flavor,
+}
+
+/// A request's kind for the breakdown: verb and resource, names replaced by `{}`.
+fn classify(flavor: Flavor, method: &str, path: &str, query: &str) -> String {
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match flavor {
+        Flavor::Kube => {
+            let watch = query
+                .split('&')
+                .any(|q| q == "watch=true" || q == "watch=1");
+            let verb = if watch { "WATCH" } else { method };
+            match segments.iter().position(|s| *s == "namespaces") {
+                Some(i) if segments.len() > i + 2 => {
+                    let rest = &segments[i + 2..];
+                    let verb = if verb == "GET" && rest.len() == 1 {
+                        "LIST"
+                    } else {
+                        verb
+                    };
+                    match rest {
+                        [resource] | [resource, _] => format!("{verb} {resource}"),
+                        [resource, _, sub, ..] => format!("{verb} {resource}/{sub}"),
+                        [] => format!("{verb} {path}"),
+                    }
+                }
+                _ => {
+                    let verb = if verb == "GET" && segments.len() >= 3 && !watch {
+                        "LIST"
+                    } else {
+                        verb
+                    };
+                    match segments.last() {
+                        Some(last) if segments.len() >= 3 => format!("{verb} {last} (all)"),
+                        _ => format!("{verb} /{}", segments.join("/")),
+                    }
+                }
+            }
+        }
+        Flavor::Ironic => {
+            let mut out = Vec::with_capacity(segments.len());
+            let mut previous = "";
+            for s in &segments {
+                let named = matches!(previous, "nodes" | "ports") && *s != "detail";
+                out.push(if named { "{}" } else { s });
+                previous = s;
+            }
+            format!("{method} /{}", out.join("/"))
+        }
+    }
+}
+
+async fn forward(State(proxy): State<ProxyState>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    proxy.counts.add(classify(
+        proxy.flavor,
+        parts.method.as_str(),
+        parts.uri.path(),
+        parts.uri.query().unwrap_or_default(),
+    ));
+    let body = match axum::body::to_bytes(body, 256 << 20).await {
+        Ok(b) => b,
+        Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+    };
+    let url = format!(
+        "{}{}",
+        proxy.upstream,
+        parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/")
+    );
+    let mut headers: HeaderMap = parts.headers;
+    for h in [
+        header::HOST,
+        header::CONNECTION,
+        header::CONTENT_LENGTH,
+        header::TRANSFER_ENCODING,
+    ] {
+        headers.remove(h);
+    }
+    let upstream = proxy
+        .client
+        .request(parts.method, url)
+        .headers(headers)
+        .body(body)
+        .send()
+        .await;
+    match upstream {
+        Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+        Ok(r) => {
+            let status = r.status();
+            let mut headers = r.headers().clone();
+            headers.remove(header::TRANSFER_ENCODING);
+            headers.remove(header::CONNECTION);
+            // Streamed chunk by chunk: watches are long-lived responses.
+            let stream = futures::stream::try_unfold(r, |mut r| async move {
+                Ok::<_, reqwest::Error>(r.chunk().await?.map(|c| (c, r)))
+            });
+            let mut response = Response::new(Body::from_stream(stream));
+            *response.status_mut() = status;
+            *response.headers_mut() = headers;
+            response
+        }
+    }
+}
+
+struct Proxy {
+    port: u16,
+    counts: Arc<Counts>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn start_proxy(upstream: &str, ca_pem: Option<&[u8]>, flavor: Flavor) -> Result<Proxy> {
+    let mut builder = reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .connect_timeout(Duration::from_secs(10));
+    if let Some(pem) = ca_pem {
+        builder = builder.add_root_certificate(
+            reqwest::Certificate::from_pem(pem).context("the stack's CA certificate")?,
+        );
+    }
+    let counts = Arc::new(Counts::default());
+    let state = ProxyState {
+        upstream: upstream.trim_end_matches('/').to_owned(),
+        client: builder.build().context("build the proxy's HTTP client")?,
+        counts: counts.clone(),
+        flavor,
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("bind a proxy port on loopback")?;
+    let port = listener.local_addr()?.port();
+    let app = axum::Router::new().fallback(forward).with_state(state);
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            eprintln!("scale: proxy stopped: {e}");
+        }
+    });
+    Ok(Proxy { port, counts, task })
+}
+
+// ---------------------------------------------------------------- processes
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions; it only reads a system constant.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 { ticks as f64 } else { 100.0 }
+}
+
+/// (process group, user+system CPU seconds) of a live process.
+fn proc_stat(pid: u32) -> Option<(u32, f64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let pgrp = fields.get(2)?.parse().ok()?;
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((pgrp, (utime + stime) / clock_ticks()))
+}
+
+/// CPU seconds of every live process in a process group (Ironic and its workers).
+fn group_cpu_seconds(pgid: u32) -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(proc_stat)
+        .filter(|(g, _)| *g == pgid)
+        .map(|(_, cpu)| cpu)
+        .sum()
+}
+
+/// A `/proc/PID/status` value in KiB (VmRSS, VmHWM).
+fn status_kib(pid: u32, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// An empty Ironic of our own, stopped when dropped.
+struct PrivateIronic {
+    script: PathBuf,
+    dir: PathBuf,
+    endpoint: String,
+    pid: u32,
+}
+
+impl PrivateIronic {
+    fn start(repo: &Path, stack_dir: &Path, name: &str, conf: &[String]) -> Result<Self> {
+        let script = repo.join("tests/env/stack");
+        let dir = stack_dir.join(name);
+        let out = Command::new(&script)
+            .args(["private-ironic", "start"])
+            .arg(&dir)
+            .args(conf)
+            .stderr(Stdio::inherit())
+            .output()
+            .context("run tests/env/stack private-ironic start")?;
+        if !out.status.success() {
+            bail!("private-ironic start failed ({})", out.status);
+        }
+        let endpoint = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .trim()
+            .to_owned();
+        let pids = std::fs::read_to_string(dir.join("pids")).context("private Ironic pids")?;
+        let pid = pids
+            .lines()
+            .find_map(|l| l.strip_suffix(" ironic")?.parse().ok())
+            .context("no ironic pid in the private Ironic's pids file")?;
+        Ok(PrivateIronic {
+            script,
+            dir,
+            endpoint,
+            pid,
+        })
+    }
+
+    fn cpu_seconds(&self) -> f64 {
+        group_cpu_seconds(self.pid)
+    }
+}
+
+impl Drop for PrivateIronic {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.script)
+            .args(["private-ironic", "stop"])
+            .arg(&self.dir)
+            .status();
+    }
+}
+
+struct BmoChild(Child);
+
+impl Drop for BmoChild {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+// ---------------------------------------------------------------- kube side
+
+fn host_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("metal3.io", "v1alpha1", "BareMetalHost"),
+        "baremetalhosts",
+    )
+}
+
+async fn admin_client(kubeconfig: &Path) -> Result<kube::Client> {
+    let raw = kube::config::Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("read {}", kubeconfig.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(raw, &Default::default()).await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// The admin kubeconfig with the server replaced by the counting proxy (plain HTTP).
+fn proxied_kubeconfig(admin: &Path, port: u16, out: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(admin)?;
+    let mut lines = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("server:") {
+            lines.push(format!("    server: http://127.0.0.1:{port}"));
+        } else if line.trim_start().starts_with("certificate-authority:") {
+            continue;
+        } else {
+            lines.push(line.to_owned());
+        }
+    }
+    std::fs::write(out, lines.join("\n") + "\n")?;
+    Ok(())
+}
+
+fn mac(run: usize, i: usize) -> String {
+    format!(
+        "02:5c:{:02x}:{:02x}:{:02x}:{:02x}",
+        run & 0xff,
+        (i >> 16) & 0xff,
+        (i >> 8) & 0xff,
+        i & 0xff
+    )
+}
+
+fn host_name(i: usize) -> String {
+    format!("host-{i:04}")
+}
+
+async fn apply_hosts(client: &kube::Client, ns: &str, run: usize, n: usize) -> Result<()> {
+    let secrets: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Secret")),
+    );
+    let hosts: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &host_resource());
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let (secrets, hosts) = (secrets.clone(), hosts.clone());
+            async move {
+                let name = host_name(i);
+                let secret: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": format!("{name}-bmc")},
+                    "type": "Opaque",
+                    "stringData": {"username": "admin", "password": "not-used-by-fake-hosts"},
+                }))?;
+                secrets.create(&PostParams::default(), &secret).await?;
+                let host: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "online": true,
+                        "bootMACAddress": mac(run, i),
+                        "bmc": {"address": format!("fake://{name}"), "credentialsName": format!("{name}-bmc")},
+                        "image": {"url": IMAGE_URL, "checksum": IMAGE_SHA256, "checksumType": "sha256"},
+                    },
+                }))?;
+                hosts.create(&PostParams::default(), &host).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+#[derive(Default)]
+struct Progress {
+    available: HashMap<String, Instant>,
+    provisioned: HashMap<String, Instant>,
+    errors: HashMap<String, String>,
+    synced: bool,
+}
+
+/// Watches the namespace's hosts and records when each first reaches available (or
+/// later) and provisioned.
+fn watch_hosts(
+    client: kube::Client,
+    ns: &str,
+) -> (Arc<Mutex<Progress>>, tokio::task::JoinHandle<()>) {
+    let progress = Arc::new(Mutex::new(Progress::default()));
+    let api: Api<DynamicObject> = Api::namespaced_with(client, ns, &host_resource());
+    let p = progress.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = watcher(api, watcher::Config::default()).boxed();
+        while let Some(event) = stream.next().await {
+            let now = Instant::now();
+            let obj = match event {
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,
+                Ok(watcher::Event::InitDone) => {
+                    if let Ok(mut p) = p.lock() {
+                        p.synced = true;
+                    }
+                    continue;
+                }
+                Ok(_) => continue,
+                Err(e) => {
+                    eprintln!("scale: watch error (retrying): {e}");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            let name = obj.metadata.name.clone().unwrap_or_default();
+            let status = &obj.data["status"];
+            let state = status["provisioning"]["state"].as_str().unwrap_or_default();
+            let Ok(mut p) = p.lock() else { return };
+            if matches!(
+                state,
+                "available" | "ready" | "provisioning" | "provisioned"
+            ) {
+                p.available.entry(name.clone()).or_insert(now);
+            }
+            if state == "provisioned" {
+                p.provisioned.entry(name.clone()).or_insert(now);
+            }
+            if let Some(msg) = status["errorMessage"].as_str().filter(|m| !m.is_empty()) {
+                p.errors.insert(name, msg.to_owned());
+            }
+        }
+    });
+    (progress, task)
+}
+
+// ---------------------------------------------------------------- direct Ironic
+
+struct Direct {
+    http: reqwest::Client,
+    base: String,
+    poll: Duration,
+    kernel: String,
+    ramdisk: String,
+}
+
+impl Direct {
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value> {
+        let mut request = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.base))
+            .header(IRONIC_VERSION_HEADER, IRONIC_MICROVERSION);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        // A node locked by the conductor answers 409: look again shortly.
+        for _ in 0..600 {
+            let response = request
+                .try_clone()
+                .context("clone an Ironic request")?
+                .send()
+                .await?;
+            let status = response.status();
+            if status == StatusCode::CONFLICT {
+                tokio::time::sleep(self.poll).await;
+                continue;
+            }
+            let text = response.text().await?;
+            if !status.is_success() {
+                bail!("{method} {path}: {status}: {text}");
+            }
+            return Ok(if text.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_str(&text)?
+            });
+        }
+        bail!("{method} {path}: node stayed locked")
+    }
+
+    async fn set_state(&self, uuid: &str, body: Value) -> Result<()> {
+        self.call(
+            reqwest::Method::PUT,
+            &format!("nodes/{uuid}/states/provision"),
+            Some(body),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn wait_for(&self, uuid: &str, state: &str, done: impl Fn(&Value) -> bool) -> Result<()> {
+        loop {
+            let node = self
+                .call(reqwest::Method::GET, &format!("nodes/{uuid}"), None)
+                .await?;
+            let now = node["provision_state"].as_str().unwrap_or_default();
+            if now == state && node["target_provision_state"].is_null() && done(&node) {
+                return Ok(());
+            }
+            if now.ends_with("failed") || (now == "enroll" && !node["last_error"].is_null()) {
+                bail!("node {uuid} is in {now}: {}", node["last_error"]);
+            }
+            tokio::time::sleep(self.poll).await;
+        }
+    }
+
+    /// What bmo asks of Ironic for one fake-hardware host with an image.
+    async fn host(&self, run: usize, i: usize, limit: &Semaphore) -> Result<(Instant, Instant)> {
+        let name = host_name(i);
+        let permit = limit.acquire().await?;
+        let node = self
+            .call(
+                reqwest::Method::POST,
+                "nodes",
+                Some(json!({
+                    "name": format!("scale~{name}"),
+                    "driver": "fake-hardware",
+                    "driver_info": {"deploy_kernel": self.kernel, "deploy_ramdisk": self.ramdisk},
+                    "properties": {"capabilities": "boot_mode:uefi"},
+                    "boot_interface": "fake", "deploy_interface": "fake", "inspect_interface": "fake",
+                    "management_interface": "fake", "power_interface": "fake", "raid_interface": "fake",
+                    "vendor_interface": "fake", "bios_interface": "fake", "firmware_interface": "fake",
+                    "automated_clean": true,
+                })),
+            )
+            .await?;
+        let uuid = node["uuid"]
+            .as_str()
+            .context("Ironic returned a node without uuid")?
+            .to_owned();
+        self.call(
+            reqwest::Method::POST,
+            "ports",
+            Some(json!({"node_uuid": uuid, "address": mac(run, i)})),
+        )
+        .await?;
+        self.set_state(&uuid, json!({"target": "manage"})).await?;
+        self.wait_for(&uuid, "manageable", |_| true).await?;
+        self.set_state(&uuid, json!({"target": "inspect"})).await?;
+        self.wait_for(&uuid, "manageable", |n| {
+            !n["inspection_finished_at"].is_null()
+        })
+        .await?;
+        self.set_state(&uuid, json!({"target": "provide"})).await?;
+        self.wait_for(&uuid, "available", |_| true).await?;
+        let available = Instant::now();
+        drop(permit);
+
+        let _permit = limit.acquire().await?;
+        self.call(
+            reqwest::Method::PATCH,
+            &format!("nodes/{uuid}"),
+            Some(json!([
+                {"op": "add", "path": "/instance_info", "value": {
+                    "capabilities": {}, "image_source": IMAGE_URL,
+                    "image_os_hash_algo": "sha256", "image_os_hash_value": IMAGE_SHA256,
+                }},
+                {"op": "add", "path": "/properties/capabilities", "value": "boot_mode:uefi"},
+            ])),
+        )
+        .await?;
+        self.call(
+            reqwest::Method::GET,
+            &format!("nodes/{uuid}/validate"),
+            None,
+        )
+        .await?;
+        self.set_state(
+            &uuid,
+            json!({"target": "active", "configdrive": {
+                "meta_data": {"uuid": uuid, "name": name, "hostname": name, "local-hostname": name},
+            }}),
+        )
+        .await?;
+        self.wait_for(&uuid, "active", |_| true).await?;
+        Ok((available, Instant::now()))
+    }
+}
+
+// ---------------------------------------------------------------- results
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Spread {
+    p50: f64,
+    p95: f64,
+    max: f64,
+}
+
+fn spread(mut values: Vec<f64>) -> Spread {
+    if values.is_empty() {
+        return Spread::default();
+    }
+    values.sort_by(f64::total_cmp);
+    let rank =
+        |q: f64| values[((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1];
+    Spread {
+        p50: rank(0.50),
+        p95: rank(0.95),
+        max: values[values.len() - 1],
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+struct RunResult {
+    n: usize,
+    bmo_available: Spread,
+    bmo_provisioned: Spread,
+    direct_available: Spread,
+    direct_provisioned: Spread,
+    bmo_peak_rss_mib: f64,
+    bmo_cpu_provisioning: f64,
+    bmo_cpu_idle: f64,
+    ironic_cpu_bmo: f64,
+    ironic_cpu_direct: f64,
+    kube_startup: u64,
+    kube_provisioning: u64,
+    ironic_provisioning: u64,
+    ironic_direct: u64,
+    idle_minutes: f64,
+    kube_idle: u64,
+    ironic_idle: u64,
+    errors: usize,
+}
+
+impl RunResult {
+    fn ratio(&self) -> f64 {
+        if self.direct_provisioned.max > 0.0 {
+            self.bmo_provisioned.max / self.direct_provisioned.max
+        } else {
+            0.0
+        }
+    }
+
+    fn per_host_min(&self, count: u64) -> f64 {
+        if self.idle_minutes > 0.0 {
+            count as f64 / self.n as f64 / self.idle_minutes
+        } else {
+            0.0
+        }
+    }
+}
+
+fn fmt_spread(s: Spread) -> String {
+    format!("{:.1} / {:.1} / {:.1}", s.p50, s.p95, s.max)
+}
+
+fn table(results: &[RunResult]) -> String {
+    let mut out = String::from("| | ");
+    out += &results
+        .iter()
+        .map(|r| format!("N = {}", r.n))
+        .collect::<Vec<_>>()
+        .join(" | ");
+    out += " |\n|---|";
+    out += &"---:|".repeat(results.len());
+    out.push('\n');
+    let mut row = |label: &str, cell: &dyn Fn(&RunResult) -> String| {
+        let cells: Vec<String> = results.iter().map(cell).collect();
+        let _ = writeln!(out, "| {label} | {} |", cells.join(" | "));
+    };
+    row("bmo: all available (s)", &|r| {
+        format!("{:.1}", r.bmo_available.max)
+    });
+    row("bmo: all provisioned (s)", &|r| {
+        format!("{:.1}", r.bmo_provisioned.max)
+    });
+    row("bmo: per host to available, p50 / p95 / max (s)", &|r| {
+        fmt_spread(r.bmo_available)
+    });
+    row("bmo: per host to provisioned, p50 / p95 / max (s)", &|r| {
+        fmt_spread(r.bmo_provisioned)
+    });
+    row("direct Ironic: all available (s)", &|r| {
+        format!("{:.1}", r.direct_available.max)
+    });
+    row("direct Ironic: all provisioned (s)", &|r| {
+        format!("{:.1}", r.direct_provisioned.max)
+    });
+    row(
+        "direct Ironic: per host to available, p50 / p95 / max (s)",
+        &|r| fmt_spread(r.direct_available),
+    );
+    row(
+        "direct Ironic: per host to provisioned, p50 / p95 / max (s)",
+        &|r| fmt_spread(r.direct_provisioned),
+    );
+    row("**time to all provisioned, bmo / direct Ironic**", &|r| {
+        format!("**{:.2}×**", r.ratio())
+    });
+    row("bmo peak RSS (MiB)", &|r| {
+        format!("{:.1}", r.bmo_peak_rss_mib)
+    });
+    row("bmo CPU seconds, apply → all provisioned", &|r| {
+        format!("{:.1}", r.bmo_cpu_provisioning)
+    });
+    row("Ironic CPU seconds, bmo run / direct run", &|r| {
+        format!("{:.0} / {:.0}", r.ironic_cpu_bmo, r.ironic_cpu_direct)
+    });
+    row(
+        "kube-apiserver requests by bmo: start-up / apply → all provisioned",
+        &|r| format!("{} / {}", r.kube_startup, r.kube_provisioning),
+    );
+    row(
+        "Ironic requests, apply → all provisioned: bmo / direct",
+        &|r| format!("{} / {}", r.ironic_provisioning, r.ironic_direct),
+    );
+    row("Ironic requests per host: bmo / direct", &|r| {
+        format!(
+            "{:.1} / {:.1}",
+            r.ironic_provisioning as f64 / r.n as f64,
+            r.ironic_direct as f64 / r.n as f64
+        )
+    });
+    row("idle: kube-apiserver requests per host per minute", &|r| {
+        format!("{:.2}", r.per_host_min(r.kube_idle))
+    });
+    row("idle: Ironic requests per host per minute", &|r| {
+        format!("{:.2}", r.per_host_min(r.ironic_idle))
+    });
+    row("idle: bmo CPU seconds per minute", &|r| {
+        if r.idle_minutes > 0.0 {
+            format!("{:.2}", r.bmo_cpu_idle / r.idle_minutes)
+        } else {
+            "-".into()
+        }
+    });
+    row("hosts that reported an error on the way", &|r| {
+        r.errors.to_string()
+    });
+    out
+}
+
+fn csv(results: &[RunResult]) -> String {
+    let mut out = String::from(
+        "hosts,bmo_available_p50_s,bmo_available_p95_s,bmo_available_max_s,bmo_provisioned_p50_s,bmo_provisioned_p95_s,bmo_provisioned_max_s,direct_available_p50_s,direct_available_p95_s,direct_available_max_s,direct_provisioned_p50_s,direct_provisioned_p95_s,direct_provisioned_max_s,ratio_provisioned,bmo_peak_rss_mib,bmo_cpu_provisioning_s,bmo_cpu_idle_s,ironic_cpu_bmo_s,ironic_cpu_direct_s,kube_requests_startup,kube_requests_provisioning,ironic_requests_provisioning,ironic_requests_direct,idle_minutes,kube_requests_idle,ironic_requests_idle,kube_idle_per_host_min,ironic_idle_per_host_min,hosts_with_errors\n",
+    );
+    for r in results {
+        let s = |s: Spread| format!("{:.3},{:.3},{:.3}", s.p50, s.p95, s.max);
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{:.3},{:.1},{:.2},{:.2},{:.2},{:.2},{},{},{},{},{:.2},{},{},{:.3},{:.3},{}",
+            r.n,
+            s(r.bmo_available),
+            s(r.bmo_provisioned),
+            s(r.direct_available),
+            s(r.direct_provisioned),
+            r.ratio(),
+            r.bmo_peak_rss_mib,
+            r.bmo_cpu_provisioning,
+            r.bmo_cpu_idle,
+            r.ironic_cpu_bmo,
+            r.ironic_cpu_direct,
+            r.kube_startup,
+            r.kube_provisioning,
+            r.ironic_provisioning,
+            r.ironic_direct,
+            r.idle_minutes,
+            r.kube_idle,
+            r.ironic_idle,
+            r.per_host_min(r.kube_idle),
+            r.per_host_min(r.ironic_idle),
+            r.errors,
+        );
+    }
+    out
+}
+
+fn print_breakdown(what: &str, map: &BTreeMap<String, u64>) {
+    eprintln!("scale:   {what}:");
+    let mut items: Vec<_> = map.iter().collect();
+    items.sort_by(|a, b| b.1.cmp(a.1));
+    for (kind, count) in items {
+        eprintln!("scale:     {count:>8}  {kind}");
+    }
+}
+
+// ---------------------------------------------------------------- one run
+
+struct Ctx {
+    repo: PathBuf,
+    stack: StackEnv,
+    stack_dir: PathBuf,
+    admin_kubeconfig: PathBuf,
+    apiserver: String,
+    ca_pem: Vec<u8>,
+    bmo: PathBuf,
+    settings: Settings,
+    stamp: u64,
+}
+
+async fn ensure_crds(ctx: &Ctx, admin: &kube::Client) -> Result<()> {
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(admin.clone());
+    if crds.get_opt("baremetalhosts.metal3.io").await?.is_some() {
+        return Ok(());
+    }
+    eprintln!("scale: installing the CRDs (a bmo run with BMO_INSTALL_CRDS=true, not measured)");
+    let log = std::fs::File::create(ctx.stack_dir.join("scale-crds-bmo.log"))?;
+    let _child = BmoChild(
+        Command::new(&ctx.bmo)
+            .arg("run")
+            .env("KUBECONFIG", &ctx.admin_kubeconfig)
+            .env("IRONIC_ENDPOINT", ctx.stack.get("IRONIC_ENDPOINT")?)
+            .env(
+                "METAL3_AUTH_ROOT_DIR",
+                ctx.stack.get("METAL3_AUTH_ROOT_DIR")?,
+            )
+            .env("BMO_INSTALL_CRDS", "true")
+            .env("BMO_HTTP", "false")
+            .env("BMO_HEALTH_ADDR", "127.0.0.1:0")
+            .env("WATCH_NAMESPACE", "scale-crd-install")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("start bmo to install the CRDs")?,
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(crd) = crds.get_opt("baremetalhosts.metal3.io").await? {
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                // bmo installs the admission policies right after; let it finish.
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("the CRDs did not appear within 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn create_namespace(admin: &kube::Client, ns: &str) -> Result<()> {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
+    let obj = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
+    api.create(&PostParams::default(), &obj)
+        .await
+        .with_context(|| format!("create namespace {ns}"))?;
+    Ok(())
+}
+
+async fn run_bmo(
+    ctx: &Ctx,
+    admin: &kube::Client,
+    run: usize,
+    n: usize,
+    r: &mut RunResult,
+) -> Result<()> {
+    let s = &ctx.settings;
+    let ns = format!("scale-{n}-{}", ctx.stamp);
+    create_namespace(admin, &ns).await?;
+    let ironic = PrivateIronic::start(
+        &ctx.repo,
+        &ctx.stack_dir,
+        &format!("scale-{}-{n}-bmo", ctx.stamp),
+        &s.ironic_conf,
+    )?;
+    let ironic_proxy =
+        start_proxy(&ironic.endpoint.replace("/v1/", ""), None, Flavor::Ironic).await?;
+    let kube_proxy = start_proxy(&ctx.apiserver, Some(&ctx.ca_pem), Flavor::Kube).await?;
+    let kubeconfig = ctx.stack_dir.join(format!("scale-{n}.kubeconfig"));
+    proxied_kubeconfig(&ctx.admin_kubeconfig, kube_proxy.port, &kubeconfig)?;
+    let log_path = ctx
+        .stack_dir
+        .join(format!("scale-{}-{n}-bmo.log", ctx.stamp));
+    eprintln!("scale: N={n}: bmo log {}", log_path.display());
+    let log = std::fs::File::create(&log_path)?;
+    let child = BmoChild(
+        Command::new(&ctx.bmo)
+            .arg("run")
+            .env("KUBECONFIG", &kubeconfig)
+            .env(
+                "IRONIC_ENDPOINT",
+                format!("http://127.0.0.1:{}/v1/", ironic_proxy.port),
+            )
+            .env(
+                "METAL3_AUTH_ROOT_DIR",
+                ctx.stack.get("METAL3_AUTH_ROOT_DIR")?,
+            )
+            .env("DEPLOY_KERNEL_URL", ctx.stack.get("DEPLOY_KERNEL_URL")?)
+            .env("DEPLOY_RAMDISK_URL", ctx.stack.get("DEPLOY_RAMDISK_URL")?)
+            .env("BMO_HTTP", "false")
+            .env("BMO_INSTALL_CRDS", "false")
+            .env("BMO_HEALTH_ADDR", "127.0.0.1:0")
+            .env("WATCH_NAMESPACE", &ns)
+            .env("BMO_CONCURRENCY", s.concurrency.to_string())
+            .env("PROVISIONING_LIMIT", s.limit.to_string())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("start bmo")?,
+    );
+    let pid = child.0.id();
+
+    let (progress, watch_task) = watch_hosts(admin.clone(), &ns);
+    // Ready when bmo watches its hosts and our own watch has listed.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, kinds) = kube_proxy.counts.snapshot();
+        let bmo_watching = kinds.contains_key("WATCH baremetalhosts");
+        let synced = progress.lock().map(|p| p.synced).unwrap_or(false);
+        if bmo_watching && synced {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "bmo did not start watching hosts within 60 s; see {}",
+                log_path.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (kube_start, kube_start_kinds) = kube_proxy.counts.snapshot();
+    let (ironic_start, ironic_start_kinds) = ironic_proxy.counts.snapshot();
+    r.kube_startup = kube_start;
+    let cpu_start = proc_stat(pid).map(|(_, c)| c).unwrap_or(0.0);
+    let ironic_cpu_start = ironic.cpu_seconds();
+
+    let t0 = Instant::now();
+    apply_hosts(admin, &ns, run, n).await?;
+    eprintln!(
+        "scale: N={n}: applied {n} hosts and Secrets in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let mut peak_rss = 0u64;
+    let mut last_report = Instant::now();
+    loop {
+        peak_rss = peak_rss.max(status_kib(pid, "VmRSS").unwrap_or(0));
+        let (available, provisioned, errors) = match progress.lock() {
+            Ok(p) => (p.available.len(), p.provisioned.len(), p.errors.len()),
+            Err(_) => bail!("progress lock poisoned"),
+        };
+        if provisioned >= n {
+            break;
+        }
+        if last_report.elapsed() > Duration::from_secs(30) {
+            last_report = Instant::now();
+            eprintln!(
+                "scale: N={n}: {:.0} s: {available} available, {provisioned} provisioned, {errors} with errors, RSS {} MiB",
+                t0.elapsed().as_secs_f64(),
+                peak_rss / 1024
+            );
+        }
+        if t0.elapsed() > s.timeout {
+            bail!(
+                "N={n}: only {provisioned} of {n} provisioned after {:?}",
+                s.timeout
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (kube_done, kube_done_kinds) = kube_proxy.counts.snapshot();
+    let (ironic_done, ironic_done_kinds) = ironic_proxy.counts.snapshot();
+    let cpu_done = proc_stat(pid).map(|(_, c)| c).unwrap_or(0.0);
+    r.ironic_cpu_bmo = ironic.cpu_seconds() - ironic_cpu_start;
+    {
+        let p = progress
+            .lock()
+            .map_err(|_| anyhow::anyhow!("progress lock poisoned"))?;
+        let since = |m: &HashMap<String, Instant>| {
+            m.values()
+                .map(|t| t.duration_since(t0).as_secs_f64())
+                .collect::<Vec<_>>()
+        };
+        r.bmo_available = spread(since(&p.available));
+        r.bmo_provisioned = spread(since(&p.provisioned));
+        r.errors = p.errors.len();
+        for (host, msg) in p.errors.iter().take(3) {
+            eprintln!("scale: N={n}: {host} reported: {msg}");
+        }
+    }
+    r.kube_provisioning = kube_done - kube_start;
+    r.ironic_provisioning = ironic_done - ironic_start;
+    r.bmo_cpu_provisioning = cpu_done - cpu_start;
+    eprintln!(
+        "scale: N={n}: all provisioned after {:.1} s; idle for {} s",
+        r.bmo_provisioned.max,
+        s.idle.as_secs()
+    );
+    print_breakdown("kube requests, start-up", &kube_start_kinds);
+    print_breakdown(
+        "kube requests, apply → provisioned",
+        &diff(&kube_done_kinds, &kube_start_kinds),
+    );
+    print_breakdown("Ironic requests, start-up", &ironic_start_kinds);
+    print_breakdown(
+        "Ironic requests, apply → provisioned",
+        &diff(&ironic_done_kinds, &ironic_start_kinds),
+    );
+
+    if !s.idle.is_zero() {
+        let idle_start = Instant::now();
+        while idle_start.elapsed() < s.idle {
+            peak_rss = peak_rss.max(status_kib(pid, "VmRSS").unwrap_or(0));
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let (kube_idle, kube_idle_kinds) = kube_proxy.counts.snapshot();
+        let (ironic_idle, ironic_idle_kinds) = ironic_proxy.counts.snapshot();
+        r.idle_minutes = idle_start.elapsed().as_secs_f64() / 60.0;
+        r.kube_idle = kube_idle - kube_done;
+        r.ironic_idle = ironic_idle - ironic_done;
+        r.bmo_cpu_idle = proc_stat(pid).map(|(_, c)| c).unwrap_or(0.0) - cpu_done;
+        print_breakdown(
+            "kube requests, idle",
+            &diff(&kube_idle_kinds, &kube_done_kinds),
+        );
+        print_breakdown(
+            "Ironic requests, idle",
+            &diff(&ironic_idle_kinds, &ironic_done_kinds),
+        );
+    }
+    let hwm = status_kib(pid, "VmHWM").unwrap_or(0);
+    r.bmo_peak_rss_mib = peak_rss.max(hwm) as f64 / 1024.0;
+    watch_task.abort();
+    drop(child);
+    drop(ironic);
+    Ok(())
+}
+
+async fn run_direct(ctx: &Ctx, run: usize, n: usize, r: &mut RunResult) -> Result<()> {
+    let s = &ctx.settings;
+    let ironic = PrivateIronic::start(
+        &ctx.repo,
+        &ctx.stack_dir,
+        &format!("scale-{}-{n}-direct", ctx.stamp),
+        &s.ironic_conf,
+    )?;
+    let proxy = start_proxy(&ironic.endpoint.replace("/v1/", ""), None, Flavor::Ironic).await?;
+    let direct = Arc::new(Direct {
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()?,
+        base: format!("http://127.0.0.1:{}/v1/", proxy.port),
+        poll: s.direct_poll,
+        kernel: ctx.stack.get("DEPLOY_KERNEL_URL")?.to_owned(),
+        ramdisk: ctx.stack.get("DEPLOY_RAMDISK_URL")?.to_owned(),
+    });
+    let limit = Arc::new(Semaphore::new(s.limit.max(1)));
+    let cpu_start = ironic.cpu_seconds();
+    let t0 = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let (direct, limit) = (direct.clone(), limit.clone());
+        tasks.spawn(async move { direct.host(run, i, &limit).await });
+    }
+    let (mut available, mut provisioned) = (Vec::new(), Vec::new());
+    while let Some(done) = tasks.join_next().await {
+        let (a, p) = done.context("a direct-Ironic task panicked")??;
+        available.push(a.duration_since(t0).as_secs_f64());
+        provisioned.push(p.duration_since(t0).as_secs_f64());
+        if provisioned.len() % 100 == 0 {
+            eprintln!(
+                "scale: N={n} direct: {} provisioned after {:.0} s",
+                provisioned.len(),
+                t0.elapsed().as_secs_f64()
+            );
+        }
+    }
+    r.direct_available = spread(available);
+    r.direct_provisioned = spread(provisioned);
+    r.ironic_cpu_direct = ironic.cpu_seconds() - cpu_start;
+    let (total, kinds) = proxy.counts.snapshot();
+    r.ironic_direct = total;
+    eprintln!(
+        "scale: N={n} direct: all provisioned after {:.1} s",
+        r.direct_provisioned.max
+    );
+    print_breakdown("Ironic requests, direct", &kinds);
+    Ok(())
+}
+
+async fn run() -> Result<()> {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let settings = Settings::from_env()?;
+    let stack = StackEnv::load(&repo)?;
+    let stack_dir = PathBuf::from(stack.get("BMO_STACK_DIR")?);
+    let admin_kubeconfig = PathBuf::from(stack.get("KUBECONFIG")?);
+    let ca_pem = std::fs::read(stack_dir.join("pki/ca.crt")).context("the stack's CA")?;
+    let ctx = Ctx {
+        apiserver: stack.get("KUBE_APISERVER_URL")?.to_owned(),
+        repo: repo.clone(),
+        stack_dir,
+        admin_kubeconfig,
+        ca_pem,
+        bmo: PathBuf::from(env!("CARGO_BIN_EXE_bmo")),
+        settings,
+        stamp: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() % 100_000)
+            .unwrap_or(0),
+        stack,
+    };
+    let admin = admin_client(&ctx.admin_kubeconfig).await?;
+    ensure_crds(&ctx, &admin).await?;
+    let mut results = Vec::new();
+    let csv_path = repo.join("target/scale-bench.csv");
+    for (run, &n) in ctx.settings.hosts.iter().enumerate() {
+        eprintln!("scale: N={n}: bmo run");
+        let mut r = RunResult {
+            n,
+            ..Default::default()
+        };
+        run_bmo(&ctx, &admin, run, n, &mut r).await?;
+        eprintln!("scale: N={n}: direct-Ironic run");
+        run_direct(&ctx, run, n, &mut r).await?;
+        results.push(r);
+        std::fs::write(&csv_path, csv(&results))
+            .with_context(|| format!("write {}", csv_path.display()))?;
+        eprintln!("scale: table so far:\n{}", table(&results));
+    }
+    println!(
+        "bmo scale benchmark: concurrency {}, provisioning limit {}, direct poll {} ms, idle window {} s\n",
+        ctx.settings.concurrency,
+        ctx.settings.limit,
+        ctx.settings.direct_poll.as_millis(),
+        ctx.settings.idle.as_secs()
+    );
+    println!("{}", table(&results));
+    println!("CSV: {}", csv_path.display());
+    Ok(())
+}
