@@ -27,7 +27,6 @@ async fn provisioned_hosts_are_adopted_again_after_ironic_loses_its_database() {
         &ns,
         &[
             ("IRONIC_ENDPOINT", ironic.endpoint.as_str()),
-            ("METAL3_AUTH_ROOT_DIR", ""),
             ("RUST_LOG", "info,bmo=debug"),
         ],
     );

@@ -657,7 +657,14 @@ impl Provisioner for IronicProvisioner {
         } else {
             node
         };
-        if let Some(failed) = self.ensure_boot_port(host, &node).await? {
+        // The boot MAC's port is made while the node is enrolled (a vanished node is
+        // re-created in `enroll`); bootMACAddress cannot change afterwards, so later
+        // reconciles skip the lookup (a third of bmo's Ironic requests otherwise).
+        if matches!(
+            node.provision_state(),
+            "enroll" | "verifying" | "manageable"
+        ) && let Some(failed) = self.ensure_boot_port(host, &node).await?
+        {
             return Ok(failed.map(|()| registration));
         }
         match node.provision_state() {
