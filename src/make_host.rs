@@ -17,15 +17,7 @@ use crate::api::{
 };
 use crate::bmc::{BmcAddress, BmcAddressError, parse_mac};
 
-/// Hardware profile names upstream knows (spec.hardwareProfile).
-pub const HARDWARE_PROFILES: &[&str] = &[
-    "unknown",
-    "libvirt",
-    "dell",
-    "dell-raid",
-    "openstack",
-    "empty",
-];
+use crate::api::host::HARDWARE_PROFILES;
 
 /// Flags of `bmo make-host`.
 #[derive(Debug, Clone, Args)]

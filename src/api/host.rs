@@ -15,6 +15,17 @@ use super::hardware::HardwareDetails;
 
 /// Finalizer bmo keeps on every host until Ironic has forgotten it.
 pub const FINALIZER: &str = "baremetalhost.metal3.io";
+/// Upstream's hardware profile names (`spec.hardwareProfile`, deprecated: they only
+/// choose default root device hints).
+pub const HARDWARE_PROFILES: &[&str] = &[
+    "unknown",
+    "libvirt",
+    "dell",
+    "dell-raid",
+    "openstack",
+    "empty",
+];
+
 /// Any value stops reconciliation of the host.
 pub const PAUSED_ANNOTATION: &str = "baremetalhost.metal3.io/paused";
 /// Removes the host from Ironic but keeps the object; "" or JSON `{"deleteAction": ...}`.

@@ -1,6 +1,7 @@
 //! BareMetalHost fields → the provisioner's plain inputs, and inspection results back
 //! into the CRD's HardwareDetails.
 
+use crate::api::host::HARDWARE_PROFILES;
 use crate::api::{self, BareMetalHost};
 use crate::bmc::{BmcAddress, parse_mac};
 use crate::credentials::Credentials;
@@ -24,20 +25,11 @@ pub enum SpecError {
     #[error("spec.bmc is missing: set spec.bmc.address and spec.bmc.credentialsName")]
     NoBmc,
     #[error(
-        "spec.hardwareProfile {profile:?} is not a known profile (unknown, libvirt, dell, dell-raid, openstack, empty); remove it and use spec.rootDeviceHints"
+        "spec.hardwareProfile {profile:?} is not a known profile ({known}); remove it and use spec.rootDeviceHints",
+        known = HARDWARE_PROFILES.join(", ")
     )]
     HardwareProfile { profile: String },
 }
-
-/// Upstream's hardware profile names (deprecated; they only choose root device hints).
-pub const HARDWARE_PROFILES: [&str; 6] = [
-    "unknown",
-    "libvirt",
-    "dell",
-    "dell-raid",
-    "openstack",
-    "empty",
-];
 
 /// The provisioner's view of `host`.
 pub fn host_input(
