@@ -176,8 +176,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             .ramdisk_url
             .get_or_insert_with(|| netboot.deploy_ramdisk_url());
     }
-    let mut ctx = controller::Context::new(kube.clone(), provisioner, settings);
-    ctx.metrics = health.metrics.clone();
+    let mut ctx = controller::Context::new(kube.clone(), provisioner, settings)
+        .with_metrics(health.metrics.clone());
     if let Some(netboot) = &netboot {
         ctx = ctx.with_leases(netboot.leases.clone());
     }

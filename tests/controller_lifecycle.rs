@@ -70,6 +70,24 @@ impl Site {
             .expect("create host")
     }
 
+    /// Creates the fake-hardware host `name` with its Secret and waits until it is
+    /// provisioned; returns it and the states seen on the way.
+    async fn provision_fake_host(&self, name: &str) -> (BareMetalHost, BTreeSet<String>) {
+        self.secret(&format!("{name}-bmc"), "admin", "password")
+            .await;
+        self.create_host(fake_host(name, &unique_mac())).await;
+        let seen = Mutex::new(BTreeSet::new());
+        let host = self
+            .wait_state(
+                name,
+                ProvisioningState::Provisioned,
+                Duration::from_secs(240),
+                &seen,
+            )
+            .await;
+        (host, seen.into_inner().expect("lock"))
+    }
+
     /// Waits until `name` is in `state`, adding every state seen on the way to `seen`.
     async fn wait_state(
         &self,
@@ -110,20 +128,7 @@ fn tail(log: &str) -> String {
 async fn fake_hardware_host_goes_from_registering_to_provisioned_and_back_out() {
     let site = Site::start("lifecycle").await;
     let name = "worker-0";
-    site.secret(&format!("{name}-bmc"), "admin", "password")
-        .await;
-    site.create_host(fake_host(name, &unique_mac())).await;
-
-    let seen = Mutex::new(BTreeSet::new());
-    let host = site
-        .wait_state(
-            name,
-            ProvisioningState::Provisioned,
-            Duration::from_secs(240),
-            &seen,
-        )
-        .await;
-    let seen = seen.into_inner().expect("lock");
+    let (host, seen) = site.provision_fake_host(name).await;
     // Polling can miss short states, but the long ones must show.
     for state in ["registering", "provisioning"] {
         assert!(seen.contains(state), "never saw {state}: {seen:?}");
@@ -567,18 +572,7 @@ fn annotations_of(host: &BareMetalHost) -> std::collections::BTreeMap<String, St
 async fn detached_host_leaves_ironic_keeps_its_status_and_deletes_without_deprovisioning() {
     let site = Site::start("detached").await;
     let name = "detach-0";
-    site.secret(&format!("{name}-bmc"), "admin", "password")
-        .await;
-    site.create_host(fake_host(name, &unique_mac())).await;
-    let seen = Mutex::new(BTreeSet::new());
-    let host = site
-        .wait_state(
-            name,
-            ProvisioningState::Provisioned,
-            Duration::from_secs(240),
-            &seen,
-        )
-        .await;
+    let (host, _) = site.provision_fake_host(name).await;
     let node_id = host.status.expect("status").provisioning.id;
     let hosts = site.hosts();
     hosts

@@ -114,6 +114,13 @@ impl<P: Provisioner> Context<P> {
         }
     }
 
+    /// Counts into `metrics` (shared with the `/metrics` endpoint) instead of a
+    /// registry of its own.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
     /// Fills hardware details from `leases` (bmo's DHCP server's lease table).
     pub fn with_leases(mut self, leases: LeaseTable) -> Self {
         self.leases = Some(leases);
@@ -932,20 +939,16 @@ fn record_metrics<P: Provisioner>(
         if new == State::Unmanaged {
             ctx.metrics.count(metrics::Event::HostUnmanaged);
         }
-        let history = before.operation_history.clone().unwrap_or_default();
-        let timed = match old {
-            State::Registering => Some((TimedOperation::Register, history.register)),
-            State::Inspecting => Some((TimedOperation::Inspect, history.inspect)),
-            State::Provisioning => Some((TimedOperation::Provision, history.provision)),
-            State::Deprovisioning => Some((TimedOperation::Deprovision, history.deprovision)),
+        let history = before.operation_history.as_ref();
+        let timed = history.and_then(|h| match old {
+            State::Registering => Some((TimedOperation::Register, h.register.as_ref())),
+            State::Inspecting => Some((TimedOperation::Inspect, h.inspect.as_ref())),
+            State::Provisioning => Some((TimedOperation::Provision, h.provision.as_ref())),
+            State::Deprovisioning => Some((TimedOperation::Deprovision, h.deprovision.as_ref())),
             _ => None,
-        };
-        if let Some((
-            op,
-            Some(crate::api::OperationMetric {
-                start: Some(start), ..
-            }),
-        )) = timed
+        });
+        if let Some((op, Some(metric))) = timed
+            && let Some(start) = &metric.start
         {
             let seconds = now.0.duration_since(start.0).as_secs_f64();
             if seconds >= 0.0 {
