@@ -318,6 +318,11 @@ async fn lifecycle(checksum_type: ChecksumType) {
         drive("power state", Duration::from_secs(10), || p.power_state(&h)).await,
         PowerState::On
     );
+    // A settled host's reconcile reads its node once: registration reports what the
+    // controller needs (deployed, power) without further calls.
+    let settled = drive("register settled", Duration::from_secs(10), || p.register(&h)).await;
+    assert!(settled.deployed, "an active node needs no adoption");
+    assert_eq!(settled.power, PowerState::On);
     let reboot = p.reboot(&h, PowerMode::Soft).await.expect("reboot");
     assert_eq!(reboot.error, None);
     assert!(reboot.changed);
@@ -1031,6 +1036,7 @@ async fn a_provisioned_host_is_readopted_after_the_ironic_database_is_wiped() {
 
     // The controller still has the old UUID; the node is recreated and adopted.
     let reg = drive("re-register", Duration::from_secs(60), || p.register(&h)).await;
+    assert!(!reg.deployed, "a re-created node must be adopted");
     let new_id = reg.provisioning_id.unwrap();
     assert_ne!(new_id, old_id);
     h.provisioning_id = Some(new_id.clone());

@@ -420,7 +420,9 @@ async fn reconcile_host<P: Provisioner>(
             )
             .await;
         }
-        if matches!(state, State::Provisioned | State::ExternallyProvisioned) {
+        if matches!(state, State::Provisioned | State::ExternallyProvisioned)
+            && !outcome.value.deployed
+        {
             let request = provision_request(host, ctx).await?;
             let adopted = ctx.provisioner.adopt(phost, &request).await?;
             if !adopted.is_done() {
@@ -432,8 +434,7 @@ async fn reconcile_host<P: Provisioner>(
             state,
             State::Available | State::Ready | State::Provisioned | State::ExternallyProvisioned
         ) {
-            let power = ctx.provisioner.power_state(phost).await?;
-            facts.power = match power.value {
+            facts.power = match outcome.value.power {
                 PowerState::On => Some(true),
                 PowerState::Off => Some(false),
                 PowerState::Unknown => None,

@@ -163,6 +163,12 @@ impl Provisioner for FixtureProvisioner {
         let registration = Registration {
             provisioning_id: Some(record.id.clone()),
             credentials_valid: record.state != FixtureState::Enrolled,
+            power: if record.powered_on {
+                PowerState::On
+            } else {
+                PowerState::Off
+            },
+            deployed: record.state == FixtureState::Active,
         };
         if record.state == FixtureState::Enrolled {
             record.state = FixtureState::Manageable;

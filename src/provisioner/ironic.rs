@@ -289,7 +289,8 @@ impl IronicProvisioner {
         tracing::info!(host = %host.id, node = %node.uuid, driver = settings.driver, "registered with Ironic");
         let registration = Registration {
             provisioning_id: Some(node.uuid.clone()),
-            credentials_valid: false,
+            power: Self::power_of(&node),
+            ..Registration::default()
         };
         if let Some(failed) = self.ensure_boot_port(host, &node).await? {
             return Ok(failed.map(|()| registration));
@@ -569,7 +570,7 @@ impl Provisioner for IronicProvisioner {
         };
         let mut registration = Registration {
             provisioning_id: Some(node.uuid.clone()),
-            credentials_valid: false,
+            ..Registration::default()
         };
         let node_name = host.id.node_name();
         if let Some(other) = node
@@ -657,6 +658,8 @@ impl Provisioner for IronicProvisioner {
         } else {
             node
         };
+        registration.power = Self::power_of(&node);
+        registration.deployed = node.provision_state() == "active" && !node.maintenance;
         // The boot MAC's port is made while the node is enrolled (a vanished node is
         // re-created in `enroll`); bootMACAddress cannot change afterwards, so later
         // reconciles skip the lookup (a third of bmo's Ironic requests otherwise).

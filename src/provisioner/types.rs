@@ -302,6 +302,12 @@ pub struct Registration {
     /// Ironic reached the BMC with these credentials (the node got to `manageable`
     /// or further).
     pub credentials_valid: bool,
+    /// The node's power as read while registering, so a settled host costs one
+    /// read of its node per reconcile.
+    pub power: PowerState,
+    /// The node already runs its deployment (Ironic `active`, not in maintenance):
+    /// a provisioned host needs no adoption.
+    pub deployed: bool,
 }
 
 /// Result of `inspect`.
@@ -332,9 +338,10 @@ pub struct Progress {
 }
 
 /// Observed power.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum PowerState {
     On,
     Off,
+    #[default]
     Unknown,
 }
