@@ -320,7 +320,10 @@ async fn lifecycle(checksum_type: ChecksumType) {
     );
     // A settled host's reconcile reads its node once: registration reports what the
     // controller needs (deployed, power) without further calls.
-    let settled = drive("register settled", Duration::from_secs(10), || p.register(&h)).await;
+    let settled = drive("register settled", Duration::from_secs(10), || {
+        p.register(&h)
+    })
+    .await;
     assert!(settled.deployed, "an active node needs no adoption");
     assert_eq!(settled.power, PowerState::On);
     let reboot = p.reboot(&h, PowerMode::Soft).await.expect("reboot");
