@@ -1,0 +1,498 @@
+//! The real-machine lab: one network namespace holding the provisioning network
+//! (bridge `br0`, 10.77.0.1/24), and in it libvirtd with qemu (TCG), sushy-emulator's
+//! libvirt driver as the VMs' Redfish BMC, a private Ironic, and `bmo run` serving
+//! DHCP, TFTP and HTTP on `br0`. The kube-apiserver stays in the root namespace on
+//! loopback; a relay inside the namespace listens on the same loopback port and
+//! forwards to it, so bmo uses the stack's kubeconfig unchanged. A second relay lets
+//! the test read the private Ironic from the root namespace. No packet leaves the
+//! namespace or loopback.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::netboot_common::{ChildGuard, Netns, NsRef, TempDir, run, spawn};
+use crate::support::{Stack, eventually, free_port};
+
+pub const PROVISIONING_IP: &str = "10.77.0.1";
+pub const HTTP_PORT: u16 = 6180;
+
+/// Forwards each connection accepted on `listener` to `target`. The outgoing
+/// connection is made from `ns` when given, else from the root namespace.
+fn spawn_relay(listener: TcpListener, target: SocketAddr, ns: Option<NsRef>) {
+    std::thread::spawn(move || {
+        if let Some(ns) = ns {
+            ns.enter();
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("relay runtime");
+        runtime.block_on(async move {
+            listener
+                .set_nonblocking(true)
+                .expect("nonblocking listener");
+            let listener = tokio::net::TcpListener::from_std(listener).expect("relay listener");
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+    });
+}
+
+/// A TCP listener bound inside `ns`.
+fn listen_in(ns: &Netns, addr: SocketAddr) -> TcpListener {
+    ns.block_on(move || async move { TcpListener::bind(addr).expect("bind inside the namespace") })
+}
+
+fn port_of(url: &url::Url) -> u16 {
+    url.port_or_known_default().expect("URL with a port")
+}
+
+pub struct Lab {
+    pub ns: Netns,
+    pub dir: TempDir,
+    pub http_root: PathBuf,
+    pub images: PathBuf,
+    pub sushy_port: u16,
+    /// The private Ironic as seen from the root namespace (through the relay).
+    pub ironic_from_test: url::Url,
+    ironic_dir: PathBuf,
+    _daemons: Vec<ChildGuard>,
+    domains: Vec<String>,
+}
+
+impl Lab {
+    pub fn start() -> Lab {
+        let stack = Stack::get();
+        let ns = Netns::new("vm");
+        let ip = |args: &[&str]| run(Command::new("ip").arg("-n").arg(&ns.name).args(args));
+        ip(&["link", "add", "br0", "type", "bridge"]);
+        ip(&[
+            "addr",
+            "add",
+            &format!("{PROVISIONING_IP}/24"),
+            "dev",
+            "br0",
+        ]);
+        ip(&["link", "set", "br0", "up"]);
+
+        let dir = TempDir::new("vm-lab");
+        // qemu runs as libvirt-qemu and must reach the disk images in here.
+        run(Command::new("chmod").arg("755").arg(dir.path()));
+        let http_root = dir.path().join("http");
+        let images = dir.path().join("images");
+        let tftp_root = dir.path().join("tftp");
+        for d in [&http_root, &images, &tftp_root] {
+            std::fs::create_dir_all(d).expect("lab directory");
+        }
+
+        // The agent's kernel and ramdisk under the names bmo derives its URLs from.
+        let ipa = PathBuf::from(
+            stack
+                .var("BMO_IPA_DIR")
+                .expect("BMO_IPA_DIR in the stack env"),
+        );
+        for name in [
+            "ironic-python-agent.kernel",
+            "ironic-python-agent.initramfs",
+        ] {
+            link_or_copy(&ipa.join(name), &images.join(name));
+        }
+
+        let mut daemons = Vec::new();
+        let apiserver = stack
+            .var("KUBE_APISERVER_URL")
+            .expect("KUBE_APISERVER_URL")
+            .parse::<url::Url>()
+            .expect("apiserver URL");
+        let apiserver_addr: SocketAddr = ([127, 0, 0, 1], port_of(&apiserver)).into();
+        spawn_relay(listen_in(&ns, apiserver_addr), apiserver_addr, None);
+
+        assert!(
+            !Command::new("virsh")
+                .args(["-c", "qemu:///system", "version"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success()),
+            "a libvirtd is already running on this machine; the VM test starts its own inside its network namespace (stop the other one: pkill libvirtd)"
+        );
+        daemons.push(spawn(ns.command("virtlogd").stderr(Stdio::null())));
+        daemons.push(spawn(ns.command("libvirtd").stdout(Stdio::null()).stderr(
+            std::fs::File::create(dir.path().join("libvirtd.log")).expect("log"),
+        )));
+
+        let sushy_port = free_port();
+        let sushy_conf = dir.path().join("sushy.conf");
+        std::fs::write(
+            &sushy_conf,
+            format!(
+                "SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\nSUSHY_EMULATOR_LISTEN_PORT = {sushy_port}\nSUSHY_EMULATOR_LIBVIRT_URI = 'qemu:///system'\nSUSHY_EMULATOR_IGNORE_BOOT_DEVICE = False\n"
+            ),
+        )
+        .expect("sushy config");
+        let sushy = stack
+            .var("BMO_SUSHY_LIBVIRT")
+            .expect("BMO_SUSHY_LIBVIRT in the stack env");
+        daemons.push(spawn(
+            ns.command(sushy)
+                .arg("--config")
+                .arg(&sushy_conf)
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(dir.path().join("sushy.log")).expect("log")),
+        ));
+
+        let ironic_dir = stack.dir.join(format!(
+            "private-{}",
+            crate::support::unique_name("vm-ironic")
+        ));
+        let http_url = format!("http://{PROVISIONING_IP}:{HTTP_PORT}");
+        let conf = [
+            "[api]".to_owned(),
+            "host_ip = 0.0.0.0".to_owned(),
+            "[deploy]".to_owned(),
+            format!("http_root = {}", http_root.display()),
+            format!("http_url = {http_url}"),
+            // Inspection, cleaning and deployment share one agent boot, as in metal3.
+            "fast_track = true".to_owned(),
+            "erase_devices_priority = 0".to_owned(),
+            "erase_devices_metadata_priority = 10".to_owned(),
+            "[pxe]".to_owned(),
+            format!("tftp_root = {}", tftp_root.display()),
+            "kernel_append_params = console=ttyS0,115200 ipa-insecure=1".to_owned(),
+            "[service_catalog]".to_owned(),
+            format!("endpoint_override = http://{PROVISIONING_IP}:@IRONIC_PORT@"),
+            "[agent]".to_owned(),
+            "deploy_logs_collect = never".to_owned(),
+        ];
+        let out = ns
+            .command(&stack_script().display().to_string())
+            .args(["private-ironic", "start"])
+            .arg(&ironic_dir)
+            .args(&conf)
+            .output()
+            .expect("run tests/env/stack");
+        assert!(
+            out.status.success(),
+            "the lab's Ironic did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ironic_in_ns: url::Url = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("Ironic endpoint");
+        let relay_port = free_port();
+        let relay = TcpListener::bind(("127.0.0.1", relay_port)).expect("bind relay");
+        spawn_relay(
+            relay,
+            ([127, 0, 0, 1], port_of(&ironic_in_ns)).into(),
+            Some(ns.handle()),
+        );
+        let ironic_from_test = format!("http://127.0.0.1:{relay_port}/v1/")
+            .parse()
+            .expect("URL");
+
+        Lab {
+            ns,
+            dir,
+            http_root,
+            images,
+            sushy_port,
+            ironic_from_test,
+            ironic_dir,
+            _daemons: daemons,
+            domains: Vec::new(),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn ironic_port_in_ns(&self) -> u16 {
+        let ports = std::fs::read_to_string(self.ironic_dir.join("ports")).expect("ports file");
+        ports
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("Ironic port")
+    }
+
+    /// `bmo run` inside the namespace, serving DHCP, TFTP and HTTP on `br0`. No
+    /// deploy kernel or ramdisk URL is given: bmo derives them from the address it
+    /// detects.
+    pub fn start_bmo(&self, watch_namespace: &str) -> ChildGuard {
+        let stack = Stack::get();
+        let log = std::fs::File::create(self.path().join("bmo.log")).expect("bmo log");
+        let mut cmd = self.ns.command(env!("CARGO_BIN_EXE_bmo"));
+        cmd.arg("run")
+            .env_remove("DEPLOY_KERNEL_URL")
+            .env_remove("DEPLOY_RAMDISK_URL")
+            .env("KUBECONFIG", &stack.kubeconfig)
+            .env(
+                "IRONIC_ENDPOINT",
+                format!("http://127.0.0.1:{}/v1/", self.ironic_port_in_ns()),
+            )
+            .env(
+                "METAL3_AUTH_ROOT_DIR",
+                stack.var("METAL3_AUTH_ROOT_DIR").unwrap_or_default(),
+            )
+            .env("WATCH_NAMESPACE", watch_namespace)
+            .env("BMO_HEALTH_ADDR", format!("127.0.0.1:{}", free_port()))
+            .env("PROVISIONING_INTERFACE", "br0")
+            .env("HTTP_PORT", HTTP_PORT.to_string())
+            .env("BMO_HTTP_ROOT", &self.http_root)
+            .env("BMO_IMAGES_DIR", &self.images)
+            .env("BMO_TFTP", "true")
+            .env("BMO_TFTP_ROOT", self.path().join("tftp"))
+            .env("BMO_DHCP_MODE", "full")
+            .env("DHCP_RANGE", "10.77.0.100,10.77.0.150")
+            .env("BMO_LEASE_FILE", self.path().join("leases.json"))
+            // TFTP transfers are logged at debug: the tests look for them.
+            .env("RUST_LOG", "info,bmo::netboot::tftp=debug")
+            .stdout(Stdio::null())
+            .stderr(log);
+        spawn(&mut cmd)
+    }
+
+    /// Defines (not starts) a VM with a virtio disk of `disk_gib` GiB, one virtio
+    /// NIC on `br0` with `mac`, and its serial console appended to a file.
+    pub fn define_vm(&mut self, spec: VmSpec<'_>) -> Vm {
+        let VmSpec {
+            name,
+            uuid,
+            mac,
+            memory_mib,
+            cpus,
+            disk_gib,
+            firmware,
+        } = spec;
+        let disk = self.path().join(format!("{name}.img"));
+        let file = std::fs::File::create(&disk).expect("disk image");
+        file.set_len(disk_gib << 30).expect("size disk image");
+        let console = self.path().join(format!("{name}.console.log"));
+        // BIOS: SeaBIOS runs the NIC's own ROM, which is iPXE (the loader-less HTTP
+        // path). UEFI: OVMF's built-in PXE with the NIC ROM off, so the first
+        // request is a plain PXE client's and gets iPXE over TFTP.
+        let (loader, rom) = match firmware {
+            Firmware::Bios => ("    <bios useserial='yes'/>".to_owned(), ""),
+            Firmware::Uefi => (
+                format!(
+                    "    <loader readonly='yes' type='pflash'>{OVMF_CODE}</loader>\n    <nvram template='{OVMF_VARS}'>{}</nvram>",
+                    self.path().join(format!("{name}.vars.fd")).display()
+                ),
+                "\n      <rom enabled='no'/>",
+            ),
+        };
+        let xml = format!(
+            r#"<domain type='qemu'>
+  <name>{name}</name>
+  <uuid>{uuid}</uuid>
+  <memory unit='MiB'>{memory_mib}</memory>
+  <vcpu>{cpus}</vcpu>
+  <os>
+    <type arch='x86_64' machine='pc'>hvm</type>
+    <boot dev='network'/>
+{loader}
+  </os>
+  <features><acpi/><apic/></features>
+  <clock offset='utc'/>
+  <on_poweroff>destroy</on_poweroff>
+  <on_reboot>restart</on_reboot>
+  <on_crash>destroy</on_crash>
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw' cache='writeback'/>
+      <source file='{disk}'/>
+      <target dev='vda' bus='virtio'/>
+    </disk>
+    <interface type='bridge'>
+      <source bridge='br0'/>
+      <mac address='{mac}'/>
+      <model type='virtio'/>{rom}
+    </interface>
+    <serial type='file'>
+      <source path='{console}' append='on'/>
+      <target port='0'/>
+    </serial>
+    <console type='file'>
+      <source path='{console}' append='on'/>
+      <target type='serial' port='0'/>
+    </console>
+  </devices>
+</domain>
+"#,
+            disk = disk.display(),
+            console = console.display(),
+        );
+        let xml_path = self.path().join(format!("{name}.xml"));
+        std::fs::write(&xml_path, xml).expect("domain XML");
+        virsh(&["define", &xml_path.display().to_string()]);
+        self.domains.push(name.to_owned());
+        Vm {
+            name: name.to_owned(),
+            uuid: uuid.to_owned(),
+            mac: mac.to_owned(),
+            disk,
+            console,
+        }
+    }
+
+    /// Waits until sushy-emulator lists the VM.
+    pub async fn wait_for_bmc(&self, vm: &Vm) {
+        let url = format!(
+            "http://127.0.0.1:{}/redfish/v1/Systems/{}",
+            self.sushy_port, vm.uuid
+        );
+        let ns = self.ns.handle();
+        eventually(
+            "sushy-emulator to serve the VM",
+            Duration::from_secs(60),
+            || {
+                let out = ns.command("curl").args(["-sf", &url]).output();
+                async move {
+                    match out {
+                        Ok(o) if o.status.success() => Ok(()),
+                        Ok(o) => Err(String::from_utf8_lossy(&o.stderr).into_owned()),
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
+            },
+        )
+        .await;
+    }
+
+    pub fn redfish_address(&self, vm: &Vm) -> String {
+        format!(
+            "redfish+http://127.0.0.1:{}/redfish/v1/Systems/{}",
+            self.sushy_port, vm.uuid
+        )
+    }
+
+    /// Ironic's and sushy's logs, for a failure message.
+    pub fn logs_tail(&self) -> String {
+        let mut out = String::new();
+        for (name, path) in [
+            ("bmo", self.path().join("bmo.log")),
+            ("ironic", self.ironic_dir.join("ironic.log")),
+            ("sushy", self.path().join("sushy.log")),
+        ] {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let from = lines.len().saturating_sub(40);
+            out.push_str(&format!(
+                "--- {name} ({})\n{}\n",
+                path.display(),
+                lines[from..].join("\n")
+            ));
+        }
+        out
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        // The logs outlive the lab, for a look after a failure.
+        let keep = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/vm-e2e-logs");
+        let _ = std::fs::remove_dir_all(&keep);
+        if std::fs::create_dir_all(&keep).is_ok() {
+            let mut logs: Vec<PathBuf> = std::fs::read_dir(self.path())
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "log"))
+                .collect();
+            logs.push(self.ironic_dir.join("ironic.log"));
+            for log in logs {
+                if let Some(name) = log.file_name() {
+                    let _ = std::fs::copy(&log, keep.join(name));
+                }
+            }
+        }
+        for name in &self.domains {
+            let _ = Command::new("virsh")
+                .args(["-c", "qemu:///system", "destroy", name])
+                .output();
+            let _ = Command::new("virsh")
+                .args(["-c", "qemu:///system", "undefine", name])
+                .output();
+        }
+        let _ = Command::new(stack_script())
+            .args(["private-ironic", "stop"])
+            .arg(&self.ironic_dir)
+            .output();
+    }
+}
+
+pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
+pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Firmware {
+    Bios,
+    Uefi,
+}
+
+pub struct VmSpec<'a> {
+    pub name: &'a str,
+    pub uuid: &'a str,
+    pub mac: &'a str,
+    pub memory_mib: u32,
+    pub cpus: u32,
+    pub disk_gib: u64,
+    pub firmware: Firmware,
+}
+
+pub struct Vm {
+    pub name: String,
+    pub uuid: String,
+    pub mac: String,
+    pub disk: PathBuf,
+    pub console: PathBuf,
+}
+
+impl Vm {
+    pub fn console(&self) -> String {
+        std::fs::read(&self.console)
+            .map(|b| String::from_utf8_lossy(&b).replace('\r', ""))
+            .unwrap_or_default()
+    }
+
+    pub fn state(&self) -> String {
+        virsh(&["domstate", &self.name]).trim().to_owned()
+    }
+
+    /// The first sector of the VM's disk.
+    pub fn first_sector(&self) -> Vec<u8> {
+        use std::io::Read;
+        let mut sector = vec![0u8; 512];
+        std::fs::File::open(&self.disk)
+            .and_then(|mut f| f.read_exact(&mut sector))
+            .expect("read the VM's disk");
+        sector
+    }
+}
+
+pub fn virsh(args: &[&str]) -> String {
+    run(Command::new("virsh")
+        .args(["-c", "qemu:///system"])
+        .args(args))
+}
+
+fn stack_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/env/stack")
+}
+
+fn link_or_copy(from: &Path, to: &Path) {
+    if std::fs::hard_link(from, to).is_err() {
+        std::fs::copy(from, to)
+            .unwrap_or_else(|e| panic!("cannot copy {} to {}: {e}", from.display(), to.display()));
+    }
+}
