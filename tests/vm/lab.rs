@@ -70,6 +70,7 @@ pub struct Lab {
 impl Lab {
     pub fn start() -> Lab {
         let stack = Stack::get();
+        reap_dead_labs();
         let ns = Netns::new("vm");
         let ip = |args: &[&str]| run(Command::new("ip").arg("-n").arg(&ns.name).args(args));
         ip(&["link", "add", "br0", "type", "bridge"]);
@@ -477,6 +478,47 @@ impl Vm {
             .and_then(|mut f| f.read_exact(&mut sector))
             .expect("read the VM's disk");
         sector
+    }
+}
+
+/// Removes what a lab whose test process was killed (no `Drop`) left behind: its
+/// namespace (`bmo<pid>-vm<n>`) and every process in it (libvirtd, qemu, sushy,
+/// Ironic, bmo), and its VM definitions.
+fn reap_dead_labs() {
+    let out = Command::new("ip").args(["netns", "list"]).output();
+    let list = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    let mut reaped = false;
+    for name in list
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+    {
+        let Some(pid) = name
+            .strip_prefix("bmo")
+            .and_then(|rest| rest.split_once("-vm"))
+            .map(|(pid, _)| pid)
+        else {
+            continue;
+        };
+        if Path::new("/proc").join(pid).exists() {
+            continue;
+        }
+        if let Ok(o) = Command::new("ip").args(["netns", "pids", name]).output() {
+            for p in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                let _ = Command::new("kill").args(["-9", p]).status();
+            }
+        }
+        let _ = Command::new("ip").args(["netns", "del", name]).status();
+        reaped = true;
+    }
+    if reaped {
+        for dir in ["/etc/libvirt/qemu", "/var/run/libvirt/qemu"] {
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                if entry.file_name().to_string_lossy().starts_with("bmo-vm-") {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
     }
 }
 
