@@ -313,10 +313,14 @@ impl Policy {
         if req.is_http_client() {
             m.opts_mut()
                 .insert(DhcpOption::ClassIdentifier(b"HTTPClient".to_vec()));
-        } else if proxy || req.is_pxe() {
+        } else if proxy {
             m.opts_mut()
                 .insert(DhcpOption::ClassIdentifier(b"PXEClient".to_vec()));
         }
+        // A full-mode offer carries no `PXEClient`: with it and no PXE vendor
+        // options, UEFI firmware (EDK2/OVMF) takes the offer for a BINL one and asks
+        // a boot server on port 4011 for the file; without it, the offer is plain
+        // DHCP with a boot file, which every PXE client boots from.
         if proxy && req.is_pxe() {
             // PXE vendor options: discovery control = 8, boot from the file name.
             m.opts_mut()
@@ -388,6 +392,10 @@ mod tests {
                 .unwrap();
             assert_eq!(bootfile(&m).as_deref(), Some(want), "arch {arch}");
             assert_eq!(m.siaddr().to_string(), "10.9.0.1");
+            assert!(
+                m.opts().get(OptionCode::ClassIdentifier).is_none(),
+                "arch {arch}: a full-mode offer with PXEClient sends UEFI firmware to port 4011"
+            );
             assert!(!m.yiaddr().is_unspecified());
         }
     }
