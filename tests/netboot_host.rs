@@ -586,6 +586,7 @@ async fn an_unknown_mac_becomes_one_discovered_host_and_a_deleted_one_stays_dele
     let settings = DiscoverySettings {
         namespace: site.ns.clone(),
         watch_namespace: Some(site.ns.clone()),
+        limits: discovery::DiscoveryLimits::default(),
     };
     // A host the user made: its MAC is not discovered.
     site.create_host(json!({
@@ -705,6 +706,7 @@ async fn discovery_tries_again_on_the_next_request_when_the_create_failed() {
         DiscoverySettings {
             namespace: target.clone(),
             watch_namespace: Some(site.ns.clone()),
+            limits: discovery::DiscoveryLimits::default(),
         },
     )));
     let client = net.client.handle();
