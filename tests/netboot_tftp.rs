@@ -364,13 +364,28 @@ fn a_flood_of_unacknowledged_read_requests_stays_bounded() {
         let rss_before = rss_mib();
         let flood = tokio::task::spawn_blocking(move || {
             client.block_on(|| async move {
-                // 200 sockets (source ports) over 30 addresses, none of which ever ACKs.
+                // 200 sockets (source ports) over 30 addresses. Each acknowledges the
+                // OACK, so that the server reads the file and fills its largest window,
+                // and then never acknowledges a block: the most memory a transfer holds.
+                let oacks_acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
                 let mut sockets = Vec::new();
                 for n in 0..200u16 {
                     let ip = 3 + (n % u16::from(FLOODERS));
-                    let s = tokio::net::UdpSocket::bind(format!("10.77.0.{ip}:0"))
-                        .await
-                        .expect("bind");
+                    let s = std::sync::Arc::new(
+                        tokio::net::UdpSocket::bind(format!("10.77.0.{ip}:0"))
+                            .await
+                            .expect("bind"),
+                    );
+                    let (socket, acked) = (s.clone(), oacks_acked.clone());
+                    tokio::spawn(async move {
+                        let mut buf = [0u8; 512];
+                        while let Ok((len, from)) = socket.recv_from(&mut buf).await {
+                            if len >= 2 && buf[..2] == [0, 6] {
+                                let _ = socket.send_to(&[0, 4, 0, 0], from).await;
+                                acked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                        }
+                    });
                     sockets.push(s);
                 }
                 let packet = rrq("images/ramdisk.img");
@@ -383,7 +398,10 @@ fn a_flood_of_unacknowledged_read_requests_stays_bounded() {
                         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
                     }
                 }
-                started.elapsed()
+                (
+                    started.elapsed(),
+                    oacks_acked.load(std::sync::atomic::Ordering::Relaxed),
+                )
             })
         });
         let mut peak_sessions = 0;
@@ -393,7 +411,7 @@ fn a_flood_of_unacknowledged_read_requests_stays_bounded() {
             peak_rss = peak_rss.max(rss_mib());
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        let took = flood.await.expect("flood");
+        let (took, oacks_acked) = flood.await.expect("flood");
         // Unacknowledged transfers give up within a few seconds.
         let drained = std::time::Instant::now();
         while sessions.in_use() > 0 && drained.elapsed() < std::time::Duration::from_secs(10) {
@@ -401,9 +419,17 @@ fn a_flood_of_unacknowledged_read_requests_stays_bounded() {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
         let drain_secs = drained.elapsed().as_secs_f64();
-        let rss_after = rss_mib();
+        // The last transfer to end hands the freed memory back; give it a moment.
+        let mut rss_after = rss_mib();
+        for _ in 0..20 {
+            if rss_after - rss_before < 20.0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            rss_after = rss_mib();
+        }
         println!(
-            "{REQUESTS} unacknowledged RRQs in {took:?}: at most {peak_sessions} sessions (cap {max_sessions}), \
+            "{REQUESTS} RRQs in {took:?}, {oacks_acked} OACKs acknowledged, no block ever: at most {peak_sessions} sessions (cap {max_sessions}), \
              all gone {drain_secs:.1} s after the flood; RSS {rss_before:.1} MiB before, {peak_rss:.1} MiB at peak, {rss_after:.1} MiB after"
         );
         assert!(peak_sessions <= max_sessions, "{peak_sessions} sessions");
@@ -412,6 +438,12 @@ fn a_flood_of_unacknowledged_read_requests_stays_bounded() {
             peak_rss - rss_before < 100.0,
             "RSS grew by {:.1} MiB",
             peak_rss - rss_before
+        );
+        // The windows' memory goes back once the transfers are over.
+        assert!(
+            rss_after - rss_before < 20.0,
+            "RSS still {:.1} MiB above where it started",
+            rss_after - rss_before
         );
         // A real client is served once the flood is over.
         let got = std::env::temp_dir().join(format!("bmo-tftp-after-flood-{}", std::process::id()));

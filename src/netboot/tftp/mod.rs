@@ -64,11 +64,15 @@ pub async fn serve(socket: UdpSocket, files: Arc<TftpFiles>, sessions: Slots) {
                     }
                 };
                 let files = files.clone();
+                let sessions = sessions.clone();
                 let local = socket.local_addr().ok();
                 tokio::spawn(async move {
-                    let _slot = slot;
                     if let Err(e) = transfer(peer, local, req, &files).await {
                         tracing::debug!(%peer, error = %e, "TFTP transfer ended early");
+                    }
+                    drop(slot);
+                    if sessions.in_use() == 0 {
+                        release_freed_memory();
                     }
                 });
             }
@@ -87,6 +91,17 @@ pub async fn serve(socket: UdpSocket, files: Arc<TftpFiles>, sessions: Slots) {
             Ok(_) => {}
             Err(e) => tracing::debug!(%peer, error = %e, "malformed TFTP packet dropped"),
         }
+    }
+}
+
+/// Hands the memory freed by finished transfers back to the system, so that a flood's
+/// windows do not stay resident once it is over. glibc keeps freed heap memory for
+/// reuse unless asked; musl (the container build) returns it by itself.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes no pointers; it only walks the allocator's free lists.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
