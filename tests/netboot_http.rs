@@ -512,3 +512,138 @@ fn connections_are_capped_per_client_and_in_total() {
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
 }
+
+/// Sends `GET path` on a kept-alive connection and reads the answer: `(status, body)`.
+async fn get_kept_alive(
+    stream: &mut tokio::io::BufReader<TcpStream>,
+    path: &str,
+) -> std::io::Result<(u16, Vec<u8>)> {
+    use tokio::io::AsyncBufReadExt;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: boot\r\n\r\n");
+    stream.get_mut().write_all(request.as_bytes()).await?;
+    let mut status = 0;
+    let mut length = 0usize;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if stream.read_line(&mut line).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        if let Some(rest) = l.strip_prefix("HTTP/1.1 ") {
+            status = rest.get(..3).and_then(|s| s.parse().ok()).unwrap_or(0);
+        } else if let Some((name, value)) = l.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; length];
+    stream.read_exact(&mut body).await?;
+    Ok((status, body))
+}
+
+/// The race the issue found (a directory inside the root swapped for a symlink to one
+/// outside between a check and the open): over HTTP, with the swap done atomically and
+/// as fast as it can go, no request is ever answered with the outside file.
+#[test]
+fn a_directory_swapped_for_a_symlink_never_serves_outside_content() {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    require(&["ip"]);
+    const CONNECTIONS: usize = 4;
+    const REQUESTS: usize = 3_000;
+    let net = TestNet::new(true);
+    let dir = TempDir::new("http-swap");
+    let cfg = config(dir.path());
+    std::fs::create_dir_all(cfg.images_dir.join("d")).unwrap();
+    std::fs::write(cfg.images_dir.join("d/f"), b"inside").unwrap();
+    std::fs::create_dir_all(dir.path().join("outside")).unwrap();
+    std::fs::write(dir.path().join("outside/f"), b"outside").unwrap();
+    std::os::unix::fs::symlink(dir.path().join("outside"), dir.path().join("spare")).unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let stop = stop.clone();
+        let a = CString::new(cfg.images_dir.join("d").as_os_str().as_bytes()).unwrap();
+        let b = CString::new(dir.path().join("spare").as_os_str().as_bytes()).unwrap();
+        std::thread::spawn(move || {
+            let mut swaps = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // SAFETY: two valid NUL-terminated paths; RENAME_EXCHANGE swaps them.
+                let rc = unsafe {
+                    libc::renameat2(
+                        libc::AT_FDCWD,
+                        a.as_ptr(),
+                        libc::AT_FDCWD,
+                        b.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    )
+                };
+                assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+                swaps += 1;
+            }
+            swaps
+        })
+    };
+    let client = net.client.handle();
+    let server_ip: Ipv4Addr = net.server_ip.parse().unwrap();
+    let (inside, refused, outside) = net.server.block_on(move || async move {
+        let nb = bmo::netboot::start(&cfg, LeaseTable::in_memory())
+            .await
+            .expect("start");
+        let dst = SocketAddr::new(server_ip.into(), nb.http_addr.unwrap().port());
+        let counts = tokio::task::spawn_blocking(move || {
+            client.block_on(move || async move {
+                let mut tasks = Vec::new();
+                for _ in 0..CONNECTIONS {
+                    tasks.push(tokio::spawn(async move {
+                        let mut stream = tokio::io::BufReader::new(
+                            TcpStream::connect(dst).await.expect("connect"),
+                        );
+                        let (mut inside, mut refused, mut outside) = (0u32, 0u32, 0u32);
+                        for _ in 0..REQUESTS {
+                            match get_kept_alive(&mut stream, "/images/d/f")
+                                .await
+                                .expect("answer")
+                            {
+                                (200, body) if body == b"inside" => inside += 1,
+                                // 403: the open file turned out to be outside the root.
+                                (403 | 404, _) => refused += 1,
+                                _ => outside += 1,
+                            }
+                        }
+                        (inside, refused, outside)
+                    }));
+                }
+                let mut sum = (0, 0, 0);
+                for t in tasks {
+                    let (i, n, o) = t.await.expect("client task");
+                    sum = (sum.0 + i, sum.1 + n, sum.2 + o);
+                }
+                sum
+            })
+        })
+        .await
+        .expect("clients");
+        drop(nb);
+        counts
+    });
+    stop.store(true, Ordering::Relaxed);
+    let swaps = swapper.join().expect("swapper");
+    println!(
+        "{} requests while the directory was swapped {swaps} times: {inside} served the inside file, \
+         {refused} refused (403 or 404), {outside} anything else",
+        CONNECTIONS * REQUESTS
+    );
+    assert_eq!(
+        outside, 0,
+        "outside content or an unexpected answer was served"
+    );
+    assert!(inside > 0 && swaps > 100, "{inside} served, {swaps} swaps");
+}
