@@ -95,24 +95,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         ready: Arc::new(AtomicBool::new(false)),
         metrics: Arc::new(Metrics::new()),
     };
-    let app = Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .with_state(health.clone());
-    let listener = tokio::net::TcpListener::bind(config.health_addr)
-        .await
-        .map_err(|source| RunError::Listen {
-            addr: config.health_addr,
-            source,
-        })?;
-    let bound = listener.local_addr().unwrap_or(config.health_addr);
-    tracing::info!(addr = %bound, "serving /healthz, /readyz and /metrics");
-    let server = tokio::spawn(
-        axum::serve(listener, app)
-            .with_graceful_shutdown(stopped())
-            .into_future(),
-    );
+    let server = serve_probes(config.health_addr, health.clone(), stopped()).await?;
 
     let waited = wait_for(
         "the Kubernetes API server",
@@ -129,26 +112,10 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     };
     tracing::info!(url = %kube_url, version = %version.git_version, "connected to Kubernetes");
 
-    let mut ironic_config = ClientConfig::new(config.ironic_endpoint.clone());
-    ironic_config.auth = IronicAuth::from_auth_dir(&config.auth_root_dir)?;
-    ironic_config.ca_file = config.ironic_cacert_file.clone();
-    ironic_config.insecure = config.ironic_insecure;
-    ironic_config.timeout = config.ironic_timeout();
-    let auth_kind = match ironic_config.auth {
-        IronicAuth::None => "none",
-        IronicAuth::Basic(_) => "http basic",
+    let ironic = match connect_ironic(&config, stopped()).await? {
+        Some(ironic) => ironic,
+        None => return stopped_while_starting(server).await,
     };
-    let ironic_url = config.ironic_endpoint.to_string();
-    let waited = wait_for("Ironic", &ironic_url, stopped(), ironic_may_come, || {
-        IronicClient::connect(ironic_config.clone())
-    })
-    .await;
-    let ironic = match waited {
-        Ok(Some(ironic)) => ironic,
-        Ok(None) => return stopped_while_starting(server).await,
-        Err(e) => return Err(e.into()),
-    };
-    tracing::info!(endpoint = %ironic.endpoint(), microversion = %ironic.microversion(), auth = auth_kind, "connected to Ironic");
 
     // With leader election, a standby is healthy and ready, and waits here; the host
     // controller and the network boot services run only in the leader.
@@ -267,6 +234,54 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     }
     tracing::info!("shut down");
     outcome
+}
+
+/// Serves `/healthz`, `/readyz` and `/metrics` on `addr` until `stop` resolves.
+async fn serve_probes(
+    addr: std::net::SocketAddr,
+    health: Health,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<tokio::task::JoinHandle<std::io::Result<()>>, RunError> {
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(health);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| RunError::Listen { addr, source })?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    tracing::info!(addr = %bound, "serving /healthz, /readyz and /metrics");
+    Ok(tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(stop)
+            .into_future(),
+    ))
+}
+
+/// Connects to Ironic, waiting while it is not there yet; `None` when `stop` came first.
+async fn connect_ironic(
+    config: &Config,
+    stop: impl Future<Output = ()>,
+) -> Result<Option<IronicClient>, RunError> {
+    let mut ironic_config = ClientConfig::new(config.ironic_endpoint.clone());
+    ironic_config.auth = IronicAuth::from_auth_dir(&config.auth_root_dir)?;
+    ironic_config.ca_file = config.ironic_cacert_file.clone();
+    ironic_config.insecure = config.ironic_insecure;
+    ironic_config.timeout = config.ironic_timeout();
+    let auth_kind = match ironic_config.auth {
+        IronicAuth::None => "none",
+        IronicAuth::Basic(_) => "http basic",
+    };
+    let url = config.ironic_endpoint.to_string();
+    let ironic = wait_for("Ironic", &url, stop, ironic_may_come, || {
+        IronicClient::connect(ironic_config.clone())
+    })
+    .await?;
+    if let Some(ironic) = &ironic {
+        tracing::info!(endpoint = %ironic.endpoint(), microversion = %ironic.microversion(), auth = auth_kind, "connected to Ironic");
+    }
+    Ok(ironic)
 }
 
 /// The longest pause between two attempts to reach a dependency at start-up.
