@@ -95,6 +95,18 @@ pub struct Config {
     #[arg(long, env = "BMO_DISCOVERY_NAMESPACE")]
     pub discovery_namespace: Option<String>,
 
+    /// Hosts discovery may create per 10-second window.
+    #[arg(long, env = "BMO_DISCOVERY_BURST", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub discovery_burst: u32,
+
+    /// Hosts discovery may create per minute.
+    #[arg(long, env = "BMO_DISCOVERY_PER_MINUTE", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub discovery_per_minute: u32,
+
+    /// Hosts discovery may create in total while bmo runs.
+    #[arg(long, env = "BMO_DISCOVERY_MAX_HOSTS", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    pub discovery_max_hosts: u32,
+
     /// Log line format.
     #[arg(long, env = "BMO_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
     pub log_format: LogFormat,
@@ -162,6 +174,11 @@ impl Config {
                     .or_else(|| watch_namespace.clone())
                     .unwrap_or_else(|| "default".to_owned()),
                 watch_namespace,
+                limits: crate::controller::discovery::DiscoveryLimits {
+                    per_window: self.discovery_burst,
+                    per_minute: self.discovery_per_minute,
+                    total: self.discovery_max_hosts,
+                },
             })
     }
 

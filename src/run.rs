@@ -1,8 +1,10 @@
 //! `bmo run`: connects to Kubernetes and Ironic, serves the health probes, and runs
 //! until SIGINT or SIGTERM.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -68,23 +70,6 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let kube_config = kube::Config::infer().await.map_err(RunError::KubeConfig)?;
     let kube_url = kube_config.cluster_url.to_string();
     let kube = kube::Client::try_from(kube_config).map_err(RunError::KubeClient)?;
-    let server = kube
-        .apiserver_version()
-        .await
-        .map_err(RunError::KubeUnreachable)?;
-    tracing::info!(url = %kube_url, version = %server.git_version, "connected to Kubernetes");
-
-    let mut ironic_config = ClientConfig::new(config.ironic_endpoint.clone());
-    ironic_config.auth = IronicAuth::from_auth_dir(&config.auth_root_dir)?;
-    ironic_config.ca_file = config.ironic_cacert_file.clone();
-    ironic_config.insecure = config.ironic_insecure;
-    ironic_config.timeout = config.ironic_timeout();
-    let auth_kind = match ironic_config.auth {
-        IronicAuth::None => "none",
-        IronicAuth::Basic(_) => "http basic",
-    };
-    let ironic = IronicClient::connect(ironic_config).await?;
-    tracing::info!(endpoint = %ironic.endpoint(), microversion = %ironic.microversion(), auth = auth_kind, "connected to Ironic");
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {
@@ -104,28 +89,33 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         let _ = signal_stop.send(true);
     });
 
+    // The probes answer from the start, so that while a dependency is not there yet
+    // /healthz says bmo lives and /readyz says it is not ready.
     let health = Health {
         ready: Arc::new(AtomicBool::new(false)),
         metrics: Arc::new(Metrics::new()),
     };
-    let app = Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .with_state(health.clone());
-    let listener = tokio::net::TcpListener::bind(config.health_addr)
-        .await
-        .map_err(|source| RunError::Listen {
-            addr: config.health_addr,
-            source,
-        })?;
-    let bound = listener.local_addr().unwrap_or(config.health_addr);
-    tracing::info!(addr = %bound, "serving /healthz, /readyz and /metrics");
-    let server = tokio::spawn(
-        axum::serve(listener, app)
-            .with_graceful_shutdown(stopped())
-            .into_future(),
-    );
+    let server = serve_probes(config.health_addr, health.clone(), stopped()).await?;
+
+    let waited = wait_for(
+        "the Kubernetes API server",
+        &kube_url,
+        stopped(),
+        kube_may_come,
+        || kube.apiserver_version(),
+    )
+    .await;
+    let version = match waited {
+        Ok(Some(version)) => version,
+        Ok(None) => return stopped_while_starting(server).await,
+        Err(e) => return Err(RunError::KubeUnreachable(e)),
+    };
+    tracing::info!(url = %kube_url, version = %version.git_version, "connected to Kubernetes");
+
+    let ironic = match connect_ironic(&config, stopped()).await? {
+        Some(ironic) => ironic,
+        None => return stopped_while_starting(server).await,
+    };
 
     // With leader election, a standby is healthy and ready, and waits here; the host
     // controller and the network boot services run only in the leader.
@@ -244,6 +234,126 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     }
     tracing::info!("shut down");
     outcome
+}
+
+/// Serves `/healthz`, `/readyz` and `/metrics` on `addr` until `stop` resolves.
+async fn serve_probes(
+    addr: std::net::SocketAddr,
+    health: Health,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<tokio::task::JoinHandle<std::io::Result<()>>, RunError> {
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(health);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| RunError::Listen { addr, source })?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    tracing::info!(addr = %bound, "serving /healthz, /readyz and /metrics");
+    Ok(tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(stop)
+            .into_future(),
+    ))
+}
+
+/// Connects to Ironic, waiting while it is not there yet; `None` when `stop` came first.
+async fn connect_ironic(
+    config: &Config,
+    stop: impl Future<Output = ()>,
+) -> Result<Option<IronicClient>, RunError> {
+    let mut ironic_config = ClientConfig::new(config.ironic_endpoint.clone());
+    ironic_config.auth = IronicAuth::from_auth_dir(&config.auth_root_dir)?;
+    ironic_config.ca_file = config.ironic_cacert_file.clone();
+    ironic_config.insecure = config.ironic_insecure;
+    ironic_config.timeout = config.ironic_timeout();
+    let auth_kind = match ironic_config.auth {
+        IronicAuth::None => "none",
+        IronicAuth::Basic(_) => "http basic",
+    };
+    let url = config.ironic_endpoint.to_string();
+    let ironic = wait_for("Ironic", &url, stop, ironic_may_come, || {
+        IronicClient::connect(ironic_config.clone())
+    })
+    .await?;
+    if let Some(ironic) = &ironic {
+        tracing::info!(endpoint = %ironic.endpoint(), microversion = %ironic.microversion(), auth = auth_kind, "connected to Ironic");
+    }
+    Ok(ironic)
+}
+
+/// The longest pause between two attempts to reach a dependency at start-up.
+const MAX_STARTUP_RETRY: Duration = Duration::from_secs(10);
+
+/// Calls `attempt` until it succeeds, fails in a way waiting will not mend (`may_come`
+/// says which), or `stop` resolves (then `Ok(None)`). Each failure is logged with the
+/// dependency's URL, and the pause doubles from 1 s up to `MAX_STARTUP_RETRY`.
+async fn wait_for<T, E, Fut>(
+    what: &str,
+    url: &str,
+    stop: impl Future<Output = ()>,
+    may_come: fn(&E) -> bool,
+    mut attempt: impl FnMut() -> Fut,
+) -> Result<Option<T>, E>
+where
+    E: std::fmt::Display,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let mut pause = Duration::from_secs(1);
+    tokio::pin!(stop);
+    loop {
+        let error = tokio::select! {
+            result = attempt() => match result {
+                Ok(value) => return Ok(Some(value)),
+                Err(e) if may_come(&e) => e,
+                Err(e) => return Err(e),
+            },
+            () = &mut stop => return Ok(None),
+        };
+        tracing::warn!(
+            url,
+            "waiting for {what} at {url}: {error}; trying again in {} s (not ready until then)",
+            pause.as_secs()
+        );
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = &mut stop => return Ok(None),
+        }
+        pause = (pause * 2).min(MAX_STARTUP_RETRY);
+    }
+}
+
+/// Whether a failed call to the kube-apiserver may succeed later: it was not reached,
+/// or answered that it is busy or not ready. Refused credentials, bad TLS
+/// configuration and the like end start-up.
+fn kube_may_come(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+/// Whether a failed connection to Ironic may succeed later: Ironic was not reached or
+/// answered 5xx (starting behind its web server). Refused credentials, an Ironic too
+/// old or an unreadable CA file end start-up.
+fn ironic_may_come(error: &IronicError) -> bool {
+    match error {
+        IronicError::Unreachable { .. } => true,
+        IronicError::Api { status, .. } => status.is_server_error(),
+        _ => false,
+    }
+}
+
+/// Ends a start-up cut short by SIGINT or SIGTERM.
+async fn stopped_while_starting(
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+) -> Result<(), RunError> {
+    let _ = server.await;
+    tracing::info!("shut down while starting");
+    Ok(())
 }
 
 async fn metrics(State(health): State<Health>) -> impl axum::response::IntoResponse {

@@ -552,6 +552,49 @@ async fn allowed_transitions_are_not_refused() {
 }
 
 #[tokio::test]
+async fn a_host_without_spec_is_accepted_updated_and_deleted() {
+    let (client, namespace) = setup("api-no-spec").await;
+    let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &namespace);
+    let discovered = json!({
+        "apiVersion": "metal3.io/v1alpha1",
+        "kind": "BareMetalHost",
+        "metadata": {"name": "demo-discovered"},
+    });
+    apply(&client, &namespace, &discovered, false)
+        .await
+        .expect("upstream's demo-discovered host (no spec) is accepted");
+    let read = hosts.get("demo-discovered").await.expect("read back");
+    assert_eq!(read.spec, bmo::api::BareMetalHostSpec::default());
+
+    // The transition rules and admission policies read spec; none may trip on its absence.
+    let labelled = json!({"metadata": {"labels": {"example.com/rack": "r1"}}});
+    hosts
+        .patch(
+            "demo-discovered",
+            &PatchParams::default(),
+            &Patch::Merge(&labelled),
+        )
+        .await
+        .expect("a label can be added to a host without spec");
+    let status = BareMetalHostStatus {
+        operational_status: OperationalStatus::Discovered,
+        ..Default::default()
+    };
+    hosts
+        .patch_status(
+            "demo-discovered",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": status})),
+        )
+        .await
+        .expect("status can be written to a host without spec");
+    hosts
+        .delete("demo-discovered", &DeleteParams::default())
+        .await
+        .expect("a host without spec can be deleted");
+}
+
+#[tokio::test]
 async fn nulls_as_go_clients_write_them_are_accepted() {
     let (client, namespace) = setup("api-nulls").await;
     let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &namespace);

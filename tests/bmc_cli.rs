@@ -86,3 +86,21 @@ fn a_bad_address_exits_2_with_one_line_saying_why() {
         assert!(!stderr.contains("hunter2"), "{stderr}");
     }
 }
+
+#[test]
+fn no_error_repeats_a_password_written_into_the_address() {
+    for (address, secret) in [
+        ("redfish://admin:pa/Secret@10.0.0.1/", "pa/Secret"),
+        ("ipmi://u:p4ssw0rd@host:99999", "p4ssw0rd"),
+        (" redfish://admin:hunter2@10.0.0.1 ", "hunter2"),
+        ("redfish://admin:hun ter2@10.0.0.1", "hun ter2"),
+        ("redfish://admin:hunter2@", "hunter2"),
+        ("redfish://admin:p?q#r@bmc_1:abc/", "p?q#r"),
+    ] {
+        let (code, stdout, stderr) = bmo(&["bmc", address]);
+        assert_eq!(code, 2, "{address}");
+        assert!(stdout.is_empty(), "{address}: {stdout}");
+        assert!(stderr.contains("credentialsName"), "{address}: {stderr}");
+        assert!(!stderr.contains(secret), "{address}: {stderr}");
+    }
+}

@@ -498,3 +498,168 @@ fn proxy_mode_adds_boot_options_beside_dnsmasq() {
         .await;
     });
 }
+
+/// Sends DISCOVERs from random MACs on `iface` of `ns`, about `per_second` of them,
+/// until `stop` is set; returns how many were sent.
+fn flood_discovers(
+    ns: NsRef,
+    iface: &'static str,
+    per_second: u32,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        ns.enter();
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+        s.set_broadcast(true).unwrap();
+        s.bind_device(Some(iface.as_bytes())).unwrap();
+        s.bind(&std::net::SocketAddr::from((Ipv4Addr::UNSPECIFIED, 6868)).into())
+            .unwrap();
+        let s: std::net::UdpSocket = s.into();
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut sent = 0u64;
+        let started = std::time::Instant::now();
+        let mut buf = Vec::new();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            // xorshift64: a fresh locally administered unicast MAC each time.
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let b = state.to_le_bytes();
+            let mac = [0x02, b[0], b[1], b[2], b[3], b[4]];
+            let mut m = Message::new_with_id(
+                b[5].into(),
+                Ipv4Addr::UNSPECIFIED,
+                Ipv4Addr::UNSPECIFIED,
+                Ipv4Addr::UNSPECIFIED,
+                Ipv4Addr::UNSPECIFIED,
+                &mac,
+            );
+            m.opts_mut()
+                .insert(DhcpOption::MessageType(MessageType::Discover));
+            buf.clear();
+            m.encode(&mut Encoder::new(&mut buf)).unwrap();
+            let _ = s.send_to(&buf, (Ipv4Addr::BROADCAST, 67));
+            sent += 1;
+            // Pace to the target rate.
+            let due = Duration::from_secs_f64(sent as f64 / f64::from(per_second));
+            if let Some(ahead) = due.checked_sub(started.elapsed()) {
+                std::thread::sleep(ahead);
+            }
+        }
+        sent
+    })
+}
+
+#[test]
+fn a_real_client_gets_a_lease_during_a_flood_of_discovers_from_random_macs() {
+    require(&["dhclient", "ip"]);
+    const RATE: u32 = 10_000;
+    const MAX_LEASES: usize = 1000;
+    let net = TestNet::new(false);
+    let dir = TempDir::new("dhcp-flood");
+    let mut cfg = full_config(dir.path());
+    cfg.dhcp_max_leases = MAX_LEASES as u32;
+    let client = net.client.handle();
+    let cli_mac = mac_of(&net.client, "cli0");
+    let lease_file = cfg.lease_file.clone();
+    let dirp = dir.path().to_owned();
+    net.server.block_on(move || async move {
+        let leases = LeaseTable::open(&lease_file).expect("lease file");
+        let nb = bmo::netboot::start(&cfg, leases.clone())
+            .await
+            .expect("start");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flood = flood_discovers(client.clone(), "cli0", RATE, stop.clone());
+        // Let the flood fill the 11-address range and the table first.
+        let mut biggest = 0;
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            biggest = biggest.max(leases.len());
+        }
+        let started = std::time::Instant::now();
+        let _dhclient = dhclient(&client, &dirp, "cli0", b"real-client");
+        let lease = eventually("dhclient's lease during the flood", Duration::from_secs(60), || {
+            biggest = biggest.max(leases.len());
+            leases
+                .get(&cli_mac)
+                .filter(|l| l.state == LeaseState::Bound)
+        })
+        .await;
+        let waited = started.elapsed();
+        // The flood goes on a little longer: the bound lease is not taken away.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let flood_started = started - Duration::from_secs(2);
+        let sent = tokio::task::spawn_blocking(move || flood.join().expect("flood thread"))
+            .await
+            .expect("join");
+        let rate = sent as f64 / flood_started.elapsed().as_secs_f64();
+        biggest = biggest.max(leases.len());
+        nb.shutdown().await.expect("flush");
+        let file = std::fs::read(&lease_file).expect("lease file");
+        let in_file = serde_json::from_slice::<serde_json::Value>(&file).expect("JSON")["leases"]
+            .as_array()
+            .map_or(0, Vec::len);
+        println!(
+            "{sent} DISCOVERs from random MACs (~{rate:.0}/s); dhclient bound {:?} after {waited:.1?}; \
+             lease table at most {biggest} records (cap {MAX_LEASES}), {in_file} in the file ({} bytes)",
+            lease.ip,
+            file.len()
+        );
+        let still = leases.get(&cli_mac).expect("the real client's lease");
+        assert_eq!(still.state, LeaseState::Bound, "the real client kept its lease");
+        assert_eq!(still.ip, lease.ip);
+        assert!(waited < Duration::from_secs(20), "dhclient waited {waited:?}");
+        assert!(biggest <= MAX_LEASES, "{biggest} records");
+        assert!(in_file <= MAX_LEASES, "{in_file} records in the file");
+        assert!(sent > 10_000, "only {sent} DISCOVERs sent");
+    });
+}
+
+#[test]
+fn old_lease_records_are_pruned_and_the_table_is_capped_on_reload() {
+    let dir = TempDir::new("dhcp-prune");
+    let path = dir.path().join("leases.json");
+    let now = bmo::netboot::leases::now_unix();
+    let lease = |n: u32, state: &str, last_seen: u64, expires: u64| {
+        serde_json::json!({
+            "mac": format!("02:00:00:00:{:02x}:{:02x}", n >> 8, n & 0xff),
+            "ip": null, "state": state, "expires_unix": expires,
+            "arch": null, "vendor_class": null, "ipxe": false,
+            "first_seen_unix": last_seen, "last_seen_unix": last_seen,
+        })
+    };
+    let mut records = vec![
+        // Expired and unseen for two days: past a one-day retention.
+        lease(1, "bound", now - 2 * 86_400, now - 86_400),
+        // An offer never requested, unseen for ten minutes.
+        lease(2, "offered", now - 600, now - 570),
+        // A live lease, whatever its age: kept.
+        lease(3, "bound", now - 2 * 86_400, now + 3_600),
+    ];
+    // 500 recent records of a past flood.
+    records.extend((100..600).map(|n| lease(n, "proxy", now - 60, 0)));
+    std::fs::write(
+        &path,
+        serde_json::to_vec(&serde_json::json!({"version": 1, "leases": records})).unwrap(),
+    )
+    .unwrap();
+    let table = LeaseTable::open(&path).expect("open");
+    assert_eq!(table.len(), 503);
+    table.set_limits(bmo::netboot::leases::LeaseLimits {
+        max_leases: 100,
+        retention_secs: 86_400,
+    });
+    let mac = |n: u32| -> MacAddr {
+        format!("02:00:00:00:{:02x}:{:02x}", n >> 8, n & 0xff)
+            .parse()
+            .unwrap()
+    };
+    assert!(
+        table.get(&mac(1)).is_none(),
+        "expired record past retention"
+    );
+    assert!(table.get(&mac(2)).is_none(), "offer never requested");
+    assert!(table.get(&mac(3)).is_some(), "live lease kept");
+    assert!(table.len() <= 100, "{} records over the cap", table.len());
+}

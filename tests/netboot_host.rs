@@ -586,6 +586,7 @@ async fn an_unknown_mac_becomes_one_discovered_host_and_a_deleted_one_stays_dele
     let settings = DiscoverySettings {
         namespace: site.ns.clone(),
         watch_namespace: Some(site.ns.clone()),
+        limits: discovery::DiscoveryLimits::default(),
     };
     // A host the user made: its MAC is not discovered.
     site.create_host(json!({
@@ -705,6 +706,7 @@ async fn discovery_tries_again_on_the_next_request_when_the_create_failed() {
         DiscoverySettings {
             namespace: target.clone(),
             watch_namespace: Some(site.ns.clone()),
+            limits: discovery::DiscoveryLimits::default(),
         },
     )));
     let client = net.client.handle();
@@ -800,4 +802,122 @@ fn captured_log() -> LogBuffer {
         buffer
     })
     .clone()
+}
+
+/// Sends one DISCOVER from each of `count` made-up MACs (`02:d1:sc:00:HI:LO` from
+/// `first` on) on `cli0` of the client namespace, as a spoofing client would.
+async fn spoof_discovers(ns: NsRef, first: u16, count: u16) {
+    use dhcproto::v4::{DhcpOption, Message, MessageType};
+    use dhcproto::{Encodable, Encoder};
+    tokio::task::spawn_blocking(move || {
+        ns.enter();
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)
+            .expect("socket");
+        s.set_broadcast(true).expect("broadcast");
+        s.bind_device(Some(b"cli0")).expect("bind to cli0");
+        s.bind(&std::net::SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 6868)).into())
+            .expect("bind");
+        let s: std::net::UdpSocket = s.into();
+        for n in first..first + count {
+            let [hi, lo] = n.to_be_bytes();
+            let mac = [0x02, 0xd1, 0x5c, 0x00, hi, lo];
+            let unspecified = std::net::Ipv4Addr::UNSPECIFIED;
+            let mut m = Message::new_with_id(
+                u32::from(n),
+                unspecified,
+                unspecified,
+                unspecified,
+                unspecified,
+                &mac,
+            );
+            m.opts_mut()
+                .insert(DhcpOption::MessageType(MessageType::Discover));
+            let mut buf = Vec::new();
+            m.encode(&mut Encoder::new(&mut buf)).expect("encode");
+            let _ = s.send_to(&buf, (std::net::Ipv4Addr::BROADCAST, 67));
+            if n % 50 == 0 {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    })
+    .await
+    .expect("spoofing thread");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spoofed_macs_make_no_more_hosts_than_the_discovery_limits() {
+    require(&["ip"]);
+    let net = TestNet::new(false);
+    let dir = TempDir::new("netboot-discovery-flood");
+    let cfg = dhcp_config(dir.path(), "srv0");
+    let leases = LeaseTable::open(&cfg.lease_file).expect("lease file");
+    let site = Site::start("nb-flood", leases.clone()).await;
+    let log = captured_log();
+    let _server = DhcpServer::start(net.server.handle(), cfg, leases.clone());
+    let limits = discovery::DiscoveryLimits {
+        per_window: 3,
+        per_minute: 5,
+        total: 100,
+    };
+    let _task = AbortOnDrop(tokio::spawn(discovery::run(
+        site.client.clone(),
+        leases.clone(),
+        DiscoverySettings {
+            namespace: site.ns.clone(),
+            watch_namespace: Some(site.ns.clone()),
+            limits,
+        },
+    )));
+    let client = net.client.handle();
+    let spoofed = |n: usize| {
+        leases
+            .list()
+            .iter()
+            .filter(|l| l.mac.0[..4] == [0x02, 0xd1, 0x5c, 0x00])
+            .count()
+            >= n
+    };
+
+    // 300 spoofed MACs at once: one burst window's worth of hosts.
+    spoof_discovers(client.clone(), 0, 300).await;
+    eventually(
+        "the DHCP server to see the spoofed MACs",
+        Duration::from_secs(30),
+        || async {
+            spoofed(250)
+                .then_some(())
+                .ok_or_else(|| "not yet".to_owned())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after_burst = site.names().await.len();
+    assert_eq!(after_burst, 3, "hosts after the first burst");
+    assert!(
+        log.text().contains("BMO_DISCOVERY_BURST"),
+        "a warning names the burst limit"
+    );
+
+    // Another 300 once the window has passed: the per-minute limit stops it at 5.
+    // The three hosts were made before the 3 s wait above: a full window later they
+    // are out of it.
+    tokio::time::sleep(discovery::DISCOVERY_WINDOW).await;
+    spoof_discovers(client, 300, 300).await;
+    eventually("the second wave seen", Duration::from_secs(30), || async {
+        spoofed(500)
+            .then_some(())
+            .ok_or_else(|| "not yet".to_owned())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after_minute = site.names().await.len();
+    println!(
+        "600 spoofed MACs: {after_burst} hosts after the first 300, {after_minute} after the second 300 (limits {limits:?})"
+    );
+    assert_eq!(after_minute, 5, "hosts within the minute");
+    assert!(
+        log.text().contains("BMO_DISCOVERY_PER_MINUTE"),
+        "a warning names the per-minute limit"
+    );
+    site.stop().await;
 }

@@ -300,3 +300,162 @@ fn tftp_refuses_traversal_writes_and_missing_files() {
         },
     );
 }
+
+/// Resident memory of this process (server and flooding client), in MiB.
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// A read request for `file` asking for the largest blocks and window (the most
+/// memory a transfer may hold).
+fn rrq(file: &str) -> Vec<u8> {
+    let mut b = vec![0, 1];
+    for part in [
+        file,
+        "octet",
+        "blksize",
+        "65464",
+        "windowsize",
+        "64",
+        "tsize",
+        "0",
+    ] {
+        b.extend_from_slice(part.as_bytes());
+        b.push(0);
+    }
+    b
+}
+
+#[test]
+fn a_flood_of_unacknowledged_read_requests_stays_bounded() {
+    require(&["tftp", "ip"]);
+    const FLOODERS: u8 = 30;
+    const REQUESTS: usize = 24_000;
+    let net = TestNet::new(true);
+    for n in 3..3 + FLOODERS {
+        netboot_common::ip(&[
+            "-n",
+            &net.client.name,
+            "addr",
+            "add",
+            &format!("10.77.0.{n}/24"),
+            "dev",
+            "cli0",
+        ]);
+    }
+    let dir = TempDir::new("tftp-flood");
+    let mut cfg = config(dir.path());
+    cfg.tftp = true;
+    cfg.tftp_addr = "0.0.0.0:69".parse().unwrap();
+    write_random(&cfg.images_dir.join("ramdisk.img"), 4 << 20, 3);
+    let max_sessions = cfg.tftp_max_sessions as usize;
+    let client = net.client.handle();
+    let client_name = net.client.name.clone();
+    net.server.block_on(move || async move {
+        let nb = bmo::netboot::start(&cfg, LeaseTable::in_memory())
+            .await
+            .expect("start");
+        let sessions = nb.tftp_sessions.clone().expect("TFTP on");
+        let rss_before = rss_mib();
+        let flood = tokio::task::spawn_blocking(move || {
+            client.block_on(|| async move {
+                // 200 sockets (source ports) over 30 addresses. Each acknowledges the
+                // OACK, so that the server reads the file and fills its largest window,
+                // and then never acknowledges a block: the most memory a transfer holds.
+                let oacks_acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+                let mut sockets = Vec::new();
+                for n in 0..200u16 {
+                    let ip = 3 + (n % u16::from(FLOODERS));
+                    let s = std::sync::Arc::new(
+                        tokio::net::UdpSocket::bind(format!("10.77.0.{ip}:0"))
+                            .await
+                            .expect("bind"),
+                    );
+                    let (socket, acked) = (s.clone(), oacks_acked.clone());
+                    tokio::spawn(async move {
+                        let mut buf = [0u8; 512];
+                        while let Ok((len, from)) = socket.recv_from(&mut buf).await {
+                            if len >= 2 && buf[..2] == [0, 6] {
+                                let _ = socket.send_to(&[0, 4, 0, 0], from).await;
+                                acked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                        }
+                    });
+                    sockets.push(s);
+                }
+                let packet = rrq("images/ramdisk.img");
+                let started = std::time::Instant::now();
+                for i in 0..REQUESTS {
+                    let s = &sockets[i % sockets.len()];
+                    let _ = s.send_to(&packet, "10.77.0.1:69").await;
+                    if i % 2000 == 1999 {
+                        // ~10,000 requests per second; give the server's runtime a moment.
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    }
+                }
+                (
+                    started.elapsed(),
+                    oacks_acked.load(std::sync::atomic::Ordering::Relaxed),
+                )
+            })
+        });
+        let mut peak_sessions = 0;
+        let mut peak_rss = rss_before;
+        while !flood.is_finished() {
+            peak_sessions = peak_sessions.max(sessions.in_use());
+            peak_rss = peak_rss.max(rss_mib());
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let (took, oacks_acked) = flood.await.expect("flood");
+        // Unacknowledged transfers give up within a few seconds.
+        let drained = std::time::Instant::now();
+        while sessions.in_use() > 0 && drained.elapsed() < std::time::Duration::from_secs(10) {
+            peak_rss = peak_rss.max(rss_mib());
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let drain_secs = drained.elapsed().as_secs_f64();
+        // The last transfer to end hands the freed memory back; give it a moment.
+        let mut rss_after = rss_mib();
+        for _ in 0..20 {
+            if rss_after - rss_before < 20.0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            rss_after = rss_mib();
+        }
+        println!(
+            "{REQUESTS} RRQs in {took:?}, {oacks_acked} OACKs acknowledged, no block ever: at most {peak_sessions} sessions (cap {max_sessions}), \
+             all gone {drain_secs:.1} s after the flood; RSS {rss_before:.1} MiB before, {peak_rss:.1} MiB at peak, {rss_after:.1} MiB after"
+        );
+        assert!(peak_sessions <= max_sessions, "{peak_sessions} sessions");
+        assert_eq!(sessions.in_use(), 0, "sessions left {drain_secs:.1} s after the flood");
+        assert!(
+            peak_rss - rss_before < 100.0,
+            "RSS grew by {:.1} MiB",
+            peak_rss - rss_before
+        );
+        // The windows' memory goes back once the transfers are over.
+        assert!(
+            rss_after - rss_before < 20.0,
+            "RSS still {:.1} MiB above where it started",
+            rss_after - rss_before
+        );
+        // A real client is served once the flood is over.
+        let got = std::env::temp_dir().join(format!("bmo-tftp-after-flood-{}", std::process::id()));
+        let o = in_client(
+            &client_name,
+            "tftp",
+            &["-m", "binary", "10.77.0.1", "-c", "get", "images/ramdisk.img", got.to_str().unwrap()],
+        )
+        .await;
+        ok(&o, "tftp-hpa get after the flood");
+        assert_eq!(std::fs::metadata(&got).map(|m| m.len()).unwrap_or(0), 4 << 20);
+        let _ = std::fs::remove_file(got);
+        drop(nb);
+    });
+}

@@ -1,5 +1,5 @@
 //! `bmo run` against the real stack: starts, reports readiness, stops cleanly on
-//! SIGTERM, and fails with a readable message when a peer is missing.
+//! SIGTERM, and waits with a readable message while a peer is missing.
 
 mod support;
 
@@ -9,6 +9,8 @@ use support::{BmoProcess, Stack, eventually, free_port};
 
 fn stack_env(stack: &Stack) -> Vec<(&'static str, String)> {
     vec![
+        // Without the CRDs (a fresh stack) the host controller does not stop on SIGTERM.
+        ("BMO_INSTALL_CRDS", "true".to_owned()),
         ("KUBECONFIG", stack.kubeconfig.display().to_string()),
         ("IRONIC_ENDPOINT", stack.ironic_endpoint.to_string()),
         (
@@ -57,23 +59,166 @@ async fn bmo_run_becomes_ready_and_stops_on_sigterm() {
     assert!(bmo.log().contains("SIGTERM received"), "{}", bmo.log());
 }
 
+/// Forwards every TCP connection made to `listen` to `target`, from the moment it is
+/// called: a dependency that "comes back" at an address bmo was already trying.
+fn forward(listen: &str, target: String) -> tokio::task::JoinHandle<()> {
+    let listen = listen.to_owned();
+    tokio::spawn(async move {
+        let listener = tokio::net::TcpListener::bind(&listen)
+            .await
+            .expect("bind the forwarder");
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let target = target.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    })
+}
+
+/// `host:port` of a URL.
+fn authority(url: &str) -> String {
+    let u = reqwest::Url::parse(url).expect("URL");
+    format!(
+        "{}:{}",
+        u.host_str().expect("host"),
+        u.port_or_known_default().expect("port")
+    )
+}
+
+async fn probe(http: &reqwest::Client, port: u16, path: &str) -> Result<u16, String> {
+    http.get(format!("http://127.0.0.1:{port}{path}"))
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .map_err(|e| e.to_string())
+}
+
+/// Waits until bmo logs `line`, then checks it is alive but not ready.
+async fn assert_waiting(bmo: &BmoProcess, http: &reqwest::Client, port: u16, line: &str) {
+    eventually(
+        "bmo to say what it waits for",
+        Duration::from_secs(30),
+        || async {
+            let log = bmo.log();
+            if log.contains(line) { Ok(()) } else { Err(log) }
+        },
+    )
+    .await;
+    assert_eq!(
+        probe(http, port, "/healthz").await,
+        Ok(200),
+        "{}",
+        bmo.log()
+    );
+    assert_eq!(probe(http, port, "/readyz").await, Ok(503), "{}", bmo.log());
+}
+
+async fn assert_becomes_ready(bmo: &BmoProcess, http: &reqwest::Client, port: u16) -> Duration {
+    let started = std::time::Instant::now();
+    eventually("bmo to become ready", Duration::from_secs(30), || async {
+        match probe(http, port, "/readyz").await {
+            Ok(200) => Ok(()),
+            other => Err(format!("{other:?}; log: {}", bmo.log())),
+        }
+    })
+    .await;
+    started.elapsed()
+}
+
 #[tokio::test]
-async fn bmo_run_names_an_unreachable_ironic() {
+async fn bmo_run_waits_for_ironic_naming_it_and_is_ready_once_it_answers() {
     let stack = Stack::get();
-    let dead = format!("http://127.0.0.1:{}/v1/", free_port());
+    let port = free_port();
+    let dead = format!("127.0.0.1:{}", free_port());
+    let mut ironic = stack.ironic_endpoint.clone();
+    ironic
+        .set_port(dead.rsplit(':').next().and_then(|p| p.parse().ok()))
+        .expect("port");
+    let ironic_url = ironic.to_string();
     let mut env = stack_env(stack);
     env.retain(|(k, _)| *k != "IRONIC_ENDPOINT");
-    env.push(("IRONIC_ENDPOINT", dead.clone()));
-    env.push(("BMO_HEALTH_ADDR", format!("127.0.0.1:{}", free_port())));
+    env.push(("IRONIC_ENDPOINT", ironic_url.clone()));
+    env.push(("BMO_HEALTH_ADDR", format!("127.0.0.1:{port}")));
     let mut bmo = BmoProcess::start(&["run"], &as_refs(&env));
-    let status = bmo.wait_exit(Duration::from_secs(30)).await;
-    assert!(!status.success());
-    let log = bmo.log();
+    let http = reqwest::Client::new();
+
+    assert_waiting(
+        &bmo,
+        &http,
+        port,
+        &format!("waiting for Ironic at {ironic_url}: cannot reach Ironic"),
+    )
+    .await;
+    let _ironic = forward(&dead, authority(stack.ironic_endpoint.as_str()));
+    let took = assert_becomes_ready(&bmo, &http, port).await;
+    println!("ready {took:?} after Ironic came");
+    assert!(bmo.log().contains("connected to Ironic"), "{}", bmo.log());
+    assert!(!bmo.log().contains("panicked"), "{}", bmo.log());
+
+    bmo.signal("TERM");
+    let status = bmo.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "exit {status}; log: {}", bmo.log());
+}
+
+/// The stack's kubeconfig with its API server moved to `server`.
+fn kubeconfig_pointing_at(stack: &Stack, server: &str) -> (std::path::PathBuf, String) {
+    let text = std::fs::read_to_string(&stack.kubeconfig).expect("read kubeconfig");
+    let mut original = None;
+    let moved: Vec<String> = text
+        .lines()
+        .map(|line| match line.trim_start().strip_prefix("server:") {
+            Some(url) => {
+                original = Some(url.trim().trim_matches('"').to_owned());
+                let indent = &line[..line.len() - line.trim_start().len()];
+                format!("{indent}server: {server}")
+            }
+            None => line.to_owned(),
+        })
+        .collect();
+    let path = std::env::temp_dir().join(format!("{}.kubeconfig", support::unique_name("moved")));
+    std::fs::write(&path, moved.join("\n")).expect("write kubeconfig");
+    (path, original.expect("a server in the kubeconfig"))
+}
+
+#[tokio::test]
+async fn bmo_run_waits_for_the_api_server_naming_it_and_stops_on_sigterm_meanwhile() {
+    let stack = Stack::get();
+    let http = reqwest::Client::new();
+    let dead = format!("127.0.0.1:{}", free_port());
+    let (kubeconfig, real) = kubeconfig_pointing_at(stack, &format!("https://{dead}"));
+    let mut env = stack_env(stack);
+    env.retain(|(k, _)| *k != "KUBECONFIG");
+    env.push(("KUBECONFIG", kubeconfig.display().to_string()));
+
+    // Stopped while waiting: a clean exit.
+    let port = free_port();
+    let mut with_port = env.clone();
+    with_port.push(("BMO_HEALTH_ADDR", format!("127.0.0.1:{port}")));
+    let mut bmo = BmoProcess::start(&["run"], &as_refs(&with_port));
+    let line = format!("waiting for the Kubernetes API server at https://{dead}/");
+    assert_waiting(&bmo, &http, port, &line).await;
+    bmo.signal("TERM");
+    let status = bmo.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success(), "exit {status}; log: {}", bmo.log());
+
+    // The API server comes: ready.
+    let port = free_port();
+    let mut with_port = env.clone();
+    with_port.push(("BMO_HEALTH_ADDR", format!("127.0.0.1:{port}")));
+    let bmo = BmoProcess::start(&["run"], &as_refs(&with_port));
+    assert_waiting(&bmo, &http, port, &line).await;
+    let _api = forward(&dead, authority(&real));
+    let took = assert_becomes_ready(&bmo, &http, port).await;
+    println!("ready {took:?} after the API server came");
     assert!(
-        log.contains(&format!("cannot reach Ironic at {dead}")),
-        "{log}"
+        bmo.log().contains("connected to Kubernetes"),
+        "{}",
+        bmo.log()
     );
-    assert!(!log.contains("panicked"), "{log}");
+    let _ = std::fs::remove_file(kubeconfig);
 }
 
 #[tokio::test]

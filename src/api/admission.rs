@@ -34,7 +34,7 @@ fn delete_guard() -> Policy {
     let key = ALLOW_DELETE_WHILE_CONSUMED_ANNOTATION;
     let validation = Validation {
         expression: format!(
-            "!has(oldObject.spec.consumerRef) || (has(oldObject.metadata.annotations) \
+            "!has(oldObject.spec) || !has(oldObject.spec.consumerRef) || (has(oldObject.metadata.annotations) \
              && '{key}' in oldObject.metadata.annotations && oldObject.metadata.annotations['{key}'] == 'true')"
         ),
         message: Some(format!(
@@ -62,7 +62,7 @@ fn delete_guard() -> Policy {
 fn references() -> Policy {
     let same_namespace = |field: &str| Validation {
         expression: format!(
-            "!has(object.spec.{field}) || !has(object.spec.{field}.namespace) \
+            "!has(object.spec) || !has(object.spec.{field}) || !has(object.spec.{field}.namespace) \
              || object.spec.{field}.namespace == '' || object.spec.{field}.namespace == object.metadata.namespace"
         ),
         message: Some(format!(
@@ -86,7 +86,7 @@ fn references() -> Policy {
         },
         Variable {
             name: "inspectionMode".into(),
-            expression: "has(object.spec.inspectionMode) ? object.spec.inspectionMode : ''".into(),
+            expression: "has(object.spec) && has(object.spec.inspectionMode) ? object.spec.inspectionMode : ''".into(),
         },
     ];
     let validations = vec![
@@ -110,7 +110,7 @@ fn references() -> Policy {
             reason: Some("Invalid".into()),
         },
         Validation {
-            expression: "!(variables.inspect == 'disabled' && has(object.spec.bmc) && object.spec.bmc.address != '') \
+            expression: "!(variables.inspect == 'disabled' && has(object.spec) && has(object.spec.bmc) && object.spec.bmc.address != '') \
                          || (has(object.spec.bootMACAddress) && object.spec.bootMACAddress != '')"
                 .into(),
             message: Some(

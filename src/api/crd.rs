@@ -133,6 +133,38 @@ fn ipmi_family(address: &str) -> String {
     )
 }
 
+/// Whitespace and control characters (regex inside a CEL string literal).
+const BAD_CHARACTERS: &str = r"[\\s\\x00-\\x1f\\x7f]";
+/// A Secret name: an RFC 1123 subdomain, lower case.
+const SECRET_NAME: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+
+/// CEL (spec.bmc as `self`): the host of the address is an IP address or a DNS name
+/// (`10.0.0.300` and `bmc_1` are neither) and its port, if any, is 1–65535; the same
+/// grammar as `src/bmc`. Addresses another rule refuses (empty, credentials,
+/// whitespace, unknown scheme) pass here, so each mistake is reported once.
+///
+/// Regular expressions over `self.address` itself, not `url()` of a derived string:
+/// kube-apiserver's cost estimate knows the length of the one (2048) but not of the
+/// other, and refuses the rule as too expensive.
+fn bmc_host_and_port() -> String {
+    let scheme = KNOWN_SCHEMES.trim_start_matches('^').trim_end_matches(':');
+    let start = format!("^({scheme}:(//)?)?");
+    let label = "[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?";
+    let host = format!(r"(\\[[0-9a-f:.]+\\]|{label}(\\.{label})*)");
+    let octet = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+    let ipv4 = format!(r"{octet}(\\.{octet}){{3}}");
+    let port = "(:0*([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?";
+    let rest = "([/?#].*)?$";
+    let address = "self.address.lowerAscii()";
+    format!(
+        "self.address == '' || self.address.contains('@') || self.address.matches('{BAD_CHARACTERS}') \
+         || (self.address.matches('{HAS_SCHEME}') && !{address}.matches('{KNOWN_SCHEMES}')) \
+         || isIP(self.address) \
+         || ({address}.matches('{start}{host}{port}{rest}') \
+             && (!{address}.matches('{start}[0-9.]+(:[0-9]*)?{rest}') || {address}.matches('{start}{ipv4}{port}{rest}')))"
+    )
+}
+
 /// CEL: spec (as `self`) has a non-empty BMC address.
 const HAS_BMC_ADDRESS: &str = "has(self.bmc) && self.bmc.address != ''";
 /// CEL: the RAID list `list` of `parent` (a CEL object expression) holds at least one
@@ -167,8 +199,8 @@ pub fn baremetalhost_rules() -> Vec<CelRule> {
         // --- transitions that need the status ---
         CelRule::new(
             "",
-            "!has(oldSelf.spec.bmc) || oldSelf.spec.bmc.address == '' \
-             || (has(self.spec.bmc) && self.spec.bmc.address == oldSelf.spec.bmc.address) \
+            "!has(oldSelf.spec) || !has(oldSelf.spec.bmc) || oldSelf.spec.bmc.address == '' \
+             || (has(self.spec) && has(self.spec.bmc) && self.spec.bmc.address == oldSelf.spec.bmc.address) \
              || (has(oldSelf.status) && (oldSelf.status.operationalStatus == 'detached' || oldSelf.status.provisioning.state == 'registering')) \
              || (has(self.status) && (self.status.operationalStatus == 'detached' || self.status.provisioning.state == 'registering'))",
             "spec.bmc.address cannot be changed once set, except while status.provisioning.state is registering or status.operationalStatus is detached (detach the host first)",
@@ -177,8 +209,8 @@ pub fn baremetalhost_rules() -> Vec<CelRule> {
         .reason(Reason::Forbidden),
         CelRule::new(
             "",
-            "!(has(self.spec.externallyProvisioned) && self.spec.externallyProvisioned) \
-             || (has(oldSelf.spec.externallyProvisioned) && oldSelf.spec.externallyProvisioned) \
+            "!(has(self.spec) && has(self.spec.externallyProvisioned) && self.spec.externallyProvisioned) \
+             || (has(oldSelf.spec) && has(oldSelf.spec.externallyProvisioned) && oldSelf.spec.externallyProvisioned) \
              || (has(oldSelf.status) && oldSelf.status.provisioning.state == 'available') \
              || (has(self.status) && self.status.provisioning.state == 'available')",
             "spec.externallyProvisioned can be turned on only when the host is created or while status.provisioning.state is available",
@@ -276,6 +308,45 @@ pub fn baremetalhost_rules() -> Vec<CelRule> {
             "spec.bmc.address has an unknown scheme: use ipmi, libvirt, fake, or redfish, redfish-virtualmedia, redfish-uefihttp, idrac-redfish, idrac-virtualmedia, ilo5-redfish, ilo5-virtualmedia (each optionally +http or +https), or a bare host[:port] for IPMI",
         )
         .on(".address"),
+        CelRule::new(
+            "spec.bmc",
+            "!self.address.contains('@')",
+            "spec.bmc.address must not contain a user name or password (no '@'): put them in the Secret named by spec.bmc.credentialsName",
+        )
+        .on(".address"),
+        CelRule::new(
+            "spec.bmc",
+            format!("!self.address.matches('{BAD_CHARACTERS}')"),
+            "spec.bmc.address must not contain spaces or control characters, also not around it",
+        )
+        .on(".address"),
+        CelRule::new(
+            "spec.bmc",
+            bmc_host_and_port(),
+            "spec.bmc.address has an invalid host or port: write [scheme://]HOST[:PORT][/path] with HOST an IPv4 address, an IPv6 address in brackets or a DNS name (letters, digits, hyphens and dots) and PORT a number from 1 to 65535",
+        )
+        .on(".address"),
+        CelRule::new(
+            "spec.bmc",
+            "self.address == '' || self.credentialsName != ''",
+            "spec.bmc.credentialsName is required when spec.bmc.address is set: name the Secret holding the BMC username and password",
+        )
+        .on(".credentialsName")
+        .reason(Reason::Required),
+        // --- spec.userData, spec.customDeploy ---
+        CelRule::new(
+            "spec.userData",
+            format!("has(self.name) && self.name.matches('{SECRET_NAME}')"),
+            "spec.userData.name must name a Secret: lower-case letters, digits, '-' and '.', at most 253 characters",
+        )
+        .on(".name"),
+        CelRule::new(
+            "spec.customDeploy",
+            "self.method != ''",
+            "spec.customDeploy.method must not be empty: name the deploy step of the custom ramdisk",
+        )
+        .on(".method")
+        .reason(Reason::Required),
         // --- spec.image ---
         CelRule::new(
             "spec.image",
@@ -424,6 +495,22 @@ pub fn baremetalhost_crd() -> Result<CustomResourceDefinition, CrdError> {
             at.extend(bounds);
         }
     }
+    // Upstream accepts a host without spec (its `demo-discovered` example); kube's
+    // derive marks spec required, BareMetalHostSpec deserializes a missing one as default.
+    let root = node(CRD, schema, "")?;
+    if let Some(Value::Array(required)) = root.get_mut("required") {
+        required.retain(|field| field != "spec");
+        if required.is_empty() {
+            root.remove("required");
+        }
+    }
+    // Bounds the cost kube-apiserver estimates for the Secret-name rule (253: the
+    // longest object name).
+    node(CRD, schema, "spec.userData.name")?.insert("maxLength".into(), json!(253));
+    node(CRD, schema, "spec.taints[].effect")?.insert(
+        "enum".into(),
+        json!(["NoSchedule", "PreferNoSchedule", "NoExecute"]),
+    );
     for path in BMH_ATOMIC {
         node(CRD, schema, path)?.insert("x-kubernetes-map-type".into(), json!("atomic"));
     }

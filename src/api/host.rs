@@ -105,7 +105,9 @@ pub const ALLOW_DELETE_WHILE_CONSUMED_ANNOTATION: &str =
         description = "Time since the host was created"
     )
 )]
-#[serde(rename_all = "camelCase")]
+// `remote = "Self"` turns the derived (de)serializers into inherent functions, so the
+// trait impls below can accept a missing `spec` (upstream's `demo-discovered`).
+#[serde(rename_all = "camelCase", remote = "Self")]
 pub struct BareMetalHostSpec {
     /// Deprecated and never implemented: taints meant for the Machine using this host.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -224,6 +226,28 @@ pub struct BareMetalHostSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 128))]
     pub network_interfaces: Vec<NetworkInterface>,
+}
+
+impl Serialize for BareMetalHostSpec {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        BareMetalHostSpec::serialize(self, serializer)
+    }
+}
+
+/// A host without `spec` (or with `spec: null`) reads as the default spec, as in
+/// upstream, where `spec` is not required.
+impl<'de> Deserialize<'de> for BareMetalHostSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Present(BareMetalHostSpec);
+        impl<'de> Deserialize<'de> for Present {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                BareMetalHostSpec::deserialize(deserializer).map(Present)
+            }
+        }
+        Ok(Option::<Present>::deserialize(deserializer)?
+            .map(|present| present.0)
+            .unwrap_or_default())
+    }
 }
 
 /// User data written inline in the spec. `Debug` prints `***`: user data may carry
@@ -1061,6 +1085,24 @@ mod tests {
                 serde_json::json!(status.as_str())
             );
         }
+    }
+
+    #[test]
+    fn a_host_without_spec_reads_as_the_default_spec() {
+        for text in [
+            r#"{"apiVersion":"metal3.io/v1alpha1","kind":"BareMetalHost","metadata":{"name":"demo-discovered"}}"#,
+            r#"{"apiVersion":"metal3.io/v1alpha1","kind":"BareMetalHost","metadata":{"name":"demo-discovered"},"spec":null}"#,
+        ] {
+            let host: BareMetalHost = serde_json::from_str(text).expect(text);
+            assert_eq!(host.spec, BareMetalHostSpec::default());
+        }
+        let host: BareMetalHost = serde_json::from_str(
+            r#"{"apiVersion":"metal3.io/v1alpha1","kind":"BareMetalHost","metadata":{"name":"h"},"spec":{"online":true}}"#,
+        )
+        .expect("a host with spec");
+        assert!(host.spec.online);
+        let written = serde_json::to_value(&host.spec).expect("serialize");
+        assert_eq!(written["online"], serde_json::json!(true));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 
 use crate::credentials::Credentials;
 
-pub use parse::BmcAddressError;
+pub use parse::{BmcAddressError, redact_userinfo};
 
 /// Default IPMI (RMCP+) UDP port.
 pub const IPMI_DEFAULT_PORT: u16 = 623;

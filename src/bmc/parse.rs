@@ -41,18 +41,23 @@ pub enum BmcAddressError {
 }
 
 pub(super) fn parse(address: &str) -> Result<BmcAddress, BmcAddressError> {
-    let trimmed = address.trim();
+    // Error messages repeat the address; never with a password in it. Redacting
+    // before any other check keeps every message below safe.
+    let redacted = redact_userinfo(address);
+    let trimmed = redacted.trim();
     if trimmed.is_empty() {
         return Err(BmcAddressError::Empty);
     }
     if trimmed.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(BmcAddressError::BadCharacters {
-            address: address.to_owned(),
+            address: redacted.clone(),
         });
     }
-    // Error messages repeat the address; never with a password in it.
-    let redacted = redact_userinfo(trimmed);
-    let trimmed = redacted.as_str();
+    if trimmed.contains('@') {
+        return Err(BmcAddressError::CredentialsInAddress {
+            address: trimmed.to_owned(),
+        });
+    }
     let (scheme, rest) = split_scheme(trimmed);
     let scheme_name = scheme.unwrap_or("ipmi");
     let (kind, transport) =
@@ -69,11 +74,6 @@ pub(super) fn parse(address: &str) -> Result<BmcAddress, BmcAddressError> {
         Some((p, q)) => (p, q),
         None => (tail, ""),
     };
-    if authority.contains('@') {
-        return Err(BmcAddressError::CredentialsInAddress {
-            address: trimmed.to_owned(),
-        });
-    }
     let missing_host = || BmcAddressError::MissingHost {
         scheme: scheme_name.to_owned(),
         address: trimmed.to_owned(),
@@ -106,17 +106,33 @@ pub(super) fn parse(address: &str) -> Result<BmcAddress, BmcAddressError> {
     })
 }
 
-/// The address with anything before an `@` in its authority replaced by `***`.
-fn redact_userinfo(address: &str) -> String {
-    let (prefix, rest) = match address.find("://") {
-        Some(i) => address.split_at(i + 3),
-        None => ("", address),
+/// The address with everything between its scheme (`scheme://`, when there is one)
+/// and its last `@` replaced by `***`.
+///
+/// Deliberately coarser than a URL parser: a password may hold `/`, `?`, `#`, `:` or
+/// whitespace (`redfish://admin:pa/Secret@host`), so the userinfo is taken to run up
+/// to the last `@` anywhere in the text. An address with no `@` has no userinfo and
+/// comes back unchanged.
+pub fn redact_userinfo(address: &str) -> String {
+    let Some(at) = address.rfind('@') else {
+        return address.to_owned();
     };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{prefix}***{}", &rest[at..]),
-        None => address.to_owned(),
-    }
+    let start = address.trim_start();
+    let leading = address.len() - start.len();
+    // Keep `scheme://` only when it really is a scheme, so a password holding `://`
+    // in a scheme-less address is not kept as a "scheme".
+    let keep = match start.find("://") {
+        Some(i) if i > 0 && is_scheme(&start[..i]) && leading + i + 3 <= at => leading + i + 3,
+        _ => leading,
+    };
+    format!("{}***{}", &address[..keep], &address[at..])
+}
+
+/// RFC 3986 scheme: a letter, then letters, digits, `+`, `-`, `.`.
+fn is_scheme(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
 }
 
 /// `(scheme, rest)`. `scheme://rest` and `scheme:rest` (when `scheme` is a known BMC

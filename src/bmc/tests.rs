@@ -453,7 +453,7 @@ fn malformed_addresses_say_what_is_wrong() {
         ),
         (
             "foo://admin:pw@10.0.0.1",
-            |e| matches!(e, E::UnknownScheme { .. }),
+            |e| matches!(e, E::CredentialsInAddress { .. }),
             "foo://***@10.0.0.1",
         ),
         (
@@ -475,6 +475,61 @@ fn malformed_addresses_say_what_is_wrong() {
             "{address:?}: message repeats the password"
         );
     }
+}
+
+/// Spellings a hostile or careless user might write; none may come back in a message.
+const HOSTILE_ADDRESSES: &[(&str, &str)] = &[
+    ("redfish://admin:pa/Secret@10.0.0.1/", "pa/Secret"),
+    ("ipmi://u:p4ssw0rd@host:99999", "p4ssw0rd"),
+    ("  redfish://admin:hunter2@10.0.0.1  ", "hunter2"),
+    ("redfish://admin:hun ter2@10.0.0.1", "hun ter2"),
+    ("redfish://admin:hunter2\t@10.0.0.1", "hunter2"),
+    ("redfish://admin:hun\nter2@", "hun"),
+    ("redfish://admin:p?q#r@10.0.0.1", "p?q#r"),
+    ("redfish://admin:p@ss@word@bmc_1:abc/", "ss@word"),
+    ("admin:pw://x@10.0.0.1", "pw://x"),
+    ("ipmi:admin:s3cr3t@10.0.0.1:623", "s3cr3t"),
+    ("irmc://admin:s3cr3t@10.0.0.1", "s3cr3t"),
+    ("redfish://:s3cr3t@[fd00::1", "s3cr3t"),
+    ("redfish://admin:s3cr3t@", "s3cr3t"),
+    ("redfish://10.0.0.1/x?user=admin:s3cr3t@y", "s3cr3t"),
+];
+
+#[test]
+fn no_error_repeats_the_userinfo_of_an_address() {
+    for (address, secret) in HOSTILE_ADDRESSES {
+        let err = BmcAddress::parse(address).expect_err(address);
+        let message = err.to_string();
+        assert!(
+            !message.contains(secret),
+            "{address:?}: {message:?} repeats {secret:?}"
+        );
+        assert!(!message.contains("admin"), "{address:?}: {message:?}");
+        let redacted = crate::bmc::redact_userinfo(address);
+        assert!(!redacted.contains(secret), "{address:?}: {redacted:?}");
+    }
+}
+
+#[test]
+fn an_at_sign_anywhere_is_refused_as_credentials() {
+    for address in [
+        "redfish://admin:pa/Secret@10.0.0.1/",
+        "redfish://10.0.0.1/x?user=a@b",
+    ] {
+        let err = BmcAddress::parse(address).expect_err(address);
+        assert!(
+            matches!(err, BmcAddressError::CredentialsInAddress { .. }),
+            "{address}: {err:?}"
+        );
+    }
+    assert_eq!(
+        crate::bmc::redact_userinfo("redfish://admin:pa/Secret@10.0.0.1/"),
+        "redfish://***@10.0.0.1/"
+    );
+    assert_eq!(
+        crate::bmc::redact_userinfo("redfish://10.0.0.1/"),
+        "redfish://10.0.0.1/"
+    );
 }
 
 #[test]

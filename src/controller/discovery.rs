@@ -7,7 +7,8 @@
 //! handled (`discovered_unix`, persisted with the lease), so a deleted discovered host
 //! is not made again, also not after a restart.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
+use std::time::{Duration, Instant};
 
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -24,6 +25,107 @@ pub struct DiscoverySettings {
     pub namespace: String,
     /// `WATCH_NAMESPACE`: hosts whose MACs count as known; all namespaces when `None`.
     pub watch_namespace: Option<String>,
+    /// How many hosts discovery may create.
+    pub limits: DiscoveryLimits,
+}
+
+/// Caps on the hosts discovery creates, so spoofed MACs cannot flood the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiscoveryLimits {
+    /// `BMO_DISCOVERY_BURST`: hosts per 10-second window.
+    pub per_window: u32,
+    /// `BMO_DISCOVERY_PER_MINUTE`: hosts per minute.
+    pub per_minute: u32,
+    /// `BMO_DISCOVERY_MAX_HOSTS`: hosts in total while bmo runs.
+    pub total: u32,
+}
+
+impl Default for DiscoveryLimits {
+    fn default() -> Self {
+        Self {
+            per_window: 5,
+            per_minute: 20,
+            total: 200,
+        }
+    }
+}
+
+/// Length of the burst window of [`DiscoveryLimits::per_window`].
+pub const DISCOVERY_WINDOW: Duration = Duration::from_secs(10);
+
+/// What discovery created recently, against its limits.
+#[derive(Debug)]
+struct Budget {
+    limits: DiscoveryLimits,
+    /// Creation times within the last minute.
+    recent: VecDeque<Instant>,
+    total: u32,
+    /// When a refusal was last logged (once per window, not once per MAC).
+    warned: Option<Instant>,
+}
+
+impl Budget {
+    fn new(limits: DiscoveryLimits) -> Self {
+        Self {
+            limits,
+            recent: VecDeque::new(),
+            total: 0,
+            warned: None,
+        }
+    }
+
+    /// Takes one creation from the budget, or names the limit that is reached.
+    fn take(&mut self, now: Instant) -> Result<(), &'static str> {
+        self.check(now)?;
+        self.recent.push_back(now);
+        self.total += 1;
+        Ok(())
+    }
+
+    /// Whether one more creation fits now, or which limit is reached.
+    fn check(&mut self, now: Instant) -> Result<(), &'static str> {
+        let minute = Duration::from_secs(60);
+        while self
+            .recent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= minute)
+        {
+            self.recent.pop_front();
+        }
+        let in_window = self
+            .recent
+            .iter()
+            .filter(|t| now.duration_since(**t) < DISCOVERY_WINDOW)
+            .count();
+        if self.total >= self.limits.total {
+            return Err("BMO_DISCOVERY_MAX_HOSTS");
+        }
+        if self.recent.len() >= self.limits.per_minute as usize {
+            return Err("BMO_DISCOVERY_PER_MINUTE");
+        }
+        if in_window >= self.limits.per_window as usize {
+            return Err("BMO_DISCOVERY_BURST");
+        }
+        Ok(())
+    }
+
+    /// Logs, at most once per window, that `limit` stopped discovery of `mac`.
+    fn refused(&mut self, now: Instant, mac: &MacAddr, limit: &'static str) {
+        if self.should_warn(now) {
+            tracing::warn!(%mac, limit, "discovery limit reached; unknown MACs are not made into hosts for now (tried again on their next DHCP request)");
+        }
+    }
+
+    /// Whether a refusal should be logged now.
+    fn should_warn(&mut self, now: Instant) -> bool {
+        let due = self
+            .warned
+            .is_none_or(|t| now.duration_since(t) >= DISCOVERY_WINDOW);
+        if due {
+            self.warned = Some(now);
+        }
+        due
+    }
 }
 
 /// Why one MAC could not be handled now (it is tried again on its next DHCP request).
@@ -72,6 +174,7 @@ pub async fn run(client: kube::Client, leases: LeaseTable, settings: DiscoverySe
     let mut discovery = Discovery {
         client,
         leases,
+        budget: Budget::new(settings.limits),
         settings,
         decided: HashSet::new(),
     };
@@ -95,6 +198,7 @@ struct Discovery {
     client: kube::Client,
     leases: LeaseTable,
     settings: DiscoverySettings,
+    budget: Budget,
     /// MACs settled in this run (known host or discovered); not looked up again.
     decided: HashSet<MacAddr>,
 }
@@ -116,7 +220,14 @@ impl Discovery {
                     .is_some_and(|l| l.discovered_unix.is_none())
             })
             .collect();
-        if open.is_empty() {
+        let Some(first) = open.first() else {
+            return;
+        };
+        // Over the limit, not even the list of hosts is fetched: a flood of new MACs
+        // costs the kube-apiserver nothing.
+        let now = Instant::now();
+        if let Err(limit) = self.budget.check(now) {
+            self.budget.refused(now, first, limit);
             return;
         }
         if let Err(e) = self.discover(&open).await {
@@ -150,6 +261,11 @@ impl Discovery {
         for mac in macs {
             if known.contains(mac) {
                 self.decided.insert(*mac);
+                continue;
+            }
+            let now = Instant::now();
+            if let Err(limit) = self.budget.take(now) {
+                self.budget.refused(now, mac, limit);
                 continue;
             }
             match self.create(mac).await {
@@ -199,6 +315,26 @@ impl Discovery {
 mod tests {
     use super::*;
     use crate::api::{BareMetalHostStatus, HardwareDetails, Nic};
+
+    #[test]
+    fn the_budget_caps_bursts_minutes_and_the_total() {
+        let mut budget = Budget::new(DiscoveryLimits {
+            per_window: 2,
+            per_minute: 3,
+            total: 4,
+        });
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        assert!(budget.take(at(0)).is_ok());
+        assert!(budget.take(at(0)).is_ok());
+        assert_eq!(budget.take(at(1)), Err("BMO_DISCOVERY_BURST"));
+        assert!(budget.take(at(10)).is_ok());
+        assert_eq!(budget.take(at(20)), Err("BMO_DISCOVERY_PER_MINUTE"));
+        assert!(budget.take(at(60)).is_ok());
+        assert_eq!(budget.take(at(200)), Err("BMO_DISCOVERY_MAX_HOSTS"));
+        assert!(budget.should_warn(at(200)));
+        assert!(!budget.should_warn(at(201)));
+    }
 
     #[test]
     fn names_follow_the_mac() {

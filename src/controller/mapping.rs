@@ -50,7 +50,7 @@ pub fn host_input(
         });
     }
     let address = BmcAddress::parse(&bmc.address).map_err(|e| SpecError::BmcAddress {
-        address: bmc.address.clone(),
+        address: crate::bmc::redact_userinfo(&bmc.address),
         reason: e.to_string(),
     })?;
     let boot_mac = match bmh

@@ -10,6 +10,10 @@ use std::time::Duration;
 use clap::{ArgAction, Args, ValueEnum};
 use url::Url;
 
+use super::http::LeasesAccess;
+use super::http_server::HttpLimits;
+use super::leases::LeaseLimits;
+
 /// Which address bmo advertises on the provisioning network, and how to find it.
 #[derive(Debug, Clone, Default, Args)]
 pub struct ProvisioningNetwork {
@@ -97,6 +101,28 @@ pub struct NetbootConfig {
     #[arg(long, env = "HTTP_PORT", default_value_t = 6180)]
     pub http_port: u16,
 
+    /// Seconds a client has to send a complete request header, on a new connection
+    /// and between requests on a kept-alive one.
+    #[arg(long = "http-header-timeout", env = "BMO_HTTP_HEADER_TIMEOUT", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub http_header_timeout_secs: u64,
+
+    /// Seconds without a byte read or written after which an HTTP connection is closed.
+    #[arg(long = "http-idle-timeout", env = "BMO_HTTP_IDLE_TIMEOUT", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub http_idle_timeout_secs: u64,
+
+    /// Open HTTP boot connections in total; more are answered 503 and closed.
+    #[arg(long, env = "BMO_HTTP_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub http_max_connections: u32,
+
+    /// Open HTTP boot connections from one client IP; more are answered 503 and closed.
+    #[arg(long, env = "BMO_HTTP_MAX_CONNECTIONS_PER_CLIENT", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub http_max_connections_per_client: u32,
+
+    /// Who may read the lease table at `/bmo/v1/leases` on the HTTP boot server:
+    /// `all`, `localhost` or `off`.
+    #[arg(long, env = "BMO_HTTP_LEASES", value_enum, default_value_t = LeasesAccess::Localhost)]
+    pub http_leases: LeasesAccess,
+
     /// Ironic's `[deploy] http_root`: where its iPXE boot interface writes
     /// `boot.ipxe` and `pxelinux.cfg/<mac>`, served at `/`.
     #[arg(long, env = "BMO_HTTP_ROOT", default_value = "/shared/html")]
@@ -113,6 +139,14 @@ pub struct NetbootConfig {
     /// Address the TFTP server listens on.
     #[arg(long, env = "BMO_TFTP_ADDR", default_value = "0.0.0.0:69")]
     pub tftp_addr: SocketAddr,
+
+    /// TFTP transfers running at once; more read requests get an ERROR packet.
+    #[arg(long, env = "BMO_TFTP_MAX_SESSIONS", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub tftp_max_sessions: u32,
+
+    /// TFTP transfers running at once for one client IP.
+    #[arg(long, env = "BMO_TFTP_MAX_SESSIONS_PER_CLIENT", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub tftp_max_sessions_per_client: u32,
 
     /// Ironic's `[pxe] tftp_root`, served over TFTP at `/`.
     #[arg(long, env = "BMO_TFTP_ROOT", default_value = "/shared/tftpboot")]
@@ -155,6 +189,16 @@ pub struct NetbootConfig {
     #[arg(long, env = "BMO_DHCP_LEASE_TIME", default_value_t = 3600, value_parser = clap::value_parser!(u32).range(60..))]
     pub dhcp_lease_secs: u32,
 
+    /// Lease records kept at most (and so in the lease file). When full, records
+    /// without a live lease make room, longest unseen first.
+    #[arg(long, env = "BMO_DHCP_MAX_LEASES", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(16..=1_000_000))]
+    pub dhcp_max_leases: u32,
+
+    /// Seconds after which a record whose lease expired, and whose client was not
+    /// seen since, is removed from the table.
+    #[arg(long = "dhcp-lease-retention", env = "BMO_DHCP_LEASE_RETENTION", default_value_t = 7 * 24 * 3600, value_parser = clap::value_parser!(u64).range(60..))]
+    pub dhcp_lease_retention_secs: u64,
+
     /// Where the lease table is persisted (JSON, written atomically).
     #[arg(
         long,
@@ -165,6 +209,24 @@ pub struct NetbootConfig {
 }
 
 impl NetbootConfig {
+    /// The HTTP boot server's connection limits.
+    pub fn http_limits(&self) -> HttpLimits {
+        HttpLimits {
+            header_timeout: Duration::from_secs(self.http_header_timeout_secs),
+            idle_timeout: Duration::from_secs(self.http_idle_timeout_secs),
+            max_connections: self.http_max_connections as usize,
+            max_connections_per_client: self.http_max_connections_per_client as usize,
+        }
+    }
+
+    /// The lease table's bounds.
+    pub fn lease_limits(&self) -> LeaseLimits {
+        LeaseLimits {
+            max_leases: self.dhcp_max_leases as usize,
+            retention_secs: self.dhcp_lease_retention_secs,
+        }
+    }
+
     /// Whether any network boot service is switched on.
     pub fn any_service(&self) -> bool {
         self.http || self.tftp || self.dhcp_mode != DhcpMode::Off

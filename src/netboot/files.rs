@@ -2,6 +2,9 @@
 //! traversal-safe path resolver.
 
 use std::borrow::Cow;
+use std::fs::{File, Metadata, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
 use std::path::{Component, Path, PathBuf};
 
 use rust_embed::RustEmbed;
@@ -29,7 +32,18 @@ pub enum Source {
         /// Hex of the content's SHA-256 prefix, for ETags.
         hash: String,
     },
-    File(PathBuf),
+    File(OpenedFile),
+}
+
+/// A regular file opened below a served directory. Checked on the open descriptor,
+/// so swapping a directory for a symlink after the check changes nothing.
+#[derive(Debug)]
+pub struct OpenedFile {
+    pub file: File,
+    /// `fstat` of `file`.
+    pub metadata: Metadata,
+    /// Where `file` really is (for content types and logs).
+    pub path: PathBuf,
 }
 
 /// Why a path was not served.
@@ -51,8 +65,7 @@ impl Loaders {
         if !LOADER_NAMES.contains(&name) {
             return None;
         }
-        let on_disk = self.dir.join(name);
-        if on_disk.is_file() {
+        if let Ok(on_disk) = resolve_in(&self.dir, &[name]) {
             return Some(Source::File(on_disk));
         }
         EmbeddedLoaders::get(name).map(|f| Source::Embedded {
@@ -99,21 +112,39 @@ pub fn clean(path: &str) -> Result<Vec<&str>, Refusal> {
     Ok(parts)
 }
 
-/// Resolves `parts` below `root`, refusing symlinks that lead outside it.
-pub fn resolve_in(root: &Path, parts: &[&str]) -> Result<PathBuf, Refusal> {
+/// Opens `parts` below `root`, refusing anything that is not, once opened, a regular
+/// file inside `root` (a symlink leading outside, say).
+///
+/// The file is opened once and the check is made on the open descriptor (its path
+/// from `/proc/self/fd`, its `fstat`), so no swap of a directory for a symlink between
+/// a check and the open can serve outside content.
+pub fn resolve_in(root: &Path, parts: &[&str]) -> Result<OpenedFile, Refusal> {
     let mut path = root.to_path_buf();
     for p in parts {
         path.push(p);
     }
-    let real = path.canonicalize().map_err(|_| Refusal::NotFound)?;
+    // O_NONBLOCK: opening a FIFO must not wait for a writer; reads of regular files
+    // ignore it.
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(&path)
+        .map_err(|_| Refusal::NotFound)?;
+    let real = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .map_err(|_| Refusal::NotFound)?;
     let real_root = root.canonicalize().map_err(|_| Refusal::NotFound)?;
     if !real.starts_with(&real_root) {
         return Err(Refusal::Outside);
     }
-    if !real.is_file() {
+    let metadata = file.metadata().map_err(|_| Refusal::NotFound)?;
+    if !metadata.is_file() {
         return Err(Refusal::NotFound);
     }
-    Ok(real)
+    Ok(OpenedFile {
+        file,
+        metadata,
+        path: real,
+    })
 }
 
 /// The TFTP namespace: loaders at the top, `/images/…` from the images directory,
@@ -165,8 +196,73 @@ mod tests {
         let _ = std::fs::remove_file(root.join("link"));
         std::os::unix::fs::symlink(dir.join("secret"), root.join("link")).unwrap();
         assert!(resolve_in(&root, &["ok"]).is_ok());
-        assert_eq!(resolve_in(&root, &["link"]), Err(Refusal::Outside));
-        assert_eq!(resolve_in(&root, &["missing"]), Err(Refusal::NotFound));
+        assert_eq!(resolve_in(&root, &["link"]).err(), Some(Refusal::Outside));
+        assert_eq!(
+            resolve_in(&root, &["missing"]).err(),
+            Some(Refusal::NotFound)
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A directory inside the root swapped, atomically and over and over, with a
+    /// symlink to a directory outside: no open ever yields the outside file.
+    #[test]
+    fn swapping_a_directory_for_a_symlink_never_serves_outside_content() {
+        use std::ffi::CString;
+        use std::io::Read;
+        use std::os::unix::ffi::OsStrExt;
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+
+        let dir = std::env::temp_dir().join(format!("bmo-swap-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let root = dir.join("root");
+        std::fs::create_dir_all(root.join("d")).unwrap();
+        std::fs::create_dir_all(dir.join("outside")).unwrap();
+        std::fs::write(root.join("d/f"), b"inside").unwrap();
+        std::fs::write(dir.join("outside/f"), b"outside").unwrap();
+        std::os::unix::fs::symlink(dir.join("outside"), dir.join("spare")).unwrap();
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let stop = stop.clone();
+            let a = CString::new(root.join("d").as_os_str().as_bytes()).unwrap();
+            let b = CString::new(dir.join("spare").as_os_str().as_bytes()).unwrap();
+            std::thread::spawn(move || {
+                let mut swaps = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    // SAFETY: two valid NUL-terminated paths; RENAME_EXCHANGE swaps them.
+                    let rc = unsafe {
+                        libc::renameat2(
+                            libc::AT_FDCWD,
+                            a.as_ptr(),
+                            libc::AT_FDCWD,
+                            b.as_ptr(),
+                            libc::RENAME_EXCHANGE,
+                        )
+                    };
+                    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+                    swaps += 1;
+                }
+                swaps
+            })
+        };
+        let (mut inside, mut refused) = (0u32, 0u32);
+        for _ in 0..20_000 {
+            match resolve_in(&root, &["d", "f"]) {
+                Ok(mut opened) => {
+                    let mut content = String::new();
+                    opened.file.read_to_string(&mut content).unwrap();
+                    assert_eq!(content, "inside", "served {:?}", opened.path);
+                    inside += 1;
+                }
+                Err(_) => refused += 1,
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        let swaps = swapper.join().unwrap();
+        assert!(swaps > 100, "only {swaps} swaps");
+        assert!(inside > 0, "nothing served ({refused} refused)");
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -5,12 +5,13 @@
 //! byte ranges, ETag / Last-Modified and their conditional requests are honoured.
 
 use std::io::SeekFrom;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -41,6 +42,19 @@ pub struct HttpState {
     pub kernel_url: Option<String>,
     pub ramdisk_url: Option<String>,
     pub kernel_params: String,
+    pub leases_access: LeasesAccess,
+}
+
+/// Who may read the lease table at `/bmo/v1/leases` (`BMO_HTTP_LEASES`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LeasesAccess {
+    /// Every client that reaches the HTTP boot server.
+    All,
+    /// Only clients on the same machine (127.0.0.0/8, ::1).
+    #[default]
+    Localhost,
+    /// Nobody: answered 403.
+    Off,
 }
 
 impl HttpState {
@@ -72,7 +86,25 @@ pub fn router(state: HttpState) -> Router {
         .with_state(state)
 }
 
-async fn leases(State(state): State<HttpState>) -> Response {
+/// The client of a request, put into its extensions by the accept loop.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub SocketAddr);
+
+/// `GET /bmo/v1/leases`: the lease table, read-only, to whom `BMO_HTTP_LEASES` allows.
+async fn leases(State(state): State<HttpState>, request: Request) -> Response {
+    let peer = request.extensions().get::<Peer>().map(|p| p.0.ip());
+    let allowed = match state.leases_access {
+        LeasesAccess::All => true,
+        LeasesAccess::Localhost => peer.is_some_and(|ip| ip.to_canonical().is_loopback()),
+        LeasesAccess::Off => false,
+    };
+    if !allowed {
+        return (
+            StatusCode::FORBIDDEN,
+            "the lease table is not served to this client (BMO_HTTP_LEASES)\n",
+        )
+            .into_response();
+    }
     axum::Json(state.leases.list()).into_response()
 }
 
@@ -205,16 +237,14 @@ fn parse_range(value: &str, len: u64) -> RangeSpec {
 async fn send(src: Source, headers: &HeaderMap, head: bool) -> Response {
     let (len, etag, modified) = match &src {
         Source::Embedded { data, hash } => (data.len() as u64, format!("\"{hash}\""), None),
-        Source::File(path) => match tokio::fs::metadata(path).await {
-            Ok(m) => {
-                let mtime = m.modified().ok();
-                let nanos = mtime
-                    .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
-                    .map_or(0, |d| d.as_nanos());
-                (m.len(), format!("\"{:x}-{nanos:x}\"", m.len()), mtime)
-            }
-            Err(_) => return (StatusCode::NOT_FOUND, "not found\n").into_response(),
-        },
+        Source::File(opened) => {
+            let m = &opened.metadata;
+            let mtime = m.modified().ok();
+            let nanos = mtime
+                .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            (m.len(), format!("\"{:x}-{nanos:x}\"", m.len()), mtime)
+        }
     };
     let header_str = |h| headers.get(h).and_then(|v: &HeaderValue| v.to_str().ok());
     let not_modified = match header_str(header::IF_NONE_MATCH) {
@@ -276,11 +306,9 @@ async fn send(src: Source, headers: &HeaderMap, head: bool) -> Response {
             let slice = data[start as usize..(start + count) as usize].to_vec();
             Body::from(slice)
         }
-        Source::File(path) => {
-            let mut file = match tokio::fs::File::open(&path).await {
-                Ok(f) => f,
-                Err(_) => return (StatusCode::NOT_FOUND, "not found\n").into_response(),
-            };
+        Source::File(opened) => {
+            // The descriptor checked by resolve_in, never the path again.
+            let mut file = tokio::fs::File::from_std(opened.file);
             if start > 0 && file.seek(SeekFrom::Start(start)).await.is_err() {
                 return (StatusCode::INTERNAL_SERVER_ERROR, "seek failed\n").into_response();
             }
@@ -292,7 +320,11 @@ async fn send(src: Source, headers: &HeaderMap, head: bool) -> Response {
 
 fn content_type(src: &Source) -> &'static str {
     let name = match src {
-        Source::File(p) => p.extension().and_then(|e| e.to_str()).unwrap_or(""),
+        Source::File(opened) => opened
+            .path
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or(""),
         Source::Embedded { .. } => "",
     };
     match name {

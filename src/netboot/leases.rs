@@ -59,6 +59,11 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// Whether the lease holds its address now (bound and not expired).
+    fn is_live(&self, now: u64) -> bool {
+        self.state == LeaseState::Bound && self.expires_unix > now
+    }
+
     /// The hostname the client sent, lossily decoded for display.
     pub fn hostname_lossy(&self) -> Option<String> {
         self.hostname_raw
@@ -123,8 +128,33 @@ struct LeaseFile {
     leases: Vec<Lease>,
 }
 
+/// Bounds of the lease table, so a flood of made-up MACs cannot grow it (or the lease
+/// file) without end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseLimits {
+    /// Records kept at most. When full, records holding no live lease make room,
+    /// longest unseen first; a new client finding none is not answered.
+    pub max_leases: usize,
+    /// A record holding no live lease and not seen for this many seconds is removed.
+    pub retention_secs: u64,
+}
+
+/// An offer that was never followed by a REQUEST is forgotten after this many seconds
+/// without a word from its client (a few DHCP retry rounds).
+pub const OFFERED_RETENTION_SECS: u64 = 300;
+
+impl Default for LeaseLimits {
+    fn default() -> Self {
+        Self {
+            max_leases: 4096,
+            retention_secs: 7 * 24 * 3600,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Inner {
+    limits: LeaseLimits,
     leases: BTreeMap<MacAddr, Lease>,
     /// Address → holder, for allocation.
     by_ip: HashMap<Ipv4Addr, MacAddr>,
@@ -133,6 +163,39 @@ struct Inner {
     generation: u64,
     /// Where the next scan for a free address starts.
     cursor: u32,
+}
+
+impl Inner {
+    /// Drops about a tenth of the table (at least one record): the longest-unseen
+    /// records that hold no live lease and have no reservation. In batches, so a
+    /// flood of new MACs costs one scan per batch, not one per packet.
+    fn make_room(&mut self, now: u64) {
+        let mut candidates: Vec<(u64, MacAddr)> = self
+            .leases
+            .values()
+            .filter(|l| !l.is_live(now) && !self.reservations.contains_key(&l.mac))
+            .map(|l| (l.last_seen_unix, l.mac))
+            .collect();
+        let batch = (self.limits.max_leases / 10).max(1).min(candidates.len());
+        if batch == 0 {
+            return;
+        }
+        candidates.select_nth_unstable(batch - 1);
+        let gone: Vec<MacAddr> = candidates[..batch].iter().map(|(_, m)| *m).collect();
+        self.remove_all(&gone);
+        self.generation += 1;
+    }
+
+    fn remove_all(&mut self, macs: &[MacAddr]) {
+        for mac in macs {
+            if let Some(lease) = self.leases.remove(mac)
+                && let Some(ip) = lease.ip
+                && self.by_ip.get(&ip) == Some(mac)
+            {
+                self.by_ip.remove(&ip);
+            }
+        }
+    }
 }
 
 struct Shared {
@@ -158,6 +221,9 @@ impl std::fmt::Debug for LeaseTable {
             .finish()
     }
 }
+
+/// Shortest time between two writes of the lease file by the background writer.
+const WRITE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub fn now_unix() -> u64 {
     SystemTime::now()
@@ -263,6 +329,59 @@ impl LeaseTable {
         true
     }
 
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.lock().leases.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lock().leases.is_empty()
+    }
+
+    /// Sets the bounds and applies them at once (a table reloaded from a file written
+    /// with other bounds is trimmed).
+    pub fn set_limits(&self, limits: LeaseLimits) {
+        self.lock().limits = limits;
+        self.prune();
+    }
+
+    /// Removes records past their retention, then, above the cap, the longest-unseen
+    /// records without a live lease. Returns how many went.
+    pub fn prune(&self) -> usize {
+        let now = now_unix();
+        let mut inner = self.lock();
+        let before = inner.leases.len();
+        let retention = inner.limits.retention_secs;
+        let gone: Vec<MacAddr> = inner
+            .leases
+            .values()
+            .filter(|l| {
+                let unseen = now.saturating_sub(l.last_seen_unix);
+                let never_bound_offer =
+                    l.state == LeaseState::Offered && l.discovered_unix.is_none();
+                !l.is_live(now)
+                    && (unseen >= retention
+                        || (never_bound_offer && unseen >= OFFERED_RETENTION_SECS))
+            })
+            .map(|l| l.mac)
+            .collect();
+        inner.remove_all(&gone);
+        while inner.leases.len() > inner.limits.max_leases {
+            let len = inner.leases.len();
+            inner.make_room(now);
+            if inner.leases.len() == len {
+                break;
+            }
+        }
+        let removed = before - inner.leases.len();
+        if removed > 0 {
+            inner.generation += 1;
+            drop(inner);
+            self.shared.dirty.notify_one();
+        }
+        removed
+    }
+
     // ------------------------------------------------------------ reservations
 
     /// Gives `mac` the fixed address `ip` (a known bootMACAddress).
@@ -281,11 +400,18 @@ impl LeaseTable {
 
     // ------------------------------------------------------- used by DHCP only
 
-    /// Records that `mac` was seen, with what it said about itself.
-    pub(crate) fn see(&self, mac: MacAddr, sighting: Sighting, proxy: bool) {
+    /// Records that `mac` was seen, with what it said about itself. False when `mac`
+    /// is new and the table is full of live leases: the client is not answered.
+    pub(crate) fn see(&self, mac: MacAddr, sighting: Sighting, proxy: bool) -> bool {
         let now = now_unix();
         let mut inner = self.lock();
         let new = !inner.leases.contains_key(&mac);
+        if new && inner.leases.len() >= inner.limits.max_leases {
+            inner.make_room(now);
+            if inner.leases.len() >= inner.limits.max_leases {
+                return false;
+            }
+        }
         let lease = inner.leases.entry(mac).or_insert_with(|| Lease {
             mac,
             ip: None,
@@ -321,6 +447,7 @@ impl LeaseTable {
             let _ = self.shared.events.send(LeaseEvent::NewClient(mac));
         }
         self.shared.dirty.notify_one();
+        true
     }
 
     /// Picks the address for `mac` in `start..=end`: its reservation, its current
@@ -373,7 +500,25 @@ impl LeaseTable {
         let found = (cursor..=hi)
             .chain(lo..cursor)
             .map(Ipv4Addr::from)
-            .find(|ip| free(*ip));
+            .find(|ip| free(*ip))
+            .or_else(|| {
+                // Range full: an address merely offered (never requested) to another
+                // client goes to this one, the oldest offer first. A flood of
+                // DISCOVERs thus cannot keep a real client without an offer.
+                inner
+                    .by_ip
+                    .iter()
+                    .filter(|(ip, holder)| {
+                        in_range(**ip) && **holder != mac && !reserved_by_other(**ip)
+                    })
+                    .filter_map(|(ip, holder)| {
+                        let lease = inner.leases.get(holder)?;
+                        (lease.state == LeaseState::Offered && lease.ip == Some(*ip))
+                            .then_some((lease.expires_unix, *ip))
+                    })
+                    .min()
+                    .map(|(_, ip)| ip)
+            });
         drop(inner);
         if let Some(ip) = found {
             self.lock().cursor = u32::from(ip).saturating_add(1);
@@ -392,11 +537,11 @@ impl LeaseTable {
         {
             return false;
         }
+        // A REQUEST wins over another client's mere offer.
         match inner.by_ip.get(&ip) {
-            Some(holder) if *holder != mac => inner
-                .leases
-                .get(holder)
-                .is_none_or(|l| l.ip != Some(ip) || l.expires_unix <= now),
+            Some(holder) if *holder != mac => inner.leases.get(holder).is_none_or(|l| {
+                l.ip != Some(ip) || l.expires_unix <= now || l.state == LeaseState::Offered
+            }),
             _ => true,
         }
     }
@@ -413,10 +558,20 @@ impl LeaseTable {
         lease.expires_unix = now + secs;
         if let Some(old) = old
             && old != ip
+            && inner.by_ip.get(&old) == Some(&mac)
         {
             inner.by_ip.remove(&old);
         }
-        inner.by_ip.insert(ip, mac);
+        // The previous holder (an offer given away, an expired lease) loses the address.
+        if let Some(previous) = inner.by_ip.insert(ip, mac)
+            && previous != mac
+            && let Some(lease) = inner.leases.get_mut(&previous)
+            && lease.ip == Some(ip)
+        {
+            lease.ip = None;
+            lease.state = LeaseState::Released;
+            lease.expires_unix = 0;
+        }
         inner.generation += 1;
         drop(inner);
         if state == LeaseState::Bound {
@@ -454,6 +609,9 @@ impl LeaseTable {
                 if Arc::strong_count(&table.shared) == 1 {
                     return;
                 }
+                // At most one write per interval: under a flood of DHCP requests the
+                // file is rewritten once a second, not once per packet.
+                tokio::time::sleep(WRITE_INTERVAL).await;
             }
         });
     }
@@ -464,7 +622,7 @@ impl LeaseTable {
             return Ok(());
         };
         let _guard = self.shared.write_lock.lock().await;
-        let (generation, bytes) = {
+        let (generation, file) = {
             let inner = self.lock();
             let written = *self
                 .shared
@@ -478,12 +636,13 @@ impl LeaseTable {
                 version: 1,
                 leases: inner.leases.values().cloned().collect(),
             };
-            let bytes = serde_json::to_vec_pretty(&file).map_err(|e| LeaseError::Write {
-                path: path.clone(),
-                source: std::io::Error::other(e),
-            })?;
-            (inner.generation, bytes)
+            (inner.generation, file)
         };
+        // Serialized outside the table's lock: DHCP does not wait for it.
+        let bytes = serde_json::to_vec_pretty(&file).map_err(|e| LeaseError::Write {
+            path: path.clone(),
+            source: std::io::Error::other(e),
+        })?;
         let target = path.clone();
         tokio::task::spawn_blocking(move || write_atomically(&target, &bytes))
             .await
@@ -585,6 +744,54 @@ mod tests {
             t.allocate(mac(3), None, start, end).unwrap().to_string(),
             "10.0.0.12"
         );
+    }
+
+    #[test]
+    fn a_full_range_of_mere_offers_still_serves_a_new_client() {
+        let t = LeaseTable::in_memory();
+        let (start, end) = ("10.0.0.10".parse().unwrap(), "10.0.0.11".parse().unwrap());
+        // Two flooding MACs hold every address with offers they never request.
+        for n in 1..=2 {
+            t.see(mac(n), Sighting::default(), false);
+            let ip = t.allocate(mac(n), None, start, end).unwrap();
+            t.assign(mac(n), ip, LeaseState::Offered, 30);
+        }
+        // A real client still gets an offer, and its REQUEST beats the offer.
+        t.see(mac(7), Sighting::default(), false);
+        let ip = t.allocate(mac(7), None, start, end).expect("an offer");
+        assert!(t.may_bind(mac(7), ip));
+        t.assign(mac(7), ip, LeaseState::Bound, 60);
+        let loser = (1..=2)
+            .map(|n| t.get(&mac(n)).unwrap())
+            .find(|l| l.state == LeaseState::Released)
+            .expect("the offer given away");
+        assert_eq!(loser.ip, None);
+        // A bound lease is never taken by a later client.
+        t.see(mac(8), Sighting::default(), false);
+        assert_ne!(t.allocate(mac(8), None, start, end), Some(ip));
+        assert!(!t.may_bind(mac(8), ip));
+    }
+
+    #[test]
+    fn a_full_table_makes_room_from_records_without_live_leases_only() {
+        let t = LeaseTable::in_memory();
+        t.set_limits(LeaseLimits {
+            max_leases: 20,
+            retention_secs: 3600,
+        });
+        let ip = |n: u8| Ipv4Addr::new(10, 0, 0, n);
+        for n in 0..20 {
+            assert!(t.see(mac(n), Sighting::default(), false));
+            t.assign(mac(n), ip(n), LeaseState::Bound, 600);
+        }
+        assert!(
+            !t.see(mac(100), Sighting::default(), false),
+            "a table full of live leases takes no new client"
+        );
+        t.release(mac(3));
+        assert!(t.see(mac(100), Sighting::default(), false));
+        assert!(t.get(&mac(3)).is_none(), "the released record made room");
+        assert_eq!(t.len(), 20);
     }
 
     #[test]

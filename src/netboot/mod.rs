@@ -8,9 +8,11 @@ pub mod config;
 pub mod dhcp;
 pub mod files;
 pub mod http;
+pub mod http_server;
 pub mod ipxe;
 pub mod leases;
 pub mod mac;
+pub mod slots;
 pub mod tftp;
 
 use std::net::{IpAddr, SocketAddr};
@@ -26,9 +28,25 @@ use dhcp::policy::{Mode, Policy, Range};
 use files::{Loaders, TftpFiles};
 use http::HttpState;
 use leases::{LeaseError, LeaseTable};
+use slots::Slots;
 
 /// How often the provisioning address is re-checked.
 const FOLLOW_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How often expired lease records are looked for.
+const PRUNE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Removes lease records past their retention, now and then.
+async fn prune_leases(leases: LeaseTable) {
+    let mut every = tokio::time::interval(PRUNE_INTERVAL);
+    loop {
+        every.tick().await;
+        let removed = leases.prune();
+        if removed > 0 {
+            tracing::debug!(removed, left = leases.len(), "old lease records removed");
+        }
+    }
+}
 
 /// Why the network boot services could not start.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +74,8 @@ pub struct Netboot {
     pub leases: LeaseTable,
     pub http_addr: Option<SocketAddr>,
     pub tftp_addr: Option<SocketAddr>,
+    /// TFTP transfers running (when TFTP is on).
+    pub tftp_sessions: Option<Slots>,
     http_port: u16,
     kernel_url: Option<String>,
     ramdisk_url: Option<String>,
@@ -106,8 +126,9 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
     let choice = address::wait_for_address(&selector, cfg.provisioning.wait()).await?;
     tracing::info!(address = %choice, "provisioning IP");
     let address = address::follow(selector, choice.clone(), FOLLOW_INTERVAL);
+    leases.set_limits(cfg.lease_limits());
     leases.spawn_writer();
-    let mut tasks = Vec::new();
+    let mut tasks = vec![tokio::spawn(prune_leases(leases.clone()))];
     let kernel_url = cfg.deploy_kernel_url.as_ref().map(ToString::to_string);
     let ramdisk_url = cfg.deploy_ramdisk_url.as_ref().map(ToString::to_string);
     let loaders = Loaders {
@@ -139,17 +160,19 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
             kernel_url: kernel_url.clone(),
             ramdisk_url: ramdisk_url.clone(),
             kernel_params: cfg.ipxe_kernel_params.clone(),
+            leases_access: cfg.http_leases,
         };
         let app = http::router(state);
         tracing::info!(addr = %local, root = %cfg.http_root.display(), images = %cfg.images_dir.display(), "serving HTTP boot");
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!(error = %e, "HTTP boot server stopped");
-            }
-        }));
+        tasks.push(tokio::spawn(http_server::serve(
+            listener,
+            app,
+            cfg.http_limits(),
+        )));
     }
 
     let mut tftp_addr = None;
+    let mut tftp_sessions = None;
     if cfg.tftp {
         let socket = tokio::net::UdpSocket::bind(cfg.tftp_addr)
             .await
@@ -166,7 +189,12 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
             tftp_root: cfg.tftp_root.clone(),
         });
         tracing::info!(addr = %cfg.tftp_addr, loaders = ?loaders.available(), root = %cfg.tftp_root.display(), "serving TFTP");
-        tasks.push(tokio::spawn(tftp::serve(socket, files)));
+        let sessions = Slots::new(
+            cfg.tftp_max_sessions as usize,
+            cfg.tftp_max_sessions_per_client as usize,
+        );
+        tftp_sessions = Some(sessions.clone());
+        tasks.push(tokio::spawn(tftp::serve(socket, files, sessions)));
     }
 
     if cfg.dhcp_mode != DhcpMode::Off {
@@ -251,6 +279,7 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
         leases,
         http_addr,
         tftp_addr,
+        tftp_sessions,
         http_port,
         kernel_url,
         ramdisk_url,

@@ -72,7 +72,7 @@ pub fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn ip(args: &[&str]) {
+pub fn ip(args: &[&str]) {
     run(Command::new("ip").args(args));
 }
 
@@ -90,6 +90,27 @@ impl NsRef {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.name, program]);
         c
+    }
+
+    /// Runs `f` on a fresh thread inside this namespace, with a tokio runtime
+    /// whose sockets are all created there.
+    pub fn block_on<F, Fut, T>(&self, f: F) -> T
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = T>,
+        T: Send + 'static,
+    {
+        let ns = self.clone();
+        std::thread::spawn(move || {
+            ns.enter();
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime")
+                .block_on(f())
+        })
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
     }
 
     /// Moves the calling thread into this namespace.
@@ -146,17 +167,7 @@ impl Netns {
         Fut: std::future::Future<Output = T>,
         T: Send + 'static,
     {
-        let ns = self.handle();
-        std::thread::spawn(move || {
-            ns.enter();
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime")
-                .block_on(f())
-        })
-        .join()
-        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        self.handle().block_on(f)
     }
 
     /// A std UDP socket bound inside this namespace.
@@ -319,10 +330,17 @@ pub fn config(dir: &Path) -> NetbootConfig {
         http: true,
         http_bind: "0.0.0.0".parse().expect("ip"),
         http_port: 0,
+        http_header_timeout_secs: 10,
+        http_idle_timeout_secs: 60,
+        http_max_connections: 1024,
+        http_max_connections_per_client: 32,
+        http_leases: bmo::netboot::http::LeasesAccess::Localhost,
         http_root: dir.join("html"),
         images_dir: dir.join("images"),
         tftp: false,
         tftp_addr: "0.0.0.0:69".parse().expect("addr"),
+        tftp_max_sessions: 64,
+        tftp_max_sessions_per_client: 4,
         tftp_root: dir.join("tftpboot"),
         ipxe_dir: dir.join("ipxe"),
         ipxe_kernel_params: "ipa-insecure=1".into(),
@@ -332,6 +350,8 @@ pub fn config(dir: &Path) -> NetbootConfig {
         gateway_ip: None,
         dns_ip: None,
         dhcp_lease_secs: 600,
+        dhcp_max_leases: 4096,
+        dhcp_lease_retention_secs: 7 * 24 * 3600,
         lease_file: dir.join("leases.json"),
     }
 }

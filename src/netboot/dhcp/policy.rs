@@ -10,8 +10,9 @@ use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
 use super::packet::ClientRequest;
 use crate::netboot::leases::{LeaseState, LeaseTable, Sighting};
 
-/// Seconds an offered address is held for the client's REQUEST.
-const OFFER_HOLD_SECS: u64 = 60;
+/// Seconds an offered address is held for the client's REQUEST. When the range is
+/// full, offers are given to the next client sooner (oldest first).
+const OFFER_HOLD_SECS: u64 = 30;
 
 /// An address pool: `start..=end` with its netmask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,7 +132,7 @@ impl Policy {
         on_proxy_port: bool,
     ) -> Option<(Message, Destination)> {
         let proxy = matches!(self.mode, Mode::Proxy);
-        leases.see(
+        let recorded = leases.see(
             req.mac,
             Sighting {
                 hostname_raw: req.hostname_raw.clone(),
@@ -141,6 +142,10 @@ impl Policy {
             },
             proxy,
         );
+        if !recorded {
+            tracing::debug!(mac = %req.mac, "lease table full of live leases; new client not answered (BMO_DHCP_MAX_LEASES)");
+            return None;
+        }
         let boot = boot_for(req, &self.http_base);
         match &self.mode {
             Mode::Proxy => self.answer_proxy(req, boot, on_proxy_port),

@@ -14,11 +14,16 @@ use super::policy::{Destination, Policy};
 use crate::netboot::address::Choice;
 use crate::netboot::leases::LeaseTable;
 
+/// Receive buffer of the DHCP sockets.
+const RECV_BUFFER: usize = 4 << 20;
+
 /// Opens a UDP socket on `port` bound to `interface`.
 pub fn bind(interface: &str, port: u16) -> std::io::Result<UdpSocket> {
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
     s.set_reuse_address(true)?;
     s.set_broadcast(true)?;
+    // Room for bursts (the kernel caps it at net.core.rmem_max).
+    s.set_recv_buffer_size(RECV_BUFFER)?;
     s.bind_device(Some(interface.as_bytes()))?;
     s.set_nonblocking(true)?;
     s.bind(&SocketAddr::from(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port)).into())?;

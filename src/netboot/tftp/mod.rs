@@ -15,15 +15,26 @@ use tokio::io::{AsyncRead, AsyncReadExt, BufReader};
 use tokio::net::UdpSocket;
 
 use super::files::{Refusal, Source, TftpFiles};
+use super::slots::Slots;
 use packet::{ErrorCode, Packet, Request};
 
 /// Retransmissions of one packet or window before a transfer is abandoned.
 const RETRIES: u32 = 5;
+/// Until the client acknowledges its first packet (it may never have asked: a
+/// spoofed or flooded request), a transfer is retried this often at most...
+const FIRST_RETRIES: u32 = 2;
+/// ... waiting at most this long each time, so it is abandoned within ~3 s.
+const FIRST_TIMEOUT: Duration = Duration::from_secs(1);
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
-const READ_BUFFER: usize = 256 * 1024;
+/// File read-ahead per transfer.
+const READ_BUFFER: usize = 64 * 1024;
+/// Receive buffer of a transfer: clients send only ACKs and short ERRORs.
+const ACK_BUFFER: usize = 1500;
 
-/// Serves read requests arriving on `socket` until the task is dropped.
-pub async fn serve(socket: UdpSocket, files: Arc<TftpFiles>) {
+/// Serves read requests arriving on `socket` until the task is dropped. `sessions`
+/// caps the transfers running at once, in total and per client; requests over a cap
+/// get an ERROR packet and no socket, task or buffer.
+pub async fn serve(socket: UdpSocket, files: Arc<TftpFiles>, sessions: Slots) {
     let mut buf = vec![0u8; 65536];
     loop {
         let (len, peer) = match socket.recv_from(&mut buf).await {
@@ -36,11 +47,32 @@ pub async fn serve(socket: UdpSocket, files: Arc<TftpFiles>) {
         };
         match packet::parse(&buf[..len]) {
             Ok(Packet::Read(req)) => {
+                let slot = match sessions.take(peer.ip()) {
+                    Ok(slot) => slot,
+                    Err(over) => {
+                        tracing::debug!(%peer, ?over, file = %req.filename, "TFTP read refused: too many transfers");
+                        let _ = socket
+                            .send_to(
+                                &packet::error(
+                                    ErrorCode::NotDefined,
+                                    "server busy: too many TFTP transfers, try again shortly",
+                                ),
+                                peer,
+                            )
+                            .await;
+                        continue;
+                    }
+                };
                 let files = files.clone();
+                let sessions = sessions.clone();
                 let local = socket.local_addr().ok();
                 tokio::spawn(async move {
                     if let Err(e) = transfer(peer, local, req, &files).await {
                         tracing::debug!(%peer, error = %e, "TFTP transfer ended early");
+                    }
+                    drop(slot);
+                    if sessions.in_use() == 0 {
+                        release_freed_memory();
                     }
                 });
             }
@@ -59,6 +91,17 @@ pub async fn serve(socket: UdpSocket, files: Arc<TftpFiles>) {
             Ok(_) => {}
             Err(e) => tracing::debug!(%peer, error = %e, "malformed TFTP packet dropped"),
         }
+    }
+}
+
+/// Hands the memory freed by finished transfers back to the system, so that a flood's
+/// windows do not stay resident once it is over. glibc keeps freed heap memory for
+/// reuse unless asked; musl (the container build) returns it by itself.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes no pointers; it only walks the allocator's free lists.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
@@ -102,20 +145,10 @@ async fn transfer(
             let len = data.len() as u64;
             (Box::new(std::io::Cursor::new(data)), len)
         }
-        Ok(Source::File(path)) => {
-            let opened = async {
-                let f = tokio::fs::File::open(&path).await?;
-                let len = f.metadata().await?.len();
-                Ok::<_, std::io::Error>((f, len))
-            };
-            match opened.await {
-                Ok((f, len)) => (Box::new(BufReader::with_capacity(READ_BUFFER, f)), len),
-                Err(_) => {
-                    sock.send(&packet::error(ErrorCode::FileNotFound, "file not found"))
-                        .await?;
-                    return Err(TransferError::Refused("unreadable"));
-                }
-            }
+        Ok(Source::File(opened)) => {
+            let len = opened.metadata.len();
+            let file = tokio::fs::File::from_std(opened.file);
+            (Box::new(BufReader::with_capacity(READ_BUFFER, file)), len)
         }
         Err(Refusal::NotFound) => {
             sock.send(&packet::error(ErrorCode::FileNotFound, "file not found"))
@@ -136,26 +169,28 @@ async fn transfer(
     let timeout = neg
         .timeout_secs
         .map_or(DEFAULT_TIMEOUT, |s| Duration::from_secs(u64::from(s)));
-    let mut buf = vec![0u8; 65536];
+    let mut buf = vec![0u8; ACK_BUFFER];
+    let mut heard_from_client = false;
     if !neg.acked.is_empty() {
         let oack = packet::oack(&neg.acked);
         let mut tries = 0;
         loop {
             sock.send(&oack).await?;
-            match recv_ack(&sock, &mut buf, timeout).await? {
+            match recv_ack(&sock, &mut buf, timeout.min(FIRST_TIMEOUT)).await? {
                 Some(0) => break,
                 Some(_) => {}
                 None => {
                     tries += 1;
-                    if tries > RETRIES {
+                    if tries > FIRST_RETRIES {
                         return Err(TransferError::Timeout);
                     }
                 }
             }
         }
+        heard_from_client = true;
     }
     tracing::debug!(%peer, file = %req.filename, size, blksize = neg.blksize, windowsize = neg.windowsize, "TFTP transfer");
-    send_file(&sock, reader, &neg, timeout, &mut buf).await
+    send_file(&sock, reader, &neg, timeout, heard_from_client, &mut buf).await
 }
 
 /// Waits for an ACK; `None` on timeout. Client errors end the transfer.
@@ -204,6 +239,7 @@ async fn send_file(
     mut reader: Box<dyn AsyncRead + Unpin + Send>,
     neg: &packet::Negotiated,
     timeout: Duration,
+    mut heard_from_client: bool,
     buf: &mut [u8],
 ) -> Result<(), TransferError> {
     // Window of encoded DATA packets; `first` is the block index of window[0].
@@ -234,14 +270,20 @@ async fn send_file(
             }
         }
         need_send = true;
-        match recv_ack(sock, buf, timeout).await? {
+        let (wait, retries) = if heard_from_client {
+            (timeout, RETRIES)
+        } else {
+            (timeout.min(FIRST_TIMEOUT), FIRST_RETRIES)
+        };
+        match recv_ack(sock, buf, wait).await? {
             None => {
                 tries += 1;
-                if tries > RETRIES {
+                if tries > retries {
                     return Err(TransferError::Timeout);
                 }
             }
             Some(ack) => {
+                heard_from_client = true;
                 let acked = (0..window.len() as u64)
                     .map(|i| first + i)
                     .find(|idx| *idx as u16 == ack);

@@ -153,6 +153,9 @@ pub struct Negotiated {
 pub const MAX_BLKSIZE: usize = 65464;
 /// Largest window: bounds memory per transfer to `MAX_WINDOW * blksize`.
 pub const MAX_WINDOW: u16 = 64;
+/// Largest window in bytes (`windowsize * blksize`): what one transfer may hold to
+/// answer retransmissions.
+pub const MAX_WINDOW_BYTES: usize = 512 * 1024;
 
 /// Applies RFC 2347/2348/2349/7440 options. Unknown or invalid options are
 /// ignored (left out of the OACK), as RFC 2347 prescribes. `max_blksize` caps
@@ -194,6 +197,15 @@ pub fn negotiate(req: &Request, file_size: u64, max_blksize: usize) -> Negotiate
             _ => {}
         }
     }
+    let fits = (MAX_WINDOW_BYTES / n.blksize).clamp(1, usize::from(MAX_WINDOW));
+    if usize::from(n.windowsize) > fits {
+        n.windowsize = u16::try_from(fits).unwrap_or(1);
+        for (name, value) in &mut n.acked {
+            if name == "windowsize" {
+                *value = n.windowsize.to_string();
+            }
+        }
+    }
     n
 }
 
@@ -223,6 +235,14 @@ mod tests {
         assert_eq!(r.mode, "octet");
         let n = negotiate(&r, 12345, 1468);
         assert_eq!((n.blksize, n.windowsize), (1468, 16));
+        // Large blocks get a smaller window: at most MAX_WINDOW_BYTES per transfer.
+        let b = rrq(&[("blksize", "65464"), ("windowsize", "64")]);
+        let Packet::Read(r) = parse(&b).unwrap() else {
+            panic!()
+        };
+        let big = negotiate(&r, 1, MAX_BLKSIZE);
+        assert_eq!((big.blksize, big.windowsize), (65464, 8));
+        assert!(big.acked.contains(&("windowsize".into(), "8".into())));
         assert_eq!(n.acked[1], ("tsize".to_owned(), "12345".to_owned()));
     }
 
