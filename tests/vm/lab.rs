@@ -422,7 +422,8 @@ impl Drop for Lab {
                 .args(["-c", "qemu:///system", "destroy", name])
                 .output();
             let _ = Command::new("virsh")
-                .args(["-c", "qemu:///system", "undefine", name])
+                // A UEFI domain's NVRAM file must go with it, or undefine refuses.
+                .args(["-c", "qemu:///system", "undefine", "--nvram", name])
                 .output();
         }
         let _ = Command::new(stack_script())
@@ -487,7 +488,6 @@ impl Vm {
 fn reap_dead_labs() {
     let out = Command::new("ip").args(["netns", "list"]).output();
     let list = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
-    let mut reaped = false;
     for name in list
         .unwrap_or_default()
         .lines()
@@ -509,14 +509,20 @@ fn reap_dead_labs() {
             }
         }
         let _ = Command::new("ip").args(["netns", "del", name]).status();
-        reaped = true;
     }
-    if reaped {
-        for dir in ["/etc/libvirt/qemu", "/var/run/libvirt/qemu"] {
-            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-                if entry.file_name().to_string_lossy().starts_with("bmo-vm-") {
-                    let _ = std::fs::remove_file(entry.path());
-                }
+    // With no libvirtd running, a bmo-vm-* definition left on disk belongs to a lab
+    // that is gone, and would refuse the next define of that name.
+    let libvirtd_runs = Command::new("pgrep")
+        .args(["-x", "libvirtd"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if libvirtd_runs {
+        return;
+    }
+    for dir in ["/etc/libvirt/qemu", "/var/run/libvirt/qemu"] {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().starts_with("bmo-vm-") {
+                let _ = std::fs::remove_file(entry.path());
             }
         }
     }
