@@ -14,7 +14,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use bmo::api::BareMetalHost;
+use bmo::api::{BareMetalHost, HardwareData};
 use bmo::ironic::{ClientConfig, IronicClient};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -321,6 +321,23 @@ async fn vm_is_inspected_cleaned_deployed_and_deprovisioned_by_the_real_agent() 
             .as_str()
             .is_some_and(|ip| ip.starts_with("10.77.0.")),
         "the leased address on the NIC: {nic}"
+    );
+
+    // HardwareData, the object upstream's consumers read, holds the same details.
+    let hardware_data: Api<HardwareData> = Api::namespaced(client.clone(), &ns);
+    let hd = serde_json::to_value(
+        hardware_data
+            .get(name)
+            .await
+            .expect("the host's HardwareData"),
+    )
+    .expect("HardwareData as JSON");
+    let hd_hw = &hd["spec"]["hardware"];
+    assert_eq!(hd_hw["cpu"]["count"], json!(VM_CPUS), "HardwareData: {hd}");
+    assert_eq!(
+        nic_of(hd_hw, &vm.mac)["dhcpHostname"],
+        json!(expected_hostname),
+        "HardwareData: {hd}"
     );
 
     // 3: the agent came from bmo's HTTP server at the address bmo detected.
