@@ -1,20 +1,28 @@
 //! The container image as users build and run it: `scripts/build-image` puts the
 //! static executable into a `FROM scratch` image with podman and no registry; the
 //! image runs with host networking against the stack, serves the iPXE loaders it
-//! embeds, and provisions a fake-hardware host. build.rs refuses to build without
+//! embeds, and provisions a fake-hardware host. deploy/'s Deployment and ConfigMap
+//! run under `podman kube play` in a network namespace, serve the boot files at the
+//! detected address and keep their DHCP leases across a pod restart. build.rs refuses to build without
 //! the loaders unless told to. The multi-stage Containerfile (untested here: no
 //! registry) copies everything the build reads.
 
 mod appliance_common;
+mod netboot_common;
 mod support;
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use appliance_common::{IMAGE, PODMAN_RUN_FLAGS, ROOT, curl, image, output, podman, run, wait_for};
+use appliance_common::{
+    Forwarder, IMAGE, PODMAN_RUN_FLAGS, ROOT, curl, image, output, podman, run, stack_addresses,
+    wait_for,
+};
 use bmo::api::{BareMetalHost, ProvisioningState};
 use kube::Api;
+use netboot_common::TestNet;
+use serde_json::{Value, json};
 use support::{Stack, create_fake_host, eventually, free_port, new_namespace, unique_name};
 
 /// A container started by the test; removed when dropped.
@@ -170,6 +178,203 @@ async fn image_runs_with_host_networking_serves_its_loaders_and_provisions_a_hos
     );
     drop(container);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// deploy/manager's Deployment and ConfigMap with the edits `podman kube play` on a
+/// node without kubelet needs (docs/install.md, "Pod without a cluster"), plus the
+/// test's own names, directories and stack.
+fn pod_manifests(dir: &Path, ns: &str, pod: &str) -> (Value, Value) {
+    let stack = Stack::get();
+    let read = |p: &str| -> Value {
+        let text = std::fs::read_to_string(Path::new(ROOT).join(p)).expect(p);
+        serde_norway::from_str(&text).expect(p)
+    };
+    let mut deployment = read("deploy/manager/manager.yaml");
+    deployment["metadata"]["name"] = json!(pod);
+    let spec = &mut deployment["spec"]["template"]["spec"];
+    let container = &mut spec["containers"][0];
+    container["image"] = json!(IMAGE);
+    let env = container["env"].as_array_mut().expect("env");
+    // podman 4.3 resolves no fieldRef to metadata.namespace: the value itself.
+    for e in env.iter_mut() {
+        if e["name"] == "POD_NAMESPACE" {
+            *e = json!({"name": "POD_NAMESPACE", "value": ns});
+        }
+    }
+    // No service account without a cluster: a kubeconfig, by host path.
+    env.push(json!({"name": "KUBECONFIG", "value": stack.kubeconfig}));
+    container["volumeMounts"]
+        .as_array_mut()
+        .expect("volumeMounts")
+        .push(json!({"name": "kubeconfig", "mountPath": stack.dir, "readOnly": true}));
+    let auth = stack
+        .var("METAL3_AUTH_ROOT_DIR")
+        .map(|d| Path::new(d).join("ironic"))
+        .filter(|d| d.is_dir())
+        .unwrap_or_else(|| dir.join("no-auth"));
+    std::fs::create_dir_all(&auth).unwrap();
+    let volumes = spec["volumes"].as_array_mut().expect("volumes");
+    for v in volumes.iter_mut() {
+        let host_path = match v["name"].as_str() {
+            // podman has no optional Secret: a host directory with (or without)
+            // the username and password files.
+            Some("ironic-credentials") => auth.clone(),
+            Some("http-root") => dir.join("html"),
+            Some("tftp-root") => dir.join("tftpboot"),
+            Some("state") => dir.join("state"),
+            _ => continue,
+        };
+        *v = json!({"name": v["name"], "hostPath": {"path": host_path, "type": "DirectoryOrCreate"}});
+    }
+    volumes.push(json!({"name": "kubeconfig", "hostPath": {"path": stack.dir}}));
+
+    let mut configmap = read("deploy/manager/ironic-configmap.yaml");
+    let data = &mut configmap["data"];
+    data["IRONIC_ENDPOINT"] = json!(stack.ironic_endpoint.as_str());
+    data["WATCH_NAMESPACE"] = json!(ns);
+    data["PROVISIONING_INTERFACE"] = json!("srv0");
+    data["BMO_DHCP_MODE"] = json!("full");
+    data["DHCP_RANGE"] = json!("10.77.0.50,10.77.0.60");
+    (deployment, configmap)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployment_under_podman_kube_play_serves_boot_files_and_keeps_its_leases() {
+    let stack = Stack::get();
+    image();
+    appliance_common::ensure_kube_play();
+    let client = stack.kube_client().await;
+    let ns = new_namespace(&client, "pod").await;
+    // DHCP and TFTP only inside the test's namespaces: the pod's host network is
+    // the server namespace, which reaches the stack through the forwarder alone.
+    let net = TestNet::new(true);
+    let _forwarder = Forwarder::start(&net.server.name, &stack_addresses(stack));
+    let dir = tempdir("pod");
+    let images = dir.join("html/images");
+    std::fs::create_dir_all(&images).unwrap();
+    std::fs::write(images.join("ironic-python-agent.kernel"), b"agent kernel").unwrap();
+    std::fs::write(
+        images.join("ironic-python-agent.initramfs"),
+        b"agent ramdisk",
+    )
+    .unwrap();
+    let pod = unique_name("bmo-pod");
+    let (deployment, configmap) = pod_manifests(&dir, &ns, &pod);
+    let deployment_file = dir.join("deployment.yaml");
+    let configmap_file = dir.join("configmap.yaml");
+    std::fs::write(&deployment_file, deployment.to_string()).unwrap();
+    std::fs::write(&configmap_file, configmap.to_string()).unwrap();
+    let kube = |args: &[&str]| {
+        let mut cmd = appliance_common::podman_in(&net.server.name);
+        cmd.arg("kube").args(args);
+        cmd
+    };
+    let play = || {
+        run(kube(&["play", "--configmap"])
+            .arg(&configmap_file)
+            .arg(&deployment_file))
+    };
+    let _down = KubeDown(deployment_file.clone(), net.server.name.clone());
+    play();
+    let logs = || {
+        let out = output(&mut podman(&["logs", &format!("{pod}-pod-0-manager")]));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let ready = || {
+        wait_for(
+            "the pod to be ready",
+            Duration::from_secs(60),
+            || match curl(net.server.command("curl"), "http://127.0.0.1:9440/readyz") {
+                Ok((200, _)) => Ok(()),
+                other => Err(format!("{other:?}; logs: {}", logs())),
+            },
+        )
+    };
+    // At the detected address (srv0's), from the client's side of the link.
+    let base = format!("http://{}:6180", net.server_ip);
+    // Ready includes a standby waiting for the leader Lease (which a stopped pod
+    // may still hold): the network boot services start once it leads.
+    let serving = || {
+        ready();
+        wait_for("HTTP boot", Duration::from_secs(60), || {
+            match curl(net.client.command("curl"), &format!("{base}/healthz")) {
+                Ok((200, _)) => Ok(()),
+                other => Err(format!("{other:?}; logs: {}", logs())),
+            }
+        })
+    };
+    serving();
+    let get = |path: &str| {
+        curl(net.client.command("curl"), &format!("{base}{path}"))
+            .unwrap_or_else(|e| panic!("GET {path}: {e}; logs: {}", logs()))
+    };
+    let (code, script) = get("/boot.ipxe");
+    assert_eq!(code, 200);
+    assert!(String::from_utf8_lossy(&script).starts_with("#!ipxe"));
+    assert_eq!(
+        get("/images/ironic-python-agent.kernel"),
+        (200, b"agent kernel".to_vec())
+    );
+    let (_, inspector) = get("/inspector.ipxe");
+    let inspector = String::from_utf8_lossy(&inspector);
+    assert!(
+        inspector.contains(&format!("{base}/images/ironic-python-agent.kernel")),
+        "{inspector}"
+    );
+    let loader = dir.join("undionly.kpxe");
+    run(net
+        .client
+        .command("busybox")
+        .args(["tftp", "-g", "-r", "undionly.kpxe", "-l"])
+        .arg(&loader)
+        .arg(net.server_ip));
+    assert_eq!(
+        std::fs::read(&loader).unwrap(),
+        std::fs::read("/usr/lib/ipxe/undionly.kpxe").unwrap()
+    );
+
+    // A lease, then a restart of the pod: the new pod still has it.
+    run(net.client.command("busybox").args([
+        "udhcpc",
+        "-i",
+        "cli0",
+        "-n",
+        "-q",
+        "-t",
+        "10",
+        "-T",
+        "1",
+        "-s",
+        "/bin/true",
+    ]));
+    let mac = run(net.client.command("cat").arg("/sys/class/net/cli0/address"));
+    let mac = mac.trim().to_owned();
+    let leases = || String::from_utf8_lossy(&get("/bmo/v1/leases").1).into_owned();
+    wait_for("the lease in the table", Duration::from_secs(10), || {
+        let l = leases();
+        if l.contains(&mac) { Ok(()) } else { Err(l) }
+    });
+    run(kube(&["down"]).arg(&deployment_file));
+    play();
+    serving();
+    let after = leases();
+    assert!(
+        after.contains(&mac),
+        "lease of {mac} lost across the restart: {after}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `podman kube down FILE` in the namespace, on drop.
+struct KubeDown(std::path::PathBuf, String);
+
+impl Drop for KubeDown {
+    fn drop(&mut self) {
+        let _ = appliance_common::podman_in(&self.1)
+            .args(["kube", "down"])
+            .arg(&self.0)
+            .output();
+    }
 }
 
 /// `url` with `localhost` for its loopback address.
