@@ -7,8 +7,17 @@ fn main() {
         .ok()
         .or_else(|| command_output("git", &["rev-parse", "--short=12", "HEAD"]))
         .unwrap_or_else(|| "unknown".to_owned());
-    let dirty = command_output("git", &["status", "--porcelain", "--untracked-files=no"])
-        .is_some_and(|s| !s.is_empty());
+    let dirty = command_output(
+        "git",
+        // No index refresh: a rewritten index would rerun this script next build.
+        &[
+            "--no-optional-locks",
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+        ],
+    )
+    .is_some_and(|s| !s.is_empty());
     let commit = if dirty && commit != "unknown" {
         format!("{commit}-dirty")
     } else {
@@ -35,8 +44,16 @@ fn main() {
     println!("cargo:rustc-env=BMO_RUSTC_VERSION={rustc_version}");
     println!("cargo:rerun-if-env-changed=BMO_GIT_COMMIT");
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
-    println!("cargo:rerun-if-changed=.git/HEAD");
-    println!("cargo:rerun-if-changed=.git/index");
+    // The real git directory's HEAD and index: in a worktree `.git` is a file, and a
+    // watched path that does not exist reruns this script (and rebuilds bmo) every
+    // time.
+    let git_dir = command_output("git", &["rev-parse", "--absolute-git-dir"]);
+    for file in ["HEAD", "index"] {
+        let path = git_dir.as_ref().map(|d| std::path::Path::new(d).join(file));
+        if let Some(path) = path.filter(|p| p.exists()) {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
     embed_ipxe_loaders();
 }
 
