@@ -11,13 +11,13 @@ mod appliance_common;
 mod netboot_common;
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use appliance_common::{
-    Forwarder, IMAGE, PODMAN_RUN_FLAGS, ROOT, curl, image, output, podman, run, stack_addresses,
-    wait_for,
+    Forwarder, IMAGE, INSTALL_PATHS, ROOT, curl, doc_script, image, output, podman, run,
+    run_script, stack_addresses, stack_path, under_root, wait_for,
 };
 use bmo::api::{BareMetalHost, ProvisioningState};
 use kube::Api;
@@ -64,67 +64,73 @@ async fn provisioned(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn image_runs_with_host_networking_serves_its_loaders_and_provisions_a_host() {
     let stack = Stack::get();
-    let image = image();
+    image();
     let client = stack.kube_client().await;
     bmo::api::install::install(&client, Duration::from_secs(60))
         .await
         .expect("install the CRDs");
     let ns = new_namespace(&client, "image").await;
     let dir = tempdir("image");
-    let images = dir.join("images");
-    std::fs::create_dir_all(&images).unwrap();
+    // /etc/bmo, /shared and /var/lib/bmo of docs/install.md, under the test's root.
+    let root = dir.join("root");
+    let etc = root.join("etc/bmo");
+    let images = root.join("shared/html/images");
+    for d in [&etc, &images, &root.join("var/lib/bmo")] {
+        std::fs::create_dir_all(d).unwrap();
+    }
     std::fs::write(
         images.join("ironic-python-agent.kernel"),
         b"kernel from the volume",
     )
     .unwrap();
-    let (health, http) = (free_port(), free_port());
-    let stack_dir = stack.dir.display().to_string();
-    let name = unique_name("bmo-image");
-    let mut args: Vec<String> = ["run", "-d", "--name", &name]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    args.extend(PODMAN_RUN_FLAGS.iter().map(|s| s.to_string()));
-    let env = [
-        format!("KUBECONFIG={}", stack.kubeconfig.display()),
-        // By name: the static glibc resolves it without NSS libraries.
-        format!("IRONIC_ENDPOINT={}", by_name(&stack.ironic_endpoint)),
-        format!(
-            "METAL3_AUTH_ROOT_DIR={}",
-            stack.var("METAL3_AUTH_ROOT_DIR").unwrap_or_default()
-        ),
-        format!("WATCH_NAMESPACE={ns}"),
-        format!("BMO_HEALTH_ADDR=127.0.0.1:{health}"),
-        format!("HTTP_PORT={http}"),
-        "BMO_HTTP_BIND=127.0.0.1".to_owned(),
-        "PROVISIONING_INTERFACE=lo".to_owned(),
-        "BMO_LEASE_FILE=/var/lib/bmo/leases.json".to_owned(),
-    ];
-    for e in &env {
-        args.extend(["-e".to_owned(), e.clone()]);
+    // The systemd service's files: a self-contained kubeconfig, the Ironic
+    // credentials, and the env example with this test's settings.
+    let flat = run(Command::new("kubectl")
+        .env("PATH", stack_path(stack))
+        .env("KUBECONFIG", &stack.kubeconfig)
+        .args(["config", "view", "--flatten", "--raw"]));
+    std::fs::write(etc.join("kubeconfig"), flat).unwrap();
+    let auth = etc.join("auth");
+    std::fs::create_dir_all(&auth).unwrap();
+    if let Some(stack_auth) = stack
+        .var("METAL3_AUTH_ROOT_DIR")
+        .filter(|d| Path::new(d).is_dir())
+    {
+        run(Command::new("cp")
+            .arg("-r")
+            .arg(format!("{stack_auth}/."))
+            .arg(&auth));
     }
-    // Root, as in the Deployment: the stack's kubeconfig and CA are root's files.
-    args.extend(
-        [
-            "--user",
-            "0",
-            "--network",
-            "host",
-            "-v",
-            &format!("{stack_dir}:{stack_dir}:ro"),
-            "-v",
-            &format!("{}:/shared/html/images:ro", images.display()),
-            "-v",
-            &format!("{}:/var/lib/bmo", dir.join("state").display()),
-            image,
-        ]
-        .iter()
-        .map(|s| s.to_string()),
-    );
-    std::fs::create_dir_all(dir.join("state")).unwrap();
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    run(&mut podman(&arg_refs));
+    let (health, http) = (free_port(), free_port());
+    let example = std::fs::read_to_string(Path::new(ROOT).join("systemd/bmo.env.example"))
+        .expect("env example");
+    let settings = [
+        // By name: the static glibc resolves it without NSS libraries.
+        ("IRONIC_ENDPOINT", by_name(&stack.ironic_endpoint)),
+        ("WATCH_NAMESPACE", ns.clone()),
+        ("BMO_HEALTH_ADDR", format!("127.0.0.1:{health}")),
+        ("HTTP_PORT", http.to_string()),
+        ("BMO_HTTP_BIND", "127.0.0.1".to_owned()),
+        ("PROVISIONING_INTERFACE", "lo".to_owned()),
+    ];
+    let mut env_file: Vec<String> = example
+        .lines()
+        .filter(|l| {
+            !settings
+                .iter()
+                .any(|(k, _)| l.starts_with(&format!("{k}=")))
+        })
+        .map(str::to_owned)
+        .collect();
+    env_file.extend(settings.iter().map(|(k, v)| format!("{k}={v}")));
+    std::fs::write(etc.join("bmo.env"), env_file.join("\n") + "\n").unwrap();
+
+    // docs/install.md's `podman run`, with this test's root and container name.
+    let name = unique_name("bmo-image");
+    let script = under_root(&doc_script("podman-run"), &root, INSTALL_PATHS);
+    assert!(script.contains("--name bmo "), "{script}");
+    let script = script.replace("--name bmo ", &format!("--name {name} "));
+    run_script(None, &dir, &script, &[]);
     let container = Container(name);
 
     wait_for(
@@ -242,7 +248,6 @@ fn pod_manifests(dir: &Path, ns: &str, pod: &str) -> (Value, Value) {
 async fn deployment_under_podman_kube_play_serves_boot_files_and_keeps_its_leases() {
     let stack = Stack::get();
     image();
-    appliance_common::ensure_kube_play();
     let client = stack.kube_client().await;
     let ns = new_namespace(&client, "pod").await;
     // DHCP and TFTP only inside the test's namespaces: the pod's host network is
@@ -260,21 +265,21 @@ async fn deployment_under_podman_kube_play_serves_boot_files_and_keeps_its_lease
     .unwrap();
     let pod = unique_name("bmo-pod");
     let (deployment, configmap) = pod_manifests(&dir, &ns, &pod);
-    let deployment_file = dir.join("deployment.yaml");
-    let configmap_file = dir.join("configmap.yaml");
-    std::fs::write(&deployment_file, deployment.to_string()).unwrap();
-    std::fs::write(&configmap_file, configmap.to_string()).unwrap();
-    let kube = |args: &[&str]| {
-        let mut cmd = appliance_common::podman_in(&net.server.name);
-        cmd.arg("kube").args(args);
-        cmd
+    // The edited manifests where docs/install.md's commands name them, run in the
+    // pod's namespace as docs/install.md's blocks, with this test's root.
+    let manager = dir.join("deploy/manager");
+    std::fs::create_dir_all(&manager).unwrap();
+    std::fs::write(manager.join("manager.yaml"), deployment.to_string()).unwrap();
+    std::fs::write(manager.join("ironic-configmap.yaml"), configmap.to_string()).unwrap();
+    let root = dir.join("root");
+    let block = |name: &str| under_root(&doc_script(name), &root, INSTALL_PATHS);
+    run_script(None, &dir, &block("containers-conf"), &[]);
+    let play = || run_script(Some(&net.server.name), &dir, &block("pod-play"), &[]);
+    let _down = KubeDown {
+        dir: dir.clone(),
+        netns: net.server.name.clone(),
+        script: block("pod-down"),
     };
-    let play = || {
-        run(kube(&["play", "--configmap"])
-            .arg(&configmap_file)
-            .arg(&deployment_file))
-    };
-    let _down = KubeDown(deployment_file.clone(), net.server.name.clone());
     play();
     let logs = || {
         let out = output(&mut podman(&["logs", &format!("{pod}-pod-0-manager")]));
@@ -354,7 +359,7 @@ async fn deployment_under_podman_kube_play_serves_boot_files_and_keeps_its_lease
         let l = leases();
         if l.contains(&mac) { Ok(()) } else { Err(l) }
     });
-    run(kube(&["down"]).arg(&deployment_file));
+    run_script(Some(&net.server.name), &dir, &block("pod-down"), &[]);
     play();
     serving();
     let after = leases();
@@ -365,14 +370,19 @@ async fn deployment_under_podman_kube_play_serves_boot_files_and_keeps_its_lease
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `podman kube down FILE` in the namespace, on drop.
-struct KubeDown(std::path::PathBuf, String);
+/// docs/install.md's "pod-down" block in the pod's namespace, on drop.
+struct KubeDown {
+    dir: PathBuf,
+    netns: String,
+    script: String,
+}
 
 impl Drop for KubeDown {
     fn drop(&mut self) {
-        let _ = appliance_common::podman_in(&self.1)
-            .args(["kube", "down"])
-            .arg(&self.0)
+        let _ = Command::new("nsenter")
+            .arg(format!("--net=/var/run/netns/{}", self.netns))
+            .args(["sh", "-c", &self.script])
+            .current_dir(&self.dir)
             .output();
     }
 }

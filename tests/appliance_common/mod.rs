@@ -1,8 +1,8 @@
-//! The packaged forms of bmo, shared by the appliance tests: the static executable
-//! (one `scripts/build-static` per suite run: later calls find it built), the
-//! container image (`scripts/build-image`, once per test binary), podman, and a
-//! forwarder that makes the stack's loopback ports appear inside a network namespace
-//! with no route out.
+//! The packaged forms of bmo, shared by the appliance tests: the `sh` blocks of
+//! docs/install.md (read and run as they are, with paths under a test root), the
+//! static executable and the container image built by them, and a forwarder that
+//! makes the stack's loopback ports appear inside a network namespace with no route
+//! out.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 use std::io::{ErrorKind, Read, Write};
@@ -17,14 +17,14 @@ pub const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// The tag scripts/build-image gives the image, as docs/install.md and
 /// deploy/kustomization.yaml name it.
 pub const IMAGE: &str = concat!("localhost/bmo:", env!("CARGO_PKG_VERSION"));
-/// The flags `podman run` needs on this machine (docs/install.md, "Container image").
-pub const PODMAN_RUN_FLAGS: &[&str] = &[
-    "--runtime",
-    "/usr/sbin/runc",
-    "--ulimit",
-    "nofile=1024:1024",
-    "--ulimit",
-    "nproc=1024:1024",
+/// Where docs/install.md installs to, and its `podman run` mounts from; the tests
+/// use a root of their own instead of `/` (under_root).
+pub const INSTALL_PATHS: &[&str] = &[
+    "/usr/local/bin",
+    "/etc/systemd/system",
+    "/etc/bmo",
+    "/shared",
+    "/var/lib/bmo",
 ];
 
 /// Runs `cmd`, panicking with its output when it fails; returns stdout.
@@ -44,107 +44,71 @@ pub fn output(cmd: &mut Command) -> Output {
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
 }
 
-/// A command of scripts/ with the environment a shipped build needs: a coverage run
-/// (cargo llvm-cov) instruments through these variables; the shipped binary must not be.
-pub fn script(name: &str) -> Command {
-    let mut cmd = Command::new(Path::new(ROOT).join("scripts").join(name));
-    cmd.current_dir(ROOT)
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .env_remove("LLVM_PROFILE_FILE")
-        .env_remove("RUSTC_WRAPPER");
-    cmd
-}
+/// What a coverage run (cargo llvm-cov) sets to instrument cargo's builds.
+const COVERAGE_VARS: [&str; 5] = [
+    "CARGO_TARGET_DIR",
+    "RUSTFLAGS",
+    "CARGO_ENCODED_RUSTFLAGS",
+    "LLVM_PROFILE_FILE",
+    "RUSTC_WRAPPER",
+];
 
-/// The static executable of scripts/build-static (built once per suite run).
+/// The static executable, built by docs/install.md's "build-static" block (once per
+/// test binary; later runs of scripts/build-static find it built).
 pub fn static_binary() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            run(&mut script("build-static"));
+            run_build_block("build-static");
             Path::new(ROOT).join("target/static/x86_64-unknown-linux-gnu/release/bmo")
         })
         .clone()
 }
 
-/// Installs podman and Debian's runc when missing.
-pub fn ensure_podman() {
-    static DONE: OnceLock<()> = OnceLock::new();
-    DONE.get_or_init(|| {
-        let have = |p: &str| Path::new(p).exists();
-        if have("/usr/bin/podman") && have("/usr/sbin/runc") {
-            return;
-        }
+/// Runs the block `name` of docs/install.md in the repository. Its `apt-get install`
+/// lines run as written, after `apt-get update`, when one of their packages is
+/// missing; when all are installed, as a simulation (`-s`: resolved, but no dpkg
+/// lock, which another apt-get on the machine may hold, and no network).
+pub fn run_build_block(name: &str) -> String {
+    let script = doc_script(name);
+    let missing = script
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("apt-get install "))
+        .flat_map(|args| args.split_whitespace().filter(|a| !a.starts_with('-')))
+        .any(|pkg| {
+            !output(Command::new("dpkg").args(["-s", pkg]))
+                .status
+                .success()
+        });
+    let script = if missing {
         run(Command::new("apt-get").args(["update", "-qq"]));
-        run(Command::new("apt-get")
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .args([
-                "install",
-                "-y",
-                "-qq",
-                "--no-install-recommends",
-                "podman",
-                "runc",
-            ]));
-    });
+        script
+    } else {
+        script.replace("apt-get install ", "apt-get install -s ")
+    };
+    run_script(
+        None,
+        Path::new(ROOT),
+        &script,
+        &[("DEBIAN_FRONTEND", "noninteractive")],
+    )
 }
 
-/// `podman kube play` builds its pod's pause image from catatonit.
-pub fn ensure_kube_play() {
-    ensure_podman();
-    static DONE: OnceLock<()> = OnceLock::new();
-    DONE.get_or_init(|| {
-        if Path::new("/usr/bin/catatonit").exists()
-            || Path::new("/usr/libexec/podman/catatonit").exists()
-        {
-            return;
-        }
-        run(Command::new("apt-get")
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .args([
-                "install",
-                "-y",
-                "-qq",
-                "--no-install-recommends",
-                "catatonit",
-            ]));
-    });
+/// `$PATH` with the stack's kubectl in front, as its env file sets it.
+pub fn stack_path(stack: &crate::support::Stack) -> String {
+    stack
+        .var("PATH")
+        .unwrap_or("$PATH")
+        .replace("$PATH", &std::env::var("PATH").unwrap_or_default())
 }
 
-/// The containers.conf that gives `podman kube play` (which takes no `--runtime` or
-/// `--ulimit`) what PODMAN_RUN_FLAGS give `podman run`; docs/install.md shows it.
-pub const CONTAINERS_CONF: &str = "[containers]
-default_ulimits = [\"nofile=1024:1024\", \"nproc=1024:1024\"]
-[engine]
-runtime = \"runc\"
-";
-
-/// `podman` run in the network namespace `netns` (by nsenter: `ip netns exec`
-/// remounts /sys, where podman needs the host's cgroup hierarchy), with
-/// CONTAINERS_CONF.
-pub fn podman_in(netns: &str) -> Command {
-    static CONF: OnceLock<PathBuf> = OnceLock::new();
-    let conf = CONF.get_or_init(|| {
-        let path = std::env::temp_dir().join(format!("bmo-containers-{}.conf", std::process::id()));
-        std::fs::write(&path, CONTAINERS_CONF).expect("write containers.conf");
-        path
-    });
-    let mut cmd = Command::new("nsenter");
-    cmd.arg(format!("--net=/var/run/netns/{netns}"))
-        .arg("podman")
-        .env("CONTAINERS_CONF", conf);
-    cmd
-}
-
-/// The image of scripts/build-image (built once per test binary) and the size it
-/// reported.
+/// The image, built by docs/install.md's "build-image" block (once per test binary,
+/// after the static executable), which also installs podman and runc.
 pub fn image() -> &'static str {
     static SIZE: OnceLock<String> = OnceLock::new();
     SIZE.get_or_init(|| {
         static_binary();
-        ensure_podman();
-        let out = run(&mut script("build-image"));
+        let out = run_build_block("build-image");
         let size = out
             .lines()
             .find(|l| l.starts_with("image size: "))
@@ -336,4 +300,115 @@ fn copy_then_close(mut from: TcpStream, mut to: TcpStream) {
         }
     }
     let _ = to.shutdown(Shutdown::Write);
+}
+
+/// A `sh` block of docs/install.md: the name its `<!-- commands: NAME -->` marker
+/// gives it (empty when it has none) and its text.
+pub struct DocBlock {
+    pub name: String,
+    /// Why no test runs it (`<!-- commands: NAME, not run: WHY -->`).
+    pub not_run: Option<String>,
+    pub script: String,
+}
+
+/// Every `sh` block of docs/install.md, in order.
+pub fn doc_blocks() -> Vec<DocBlock> {
+    let doc = std::fs::read_to_string(Path::new(ROOT).join("docs/install.md"))
+        .expect("read docs/install.md");
+    let mut blocks = Vec::new();
+    let mut name = String::new();
+    let mut not_run = None;
+    let mut lines = doc.lines();
+    while let Some(line) = lines.next() {
+        if let Some(marker) = line
+            .strip_prefix("<!-- commands: ")
+            .and_then(|m| m.strip_suffix(" -->"))
+        {
+            // `NAME` or `NAME, not run: WHY`.
+            let (n, why) = marker.split_once(',').unwrap_or((marker, ""));
+            name = n.trim().to_owned();
+            not_run = why
+                .trim()
+                .strip_prefix("not run:")
+                .map(|w| w.trim().to_owned());
+            continue;
+        }
+        if line.trim() == "```sh" {
+            let script: Vec<&str> = lines.by_ref().take_while(|l| l.trim() != "```").collect();
+            blocks.push(DocBlock {
+                name: std::mem::take(&mut name),
+                not_run: not_run.take(),
+                script: script.join("\n") + "\n",
+            });
+        } else if !line.trim().is_empty() {
+            // A marker names only the block right after it.
+            name.clear();
+            not_run = None;
+        }
+    }
+    blocks
+}
+
+/// The text of the block `name` of docs/install.md, to run with `sh -e`.
+pub fn doc_script(name: &str) -> String {
+    doc_blocks()
+        .into_iter()
+        .find(|b| b.name == name)
+        .unwrap_or_else(|| panic!("docs/install.md has no block `<!-- commands: {name} -->`"))
+        .script
+}
+
+/// `script` with each absolute path of `paths` that starts a word (after a blank,
+/// `=` or the start of a line, so not the container side of `-v HOST:CONTAINER`)
+/// moved under `root`: docs/install.md's commands install into `/`, the tests into
+/// a directory of their own.
+pub fn under_root(script: &str, root: &Path, paths: &[&str]) -> String {
+    let mut out = String::with_capacity(script.len());
+    let mut rest = script;
+    'scan: while !rest.is_empty() {
+        let at_word_start = out.is_empty() || out.ends_with([' ', '\t', '\n', '=']);
+        if at_word_start {
+            for path in paths {
+                let Some(after) = rest.strip_prefix(path) else {
+                    continue;
+                };
+                // Whole path components only: /etc/bmo, not /etc/bmod.
+                if after.is_empty() || after.starts_with(['/', ' ', '\n', ':', '"', '\'']) {
+                    out.push_str(&root.display().to_string());
+                    out.push_str(path);
+                    rest = after;
+                    continue 'scan;
+                }
+            }
+        }
+        let mut chars = rest.chars();
+        if let Some(c) = chars.next() {
+            out.push(c);
+        }
+        rest = chars.as_str();
+    }
+    out
+}
+
+/// `sh -e -c SCRIPT` in `dir`, inside the network namespace `netns` when given (by
+/// nsenter: `ip netns exec` remounts /sys, where podman needs the host's cgroup
+/// hierarchy); panics with its output when it fails; returns stdout.
+pub fn run_script(netns: Option<&str>, dir: &Path, script: &str, envs: &[(&str, &str)]) -> String {
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut cmd = Command::new("nsenter");
+            cmd.arg(format!("--net=/var/run/netns/{ns}")).arg("sh");
+            cmd
+        }
+        None => Command::new("sh"),
+    };
+    // A coverage run (cargo llvm-cov) instruments through these; the shipped binary
+    // that scripts/ build must not be.
+    for var in COVERAGE_VARS {
+        cmd.env_remove(var);
+    }
+    run(cmd
+        .current_dir(dir)
+        .envs(envs.iter().copied())
+        .args(["-e", "-c", script]))
 }
