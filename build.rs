@@ -7,8 +7,17 @@ fn main() {
         .ok()
         .or_else(|| command_output("git", &["rev-parse", "--short=12", "HEAD"]))
         .unwrap_or_else(|| "unknown".to_owned());
-    let dirty = command_output("git", &["status", "--porcelain", "--untracked-files=no"])
-        .is_some_and(|s| !s.is_empty());
+    let dirty = command_output(
+        "git",
+        // No index refresh: a rewritten index would rerun this script next build.
+        &[
+            "--no-optional-locks",
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+        ],
+    )
+    .is_some_and(|s| !s.is_empty());
     let commit = if dirty && commit != "unknown" {
         format!("{commit}-dirty")
     } else {
@@ -35,36 +44,68 @@ fn main() {
     println!("cargo:rustc-env=BMO_RUSTC_VERSION={rustc_version}");
     println!("cargo:rerun-if-env-changed=BMO_GIT_COMMIT");
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
-    println!("cargo:rerun-if-changed=.git/HEAD");
-    println!("cargo:rerun-if-changed=.git/index");
+    // The real git directory's HEAD and index: in a worktree `.git` is a file, and a
+    // watched path that does not exist reruns this script (and rebuilds bmo) every
+    // time.
+    let git_dir = command_output("git", &["rev-parse", "--absolute-git-dir"]);
+    for file in ["HEAD", "index"] {
+        let path = git_dir.as_ref().map(|d| std::path::Path::new(d).join(file));
+        if let Some(path) = path.filter(|p| p.exists()) {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
     embed_ipxe_loaders();
 }
 
 /// Copies Debian's iPXE loaders (package `ipxe`) into OUT_DIR for rust-embed, under
-/// the names bmo serves them by. Missing files are skipped: bmo then reads loaders
-/// from BMO_IPXE_DIR at run time.
+/// the names bmo serves them by. A missing x86 loader fails the build, so that no
+/// image or binary ships without them by accident; `BMO_ALLOW_NO_LOADERS=1` builds
+/// without (bmo then reads loaders from BMO_IPXE_DIR at run time). Debian ships no
+/// arm64 loaders, so those are embedded only when present.
 fn embed_ipxe_loaders() {
     let out =
         std::path::Path::new(&std::env::var("OUT_DIR").unwrap_or_default()).join("ipxe-embed");
     let _ = std::fs::create_dir_all(&out);
     let source =
         std::env::var("BMO_IPXE_SOURCE_DIR").unwrap_or_else(|_| "/usr/lib/ipxe".to_owned());
+    let allow_missing = std::env::var("BMO_ALLOW_NO_LOADERS").is_ok_and(|v| v == "1");
     println!("cargo:rerun-if-env-changed=BMO_IPXE_SOURCE_DIR");
+    println!("cargo:rerun-if-env-changed=BMO_ALLOW_NO_LOADERS");
     if std::path::Path::new(&source).is_dir() {
         println!("cargo:rerun-if-changed={source}");
     }
-    for (from, to) in [
-        ("undionly.kpxe", "undionly.kpxe"),
-        ("snponly.efi", "snponly-x86_64.efi"),
-        ("ipxe.efi", "ipxe-x86_64.efi"),
-        ("arm64-efi/snponly.efi", "snponly-arm64.efi"),
-        ("arm64-efi/ipxe.efi", "ipxe-arm64.efi"),
+    let mut missing = Vec::new();
+    for (from, to, required) in [
+        ("undionly.kpxe", "undionly.kpxe", true),
+        ("snponly.efi", "snponly-x86_64.efi", true),
+        ("ipxe.efi", "ipxe-x86_64.efi", true),
+        ("arm64-efi/snponly.efi", "snponly-arm64.efi", false),
+        ("arm64-efi/ipxe.efi", "ipxe-arm64.efi", false),
     ] {
         let src = std::path::Path::new(&source).join(from);
-        if src.is_file() {
-            let _ = std::fs::copy(&src, out.join(to));
+        if src.is_file() && std::fs::copy(&src, out.join(to)).is_ok() {
+            continue;
+        }
+        let _ = std::fs::remove_file(out.join(to));
+        if required {
+            missing.push(src.display().to_string());
+        }
+    }
+    if !missing.is_empty() {
+        if allow_missing {
+            println!(
+                "cargo:warning=building without iPXE loaders ({}): BMO_ALLOW_NO_LOADERS=1",
+                missing.join(", ")
+            );
         } else {
-            let _ = std::fs::remove_file(out.join(to));
+            eprintln!(
+                "error: iPXE loaders missing: {}\n\
+                 Install Debian's `ipxe` package (apt-get install ipxe), point \
+                 BMO_IPXE_SOURCE_DIR at a directory with them, or set \
+                 BMO_ALLOW_NO_LOADERS=1 to build a bmo that reads them from BMO_IPXE_DIR.",
+                missing.join(", ")
+            );
+            std::process::exit(1);
         }
     }
 }

@@ -1,5 +1,9 @@
 //! The user docs cover what the code offers: every flag and variable of `bmo run` with
-//! its default in docs/configuration.md, every errorType in docs/troubleshooting.md.
+//! its default in docs/configuration.md, every errorType in docs/troubleshooting.md,
+//! and a test for every command block of docs/install.md.
+
+mod appliance_common;
+mod support;
 
 use std::path::Path;
 
@@ -59,4 +63,66 @@ fn troubleshooting_has_one_entry_per_error_type() {
             "docs/troubleshooting.md needs exactly one {heading}"
         );
     }
+}
+
+/// docs/install.md's promise: each `sh` block is named, and a test reads it by that
+/// name (through appliance_common's doc_script or run_build_block) and runs it; a
+/// block no test can run says why in its marker.
+#[test]
+fn install_guide_blocks_are_each_run_by_a_test() {
+    let blocks = appliance_common::doc_blocks();
+    assert!(blocks.len() >= 10, "{} blocks", blocks.len());
+    // tests/*.rs and the shared modules tests/*/mod.rs.
+    let tests: Vec<String> = std::fs::read_dir(Path::new(ROOT).join("tests"))
+        .expect("tests/")
+        .flatten()
+        .map(|e| e.path())
+        .map(|p| if p.is_dir() { p.join("mod.rs") } else { p })
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "rs"))
+        .filter(|p| !p.ends_with("appliance_docs.rs"))
+        .map(|p| std::fs::read_to_string(p).expect("test source"))
+        .collect();
+    let mut names = std::collections::BTreeSet::new();
+    for block in &blocks {
+        assert!(
+            !block.name.is_empty(),
+            "a sh block of docs/install.md has no `<!-- commands: NAME -->`:\n{}",
+            block.script
+        );
+        assert!(names.insert(&block.name), "two blocks named {}", block.name);
+        if let Some(why) = &block.not_run {
+            assert!(
+                !why.is_empty(),
+                "block {} says `not run:` without why",
+                block.name
+            );
+            continue;
+        }
+        let quoted = format!("\"{}\"", block.name);
+        assert!(
+            tests.iter().any(|t| t.contains(&quoted)
+                && (t.contains("doc_script(") || t.contains("run_build_block("))),
+            "no test reads the block {} of docs/install.md",
+            block.name
+        );
+    }
+}
+
+/// How the tests move docs/install.md's paths under their own root: host paths
+/// only, whole components only.
+#[test]
+fn install_guide_paths_move_under_a_test_root() {
+    let got = appliance_common::under_root(
+        "install -D -m 0755 bin/bmo /usr/local/bin/bmo\n\
+         podman run -v /etc/bmo:/etc/bmo:ro --env-file /etc/bmo/bmo.env\n\
+         KUBECONFIG=/etc/bmo/kubeconfig /etc/bmod",
+        Path::new("/tmp/r"),
+        appliance_common::INSTALL_PATHS,
+    );
+    assert_eq!(
+        got,
+        "install -D -m 0755 bin/bmo /tmp/r/usr/local/bin/bmo\n\
+         podman run -v /tmp/r/etc/bmo:/etc/bmo:ro --env-file /tmp/r/etc/bmo/bmo.env\n\
+         KUBECONFIG=/tmp/r/etc/bmo/kubeconfig /etc/bmod"
+    );
 }

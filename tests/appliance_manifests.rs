@@ -149,9 +149,10 @@ fn configmap_and_env_file_use_only_names_bmo_run_reads() {
             "ConfigMap key {key} is not read by bmo run"
         );
     }
-    for upstream in ["IRONIC_ENDPOINT", "DEPLOY_KERNEL_URL", "DEPLOY_RAMDISK_URL"] {
-        assert!(data.contains_key(upstream), "ConfigMap lacks {upstream}");
-    }
+    assert!(
+        data.contains_key("IRONIC_ENDPOINT"),
+        "ConfigMap lacks IRONIC_ENDPOINT"
+    );
     let env_file =
         std::fs::read_to_string(Path::new(ROOT).join("systemd/bmo.env.example")).unwrap();
     for line in env_file.lines() {
@@ -167,6 +168,95 @@ fn configmap_and_env_file_use_only_names_bmo_run_reads() {
                 "bmo.env.example sets {key}, which bmo run does not read"
             );
         }
+    }
+}
+
+/// Settings whose URLs only bmo itself uses (not a booting host): a loopback address
+/// is a fine example there, since Ironic often runs on the same node.
+const BMO_SIDE_URLS: &[&str] = &["IRONIC_ENDPOINT"];
+
+/// Every `KEY=value` of the env example (commented-out ones too: users uncomment
+/// them) and every ConfigMap key and container `env` value of the manifests.
+fn shipped_settings() -> Vec<(String, String, String)> {
+    let mut found = Vec::new();
+    let env_file = "systemd/bmo.env.example";
+    let text = std::fs::read_to_string(Path::new(ROOT).join(env_file)).unwrap();
+    for line in text.lines() {
+        let line = line.trim().trim_start_matches('#').trim();
+        if let Some((key, value)) = line.split_once('=')
+            && !key.is_empty()
+            && key
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        {
+            found.push((env_file.to_owned(), key.to_owned(), value.to_owned()));
+        }
+    }
+    let configmap = "deploy/manager/ironic-configmap.yaml";
+    for (key, value) in yaml_file(configmap)["data"].as_object().expect("data") {
+        let value = value.as_str().unwrap_or_default().to_owned();
+        found.push((configmap.to_owned(), key.clone(), value));
+    }
+    let csv = "deploy/olm/manifests/bmo.clusterserviceversion.yaml";
+    for (path, pod) in [
+        (
+            "deploy/manager/manager.yaml",
+            yaml_file("deploy/manager/manager.yaml")["spec"]["template"]["spec"].clone(),
+        ),
+        (
+            csv,
+            yaml_file(csv)["spec"]["install"]["spec"]["deployments"][0]["spec"]["template"]["spec"]
+                .clone(),
+        ),
+    ] {
+        for container in pod["containers"].as_array().expect("containers") {
+            for env in container["env"].as_array().into_iter().flatten() {
+                if let (Some(key), Some(value)) = (env["name"].as_str(), env["value"].as_str()) {
+                    found.push((path.to_owned(), key.to_owned(), value.to_owned()));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn shipped_configs_give_booting_hosts_no_loopback_address() {
+    let settings = shipped_settings();
+    assert!(
+        settings.iter().any(|(_, k, _)| k == "IRONIC_ENDPOINT"),
+        "no settings read: {settings:?}"
+    );
+    for (path, key, value) in &settings {
+        if BMO_SIDE_URLS.contains(&key.as_str()) {
+            continue;
+        }
+        for word in value.split(|c: char| c.is_whitespace() || c == ',' || c == '"') {
+            let Ok(url) = url::Url::parse(word) else {
+                continue;
+            };
+            let host = url.host_str().unwrap_or_default();
+            assert!(
+                !(host == "localhost" || host.starts_with("127.") || host == "[::1]"),
+                "{path}: {key}={value} names a loopback address that booting hosts cannot reach"
+            );
+        }
+    }
+    // Unset, DEPLOY_*_URL default to the detected provisioning IP; a shipped value
+    // would override that detection on every install.
+    let text = std::fs::read_to_string(Path::new(ROOT).join("systemd/bmo.env.example")).unwrap();
+    for line in text.lines() {
+        assert!(
+            !line.starts_with("DEPLOY_"),
+            "systemd/bmo.env.example sets {line}; leave it commented out"
+        );
+    }
+    let configmap = yaml_file("deploy/manager/ironic-configmap.yaml");
+    for key in ["DEPLOY_KERNEL_URL", "DEPLOY_RAMDISK_URL"] {
+        assert!(
+            configmap["data"].get(key).is_none(),
+            "the ConfigMap sets {key}, overriding the detected address"
+        );
     }
 }
 

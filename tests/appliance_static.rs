@@ -1,31 +1,15 @@
-//! The static executable: scripts/build-static builds it (release, crt-static), checks
-//! that `file` calls it statically linked and that it runs. Part of `cargo test` so
-//! that CI, which runs only the README's test command, builds and checks it too; the
-//! first build takes about 5 minutes on 2 cores, later ones only rebuild bmo itself.
+//! The static executable, built as docs/install.md's "build-static" block says:
+//! scripts/build-static builds it (release, crt-static), checks that `file` calls it
+//! statically linked and that it runs. Part of `cargo test` so that CI, which runs
+//! only the README's test command, builds and checks it too; the first build takes
+//! about 5 minutes on 2 cores, later ones only rebuild bmo itself.
 
-use std::process::Command;
-
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+mod appliance_common;
+mod support;
 
 #[test]
 fn static_binary_builds_is_statically_linked_and_runs() {
-    let out = Command::new(format!("{ROOT}/scripts/build-static"))
-        .current_dir(ROOT)
-        // A coverage run (cargo llvm-cov) instruments through these; the shipped
-        // binary must not be.
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .env_remove("LLVM_PROFILE_FILE")
-        .env_remove("RUSTC_WRAPPER")
-        .output()
-        .expect("run scripts/build-static");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "scripts/build-static failed:\n{stdout}\n{stderr}"
-    );
+    let stdout = appliance_common::run_build_block("build-static");
     let file_line = stdout
         .lines()
         .find(|l| l.starts_with("file: "))
