@@ -8,5 +8,6 @@ mod types;
 pub use client::{ClientConfig, IronicAuth, IronicClient, MIN_MICROVERSION};
 pub use error::IronicError;
 pub use types::{
-    Microversion, Node, NodeCreate, PatchOp, Port, PowerTarget, ProvisionRequest, ProvisionTarget,
+    Microversion, Node, NodeCreate, PatchOp, Port, PowerTarget, ProvisionRequest, ProvisionState,
+    ProvisionTarget,
 };

@@ -378,21 +378,6 @@ impl Provisioner for FixtureProvisioner {
         )
     }
 
-    async fn power_state(&self, host: &Host) -> ProvisionerResult<PowerState> {
-        self.with_host(
-            host,
-            FixtureOperation::Power,
-            PowerState::Unknown,
-            |h, _| {
-                Outcome::done(if h.powered_on {
-                    PowerState::On
-                } else {
-                    PowerState::Off
-                })
-            },
-        )
-    }
-
     async fn power_on(&self, host: &Host) -> ProvisionerResult<PowerState> {
         self.with_host(
             host,
@@ -425,37 +410,9 @@ impl Provisioner for FixtureProvisioner {
         )
     }
 
-    async fn reboot(&self, host: &Host, _mode: PowerMode) -> ProvisionerResult<()> {
-        self.with_host(host, FixtureOperation::Power, (), |h, _| {
-            h.powered_on = true;
-            Outcome {
-                changed: true,
-                requeue_after: None,
-                error: None,
-                value: (),
-            }
-        })
-    }
-
     async fn detach(&self, host: &Host) -> ProvisionerResult<()> {
         self.forget(&host.id.node_name());
         Ok(Outcome::done(()))
-    }
-
-    async fn has_capacity(&self, host: &Host, limit: usize) -> Result<bool, ProvisionerError> {
-        let hosts = lock(&self.hosts);
-        let busy = |h: &FixtureHost| {
-            matches!(
-                h.state,
-                FixtureState::Inspecting { .. }
-                    | FixtureState::Provisioning { .. }
-                    | FixtureState::Deprovisioning { .. }
-            )
-        };
-        if hosts.get(&host.id.node_name()).is_some_and(busy) {
-            return Ok(true);
-        }
-        Ok(hosts.values().filter(|h| busy(h)).count() < limit)
     }
 
     async fn delete(&self, host: &Host) -> ProvisionerResult<()> {
@@ -546,9 +503,9 @@ pub(crate) mod tests {
         };
         until_done(|| p.provision(&h, &req)).await;
         assert_eq!(p.host("ns~h").unwrap().state, FixtureState::Active);
-        assert_eq!(p.power_state(&h).await.unwrap().value, PowerState::On);
+        assert!(p.host("ns~h").unwrap().powered_on);
         until_done(|| p.power_off(&h, PowerMode::Soft)).await;
-        assert_eq!(p.power_state(&h).await.unwrap().value, PowerState::Off);
+        assert!(!p.host("ns~h").unwrap().powered_on);
         until_done(|| p.deprovision(&h)).await;
         assert_eq!(p.host("ns~h").unwrap().state, FixtureState::Available);
         until_done(|| p.delete(&h)).await;
