@@ -1,0 +1,107 @@
+//! The kube-runtime side of the host controller: what wakes a host, and the loop
+//! that reconciles it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
+use kube::{Api, ResourceExt};
+
+use super::store::Store;
+use super::{Context, ReconcileError, backoff, reconcile};
+use crate::api::BareMetalHost;
+use crate::metrics;
+use crate::provisioner::Provisioner;
+
+/// Runs the host controller until `shutdown` resolves.
+///
+/// Hosts wake on what they care about only: a new generation (spec or deletion),
+/// annotations or finalizers. bmo's own status writes do not wake them, so a host in
+/// an error state costs one reconcile per backoff step. A Secret wakes the hosts that
+/// own it or name it as their BMC credentials (so a Secret created after its host is
+/// picked up at once).
+pub async fn run<P: Provisioner + 'static>(
+    ctx: Arc<Context<P>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.store.client().clone();
+    let (hosts, secrets): (Api<BareMetalHost>, Api<PartialObjectMeta<Secret>>) =
+        match &ctx.settings.namespace {
+            Some(ns) => (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+            ),
+            None => (Api::all(client.clone()), Api::all(client.clone())),
+        };
+    let (reader, writer) = reflector::store();
+    let host_changes = watcher(hosts, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(host_change_predicate(), Default::default());
+    let known_hosts = reader.clone();
+    let concurrency = ctx.settings.concurrency.max(1);
+    Controller::for_stream(host_changes, reader)
+        .watches(secrets, watcher::Config::default(), move |secret| {
+            let ns = secret.metadata.namespace.clone().unwrap_or_default();
+            let name = secret.metadata.name.clone().unwrap_or_default();
+            let owners = secret.metadata.owner_references.unwrap_or_default();
+            let mut wake: Vec<ObjectRef<BareMetalHost>> = owners
+                .into_iter()
+                .filter(|o| o.kind == "BareMetalHost")
+                .map(|o| ObjectRef::new(&o.name).within(&ns))
+                .collect();
+            wake.extend(
+                known_hosts
+                    .state()
+                    .iter()
+                    .filter(|h| h.namespace().as_deref() == Some(ns.as_str()))
+                    .filter(|h| {
+                        h.spec
+                            .bmc
+                            .as_ref()
+                            .is_some_and(|b| b.credentials_name == name)
+                    })
+                    .map(|h| ObjectRef::from_obj(h.as_ref())),
+            );
+            wake
+        })
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "reconcile did not finish");
+            }
+        })
+        .await;
+}
+
+/// The changes that wake a host: its generation (spec, deletion), annotations and
+/// finalizers; not its status, which bmo writes itself.
+pub(super) fn host_change_predicate() -> impl Predicate<BareMetalHost> + Send + Sync + 'static {
+    predicates::generation
+        .combine(predicates::annotations)
+        .combine(predicates::finalizers)
+}
+
+fn error_policy<P: Provisioner, S: Store>(
+    host: Arc<BareMetalHost>,
+    error: &ReconcileError,
+    ctx: Arc<Context<P, S>>,
+) -> Action {
+    tracing::warn!(host = %host.namespaced_name(), %error, "reconcile failed; retrying");
+    ctx.metrics.count(metrics::Event::ReconcileError);
+    let count = host
+        .status
+        .as_ref()
+        .map(|s| s.error_count)
+        .unwrap_or(0)
+        .max(1);
+    Action::requeue(backoff(count, ctx.settings.max_backoff).min(Duration::from_secs(30)))
+}
