@@ -22,6 +22,8 @@ pub mod secrets;
 pub mod state_machine;
 pub mod status_annotations;
 pub mod store;
+#[cfg(test)]
+mod tests;
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
