@@ -6,6 +6,9 @@
 //!   cargo bench --bench netboot            (as root)
 //!   BMO_BENCH_QUICK=1 cargo bench --bench netboot   (shorter runs)
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../tests/netboot_common/mod.rs"]
 mod netboot_common;
 

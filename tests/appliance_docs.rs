@@ -1,6 +1,9 @@
 //! The user docs cover what the code offers: every flag and variable of `bmo run` with
 //! its default in docs/configuration.md, every errorType in docs/troubleshooting.md.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::Path;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");

@@ -3,6 +3,9 @@
 //! credentials and power against sushy-emulator, deletion from awkward states,
 //! re-adoption after the database is wiped, and a locked node.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::future::Future;

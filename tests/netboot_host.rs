@@ -7,6 +7,9 @@
 //! The controller runs in this process on loopback with the stack (kube-apiserver,
 //! Ironic); only the DHCP server runs inside the server namespace, on its own thread.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod netboot_common;
 mod support;
 

@@ -5,6 +5,9 @@
 //! system prints a marker on its serial console. Everything runs inside one
 //! network namespace holding a bridge and the VM's tap device.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod netboot_common;
 
 use std::process::{Command, Stdio};

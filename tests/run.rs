@@ -1,6 +1,9 @@
 //! `bmo run` against the real stack: starts, reports readiness, stops cleanly on
 //! SIGTERM, and fails with a readable message when a peer is missing.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::time::Duration;
