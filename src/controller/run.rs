@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
@@ -17,6 +17,9 @@ use super::{Context, ReconcileError, backoff, reconcile};
 use crate::api::BareMetalHost;
 use crate::metrics;
 use crate::provisioner::Provisioner;
+
+/// How long reconciles in flight may take to finish after the shutdown signal.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Runs the host controller until `shutdown` resolves.
 ///
@@ -46,7 +49,8 @@ pub async fn run<P: Provisioner + 'static>(
         .predicate_filter(host_change_predicate(), Default::default());
     let known_hosts = reader.clone();
     let concurrency = ctx.settings.concurrency.max(1);
-    Controller::for_stream(host_changes, reader)
+    let shutdown = shutdown.shared();
+    let reconciling = Controller::for_stream(host_changes, reader)
         .watches(secrets, watcher::Config::default(), move |secret| {
             let ns = secret.metadata.namespace.clone().unwrap_or_default();
             let name = secret.metadata.name.clone().unwrap_or_default();
@@ -72,14 +76,24 @@ pub async fn run<P: Provisioner + 'static>(
             wake
         })
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "reconcile did not finish");
             }
-        })
-        .await;
+        });
+    // Reconciles in flight may finish after the shutdown signal, within a grace
+    // period. A controller whose host watch never synced (the CRD not installed yet)
+    // would otherwise wait for it forever.
+    let grace = async {
+        shutdown.await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        () = reconciling => {}
+        () = grace => tracing::warn!(grace = ?SHUTDOWN_GRACE, "host controller stopped before its reconciles finished"),
+    }
 }
 
 /// The changes that wake a host: its generation (spec, deletion), annotations and
