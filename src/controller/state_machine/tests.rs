@@ -1,4 +1,5 @@
 use super::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
 fn host(spec: serde_json::Value, state: &str, extra_status: serde_json::Value) -> BareMetalHost {
