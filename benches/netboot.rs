@@ -182,7 +182,7 @@ fn bench_dhcp(quick: bool) -> Vec<(String, String, String)> {
         let mut cfg = config(dir.path());
         cfg.http = false;
         cfg.dhcp_mode = DhcpMode::Full;
-        cfg.dhcp_range = Some("10.77.1.0,10.77.250.255,16".into());
+        cfg.dhcp_range = Some("10.77.1.0,10.77.250.255,16".parse().unwrap());
         let rt = runtime_in(&n.server.handle());
         // Leases persisted to a file, as in production (dnsmasq writes its lease file too).
         let leases = LeaseTable::open(&cfg.lease_file).expect("lease file");

@@ -70,6 +70,11 @@ pub struct Config {
     #[arg(long = "enable-leader-election", env = "BMO_LEADER_ELECTION")]
     pub leader_election: bool,
 
+    /// This bmo's name: the leader Lease holder and the instance in its events
+    /// (the host name when unset).
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+
     /// Namespace of the leader Lease (defaults to `WATCH_NAMESPACE`).
     #[arg(long = "leader-election-namespace", env = "POD_NAMESPACE")]
     pub leader_election_namespace: Option<String>,

@@ -241,13 +241,13 @@ impl Elector {
     }
 }
 
-/// `POD_NAME` (or the host name) plus a random suffix: unique per process, and
-/// readable in `kubectl get lease`.
-pub fn identity() -> String {
+/// `pod_name` (`POD_NAME`, else the host name) plus a random suffix: unique per
+/// process, and readable in `kubectl get lease`.
+pub fn identity(pod_name: Option<&str>) -> String {
     use std::hash::{BuildHasher, Hasher};
-    let base = std::env::var("POD_NAME")
-        .ok()
+    let base = pod_name
         .filter(|n| !n.is_empty())
+        .map(str::to_owned)
         .or_else(|| {
             std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .ok()

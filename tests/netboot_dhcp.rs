@@ -23,7 +23,7 @@ use netboot_common::{Netns, NsRef, TempDir, TestNet, config, eventually, require
 fn full_config(dir: &std::path::Path) -> NetbootConfig {
     let mut cfg = config(dir);
     cfg.dhcp_mode = DhcpMode::Full;
-    cfg.dhcp_range = Some("10.77.0.50,10.77.0.60".into());
+    cfg.dhcp_range = Some("10.77.0.50,10.77.0.60".parse().unwrap());
     cfg
 }
 

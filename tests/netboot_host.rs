@@ -72,7 +72,7 @@ fn dhcp_config(dir: &Path, interface: &str) -> NetbootConfig {
     cfg.provisioning.provisioning_interface = Some(interface.into());
     cfg.http = false;
     cfg.dhcp_mode = DhcpMode::Full;
-    cfg.dhcp_range = Some("10.77.0.50,10.77.0.60".into());
+    cfg.dhcp_range = Some("10.77.0.50,10.77.0.60".parse().unwrap());
     cfg
 }
 

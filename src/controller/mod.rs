@@ -35,6 +35,7 @@ use tracing::Instrument;
 
 use crate::api::BareMetalHost;
 use crate::metrics::{self, HostLabels, Metrics};
+use crate::netboot::DeployImages;
 use crate::netboot::leases::LeaseTable;
 use crate::provisioner::{DeployRamdisk, Provisioner, ProvisionerError};
 use capacity::Slots;
@@ -106,13 +107,17 @@ pub struct Context<P, S = KubeStore> {
     /// What bmo's DHCP server learned, when it runs: NICs in the hardware details get
     /// their DHCP hostname and leased address from it.
     pub leases: Option<LeaseTable>,
+    /// bmo's own IPA kernel and ramdisk URLs, for what `DEPLOY_KERNEL_URL` and
+    /// `DEPLOY_RAMDISK_URL` leave unset; they follow the provisioning IP.
+    pub deploy_images: Option<DeployImages>,
     slots: Slots,
 }
 
 impl<P: Provisioner> Context<P> {
+    /// A context writing to the cluster `client` talks to, with events from no
+    /// named instance (`bmo run` names it with `POD_NAME`, through [`Self::with_store`]).
     pub fn new(client: kube::Client, provisioner: P, settings: ControllerSettings) -> Self {
-        let store = KubeStore::new(client, std::env::var("POD_NAME").ok());
-        Self::with_store(store, provisioner, settings)
+        Self::with_store(KubeStore::new(client, None), provisioner, settings)
     }
 }
 
@@ -125,6 +130,7 @@ impl<P: Provisioner, S: Store> Context<P, S> {
             settings,
             metrics: Arc::new(Metrics::new()),
             leases: None,
+            deploy_images: None,
             slots: Slots::default(),
         }
     }
@@ -140,6 +146,28 @@ impl<P: Provisioner, S: Store> Context<P, S> {
     pub fn with_leases(mut self, leases: LeaseTable) -> Self {
         self.leases = Some(leases);
         self
+    }
+
+    /// Points nodes at `images` unless the settings name a kernel and ramdisk; every
+    /// host is reconciled again when their address changes.
+    pub fn with_deploy_images(mut self, images: DeployImages) -> Self {
+        self.deploy_images = Some(images);
+        self
+    }
+
+    /// The deploy ramdisk as of now: the settings, else bmo's own images on the
+    /// provisioning IP in use.
+    fn deploy_ramdisk(&self) -> DeployRamdisk {
+        let mut ramdisk = self.settings.deploy_ramdisk.clone();
+        if let Some(images) = &self.deploy_images {
+            ramdisk
+                .kernel_url
+                .get_or_insert_with(|| images.kernel_url());
+            ramdisk
+                .ramdisk_url
+                .get_or_insert_with(|| images.ramdisk_url());
+        }
+        ramdisk
     }
 
     /// Adds lease details (DHCP hostname, leased address) to `details`; whether
@@ -257,7 +285,7 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
         host,
         loaded.credentials,
         credentials_changed,
-        &ctx.settings.deploy_ramdisk,
+        &ctx.deploy_ramdisk(),
     ) {
         Ok(h) => Some(h),
         Err(e) => match state_machine::spec_error(host, e.to_string()) {

@@ -27,7 +27,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// annotations or finalizers. bmo's own status writes do not wake them, so a host in
 /// an error state costs one reconcile per backoff step. A Secret wakes the hosts that
 /// own it or name it as their BMC credentials (so a Secret created after its host is
-/// picked up at once).
+/// picked up at once). A new provisioning IP wakes every host.
 pub async fn run<P: Provisioner + 'static>(
     ctx: Arc<Context<P>>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
@@ -50,7 +50,13 @@ pub async fn run<P: Provisioner + 'static>(
     let known_hosts = reader.clone();
     let concurrency = ctx.settings.concurrency.max(1);
     let shutdown = shutdown.shared();
+    // A new provisioning IP changes every node's deploy image URLs.
+    let address_changes = futures::stream::unfold(ctx.deploy_images.clone(), |images| async {
+        let mut images = images?;
+        images.changed().await.then_some(((), Some(images)))
+    });
     let reconciling = Controller::for_stream(host_changes, reader)
+        .reconcile_all_on(address_changes)
         .watches(secrets, watcher::Config::default(), move |secret| {
             let ns = secret.metadata.namespace.clone().unwrap_or_default();
             let name = secret.metadata.name.clone().unwrap_or_default();

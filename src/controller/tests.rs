@@ -442,3 +442,61 @@ async fn a_bad_bmc_address_is_one_registration_error_until_the_spec_changes() {
     assert_eq!(status.error_type, Some(ErrorType::Registration));
     assert!(status.error_message.contains("spec.bmc.address"));
 }
+
+fn address(ip: &str) -> crate::netboot::address::Choice {
+    crate::netboot::address::Choice {
+        ip: ip.parse().expect("IP"),
+        interface: Some("prov0".into()),
+        prefix_len: Some(24),
+        reason: "test".into(),
+    }
+}
+
+#[tokio::test]
+async fn the_deploy_ramdisk_follows_the_provisioning_ip_at_the_next_reconcile() {
+    let (moved, address_rx) = tokio::sync::watch::channel(address("10.0.0.1"));
+    let mut ctx = site("m", json!({}));
+    ctx.deploy_images = Some(crate::netboot::DeployImages::new(address_rx, 6180));
+    drive(&ctx, "m", settled).await;
+    let ramdisk = |ctx: &TestContext| {
+        let record = ctx.provisioner.host("ns~m").expect("registered");
+        (
+            record.deploy_ramdisk.kernel_url,
+            record.deploy_ramdisk.ramdisk_url,
+        )
+    };
+    assert_eq!(
+        ramdisk(&ctx),
+        (
+            Some("http://10.0.0.1:6180/images/ironic-python-agent.kernel".into()),
+            Some("http://10.0.0.1:6180/images/ironic-python-agent.initramfs".into())
+        )
+    );
+    moved.send(address("10.0.0.2")).expect("receiver alive");
+    step(&ctx, "m").await;
+    assert_eq!(
+        ramdisk(&ctx),
+        (
+            Some("http://10.0.0.2:6180/images/ironic-python-agent.kernel".into()),
+            Some("http://10.0.0.2:6180/images/ironic-python-agent.initramfs".into())
+        )
+    );
+}
+
+#[tokio::test]
+async fn deploy_image_urls_set_in_the_settings_win_over_bmo_s_own() {
+    let (_moved, address_rx) = tokio::sync::watch::channel(address("10.0.0.1"));
+    let mut ctx = site("s", json!({}));
+    ctx.settings.deploy_ramdisk.kernel_url = Some("http://images/k".into());
+    ctx.deploy_images = Some(crate::netboot::DeployImages::new(address_rx, 6180));
+    drive(&ctx, "s", in_state(State::Inspecting)).await;
+    let record = ctx.provisioner.host("ns~s").expect("registered");
+    assert_eq!(
+        record.deploy_ramdisk.kernel_url.as_deref(),
+        Some("http://images/k")
+    );
+    assert_eq!(
+        record.deploy_ramdisk.ramdisk_url.as_deref(),
+        Some("http://10.0.0.1:6180/images/ironic-python-agent.initramfs")
+    );
+}

@@ -7,8 +7,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::types::{
-    Host, InspectStatus, Outcome, PowerMode, PowerState, PrepareRequest, PrepareStatus, Progress,
-    ProvisionRequest, Registration,
+    DeployRamdisk, Host, InspectStatus, Outcome, PowerMode, PowerState, PrepareRequest,
+    PrepareStatus, Progress, ProvisionRequest, Registration,
 };
 use super::{HardwareDetails, Provisioner, ProvisionerError, ProvisionerResult};
 
@@ -61,6 +61,8 @@ pub struct FixtureHost {
     pub inspected: bool,
     pub image_url: Option<String>,
     pub last_clean_steps: Vec<String>,
+    /// The deploy ramdisk of the last registration (Ironic's `driver_info`).
+    pub deploy_ramdisk: DeployRamdisk,
 }
 
 /// In-memory [`Provisioner`].
@@ -159,7 +161,9 @@ impl Provisioner for FixtureProvisioner {
             inspected: false,
             image_url: None,
             last_clean_steps: Vec::new(),
+            deploy_ramdisk: DeployRamdisk::default(),
         });
+        record.deploy_ramdisk = host.deploy_ramdisk.clone();
         let registration = Registration {
             provisioning_id: Some(record.id.clone()),
             credentials_valid: record.state != FixtureState::Enrolled,
