@@ -505,13 +505,25 @@ async fn dhcp_hostnames_of_a_hosts_nics_show_in_its_status_after_inspection() {
     );
 
     // A DHCP exchange after inspection with another hostname reaches the status and
-    // HardwareData on the host's next reconcile (here soon, as the host is still on
-    // its way to available; a host in a stable state is looked at every minute).
+    // HardwareData within seconds: it wakes the host, which in a stable state would
+    // otherwise be looked at only once a minute.
+    eventually(
+        "the host to be available",
+        Duration::from_secs(90),
+        || async {
+            let h = hosts.get(name).await.map_err(|e| e.to_string())?;
+            match h.provisioning_state() {
+                ProvisioningState::Available => Ok(()),
+                other => Err(other.to_string()),
+            }
+        },
+    )
+    .await;
     udhcpc(&net.client.handle(), "cli1", "renamed-node").await;
     let started = std::time::Instant::now();
     eventually(
         "eno2's new DHCP hostname in the status",
-        Duration::from_secs(100),
+        Duration::from_secs(10),
         || async {
             let h = hosts.get(name).await.map_err(|e| e.to_string())?;
             let nics = h

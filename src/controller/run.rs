@@ -11,11 +11,14 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
 use kube::{Api, ResourceExt};
+use tokio::sync::broadcast;
 
 use super::store::Store;
 use super::{Context, ReconcileError, backoff, reconcile};
 use crate::api::BareMetalHost;
 use crate::metrics;
+use crate::netboot::leases::{LeaseEvent, LeaseTable};
+use crate::netboot::mac::MacAddr;
 use crate::provisioner::Provisioner;
 
 /// How long reconciles in flight may take to finish after the shutdown signal.
@@ -27,7 +30,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// annotations or finalizers. bmo's own status writes do not wake them, so a host in
 /// an error state costs one reconcile per backoff step. A Secret wakes the hosts that
 /// own it or name it as their BMC credentials (so a Secret created after its host is
-/// picked up at once). A new provisioning IP wakes every host.
+/// picked up at once). A new provisioning IP wakes every host; a DHCP client wakes the
+/// host with its MAC.
 pub async fn run<P: Provisioner + 'static>(
     ctx: Arc<Context<P>>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
@@ -55,8 +59,14 @@ pub async fn run<P: Provisioner + 'static>(
         let mut images = images?;
         images.changed().await.then_some(((), Some(images)))
     });
+    // A DHCP exchange of a host's NIC (hostname, leased address) wakes that host, so
+    // the hardware details show it at once rather than at the next steady poll.
+    let hosts_seen = reader.clone();
+    let dhcp_clients = lease_clients(ctx.leases.as_ref())
+        .flat_map(move |mac| futures::stream::iter(hosts_with_mac(&hosts_seen.state(), &mac)));
     let reconciling = Controller::for_stream(host_changes, reader)
         .reconcile_all_on(address_changes)
+        .reconcile_on(dhcp_clients)
         .watches(secrets, watcher::Config::default(), move |secret| {
             let ns = secret.metadata.namespace.clone().unwrap_or_default();
             let name = secret.metadata.name.clone().unwrap_or_default();
@@ -100,6 +110,43 @@ pub async fn run<P: Provisioner + 'static>(
         () = reconciling => {}
         () = grace => tracing::warn!(grace = ?SHUTDOWN_GRACE, "host controller stopped before its reconciles finished"),
     }
+}
+
+/// The MACs of DHCP clients as bmo's DHCP server sees them; empty without one.
+fn lease_clients(leases: Option<&LeaseTable>) -> impl futures::Stream<Item = MacAddr> + use<> {
+    let events = leases.map(LeaseTable::subscribe);
+    futures::stream::unfold(events, |events| async {
+        let mut events = events?;
+        loop {
+            match events.recv().await {
+                Ok(LeaseEvent::NewClient(mac) | LeaseEvent::Bound(mac, _)) => {
+                    return Some((mac, Some(events)));
+                }
+                // Missed events only delay those hosts to their next poll.
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+}
+
+/// The hosts that boot from `mac` or have a NIC with it.
+pub(super) fn hosts_with_mac(
+    hosts: &[Arc<BareMetalHost>],
+    mac: &MacAddr,
+) -> Vec<ObjectRef<BareMetalHost>> {
+    let is_mac = |m: &str| m.parse::<MacAddr>().is_ok_and(|m| m == *mac);
+    hosts
+        .iter()
+        .filter(|h| {
+            h.spec.boot_mac_address.as_deref().is_some_and(is_mac)
+                || h.status
+                    .as_ref()
+                    .and_then(|s| s.hardware.as_ref())
+                    .is_some_and(|hw| hw.nics.iter().any(|n| n.mac.as_deref().is_some_and(is_mac)))
+        })
+        .map(|h| ObjectRef::from_obj(h.as_ref()))
+        .collect()
 }
 
 /// The changes that wake a host: its generation (spec, deletion), annotations and

@@ -500,3 +500,28 @@ async fn deploy_image_urls_set_in_the_settings_win_over_bmo_s_own() {
         Some("http://10.0.0.1:6180/images/ironic-python-agent.initramfs")
     );
 }
+
+#[test]
+fn a_dhcp_client_wakes_the_hosts_that_boot_from_or_have_its_mac() {
+    let booting = host("a", json!({"bootMACAddress": "52:54:00:AA:00:01"}));
+    let mut inspected = host("b", json!({"bootMACAddress": "52:54:00:aa:00:02"}));
+    let mut status = crate::api::BareMetalHostStatus::default();
+    let mut details = crate::api::HardwareDetails::default();
+    details.nics.push(crate::api::Nic {
+        mac: Some("52:54:00:aa:00:01".into()),
+        ..Default::default()
+    });
+    status.hardware = Some(details);
+    inspected.status = Some(status);
+    let other = host("c", json!({"bootMACAddress": "52:54:00:aa:00:03"}));
+    let hosts: Vec<_> = [booting, inspected, other]
+        .into_iter()
+        .map(std::sync::Arc::new)
+        .collect();
+    let mac = "52:54:00:aa:00:01".parse().expect("MAC");
+    let woken: Vec<String> = super::run::hosts_with_mac(&hosts, &mac)
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    assert_eq!(woken, ["a", "b"]);
+}
