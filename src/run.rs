@@ -11,7 +11,7 @@ use axum::routing::get;
 
 use crate::config::Config;
 use crate::controller;
-use crate::ironic::{ClientConfig, IronicAuth, IronicClient, IronicError};
+use crate::ironic::{IronicAuth, IronicClient, IronicError};
 use crate::leader::Elector;
 use crate::metrics::Metrics;
 use crate::provisioner::{IronicProvisioner, ProvisionerSettings};
@@ -45,7 +45,7 @@ pub enum RunError {
     #[error("cannot install the CRDs: {0}")]
     InstallCrds(#[source] crate::api::install::InstallError),
     #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
+    Leader(#[from] crate::leader::LeaderSettingsError),
     #[error(transparent)]
     NetbootConfig(#[from] crate::netboot::config::NetbootConfigError),
     #[error("leadership of the Lease {0} was lost; exiting so that a restart rejoins the election")]
@@ -68,6 +68,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         return Err(RunError::DiscoveryWithoutDhcp);
     }
     config.netboot.check()?;
+    let ironic_config = config.ironic.client_config()?;
 
     let kube_config = kube::Config::infer().await.map_err(RunError::KubeConfig)?;
     let kube_url = kube_config.cluster_url.to_string();
@@ -78,11 +79,6 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         .map_err(RunError::KubeUnreachable)?;
     tracing::info!(url = %kube_url, version = %server.git_version, "connected to Kubernetes");
 
-    let mut ironic_config = ClientConfig::new(config.ironic_endpoint.clone());
-    ironic_config.auth = IronicAuth::from_auth_dir(&config.auth_root_dir)?;
-    ironic_config.ca_file = config.ironic_cacert_file.clone();
-    ironic_config.insecure = config.ironic_insecure;
-    ironic_config.timeout = config.ironic_timeout();
     let auth_kind = match ironic_config.auth {
         IronicAuth::None => "none",
         IronicAuth::Basic(_) => "http basic",
