@@ -519,6 +519,9 @@ async fn dhcp_hostnames_of_a_hosts_nics_show_in_its_status_after_inspection() {
         },
     )
     .await;
+    // Nothing shows from outside that the last reconcile of the settling host (its
+    // power check) is over; give it this long, well below the one-minute poll.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     udhcpc(&net.client.handle(), "cli1", "renamed-node").await;
     let started = std::time::Instant::now();
     eventually(
