@@ -6,6 +6,9 @@
 //!   cargo bench --bench netboot            (as root)
 //!   BMO_BENCH_QUICK=1 cargo bench --bench netboot   (shorter runs)
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../tests/netboot_common/mod.rs"]
 mod netboot_common;
 
@@ -179,7 +182,7 @@ fn bench_dhcp(quick: bool) -> Vec<(String, String, String)> {
         let mut cfg = config(dir.path());
         cfg.http = false;
         cfg.dhcp_mode = DhcpMode::Full;
-        cfg.dhcp_range = Some("10.77.1.0,10.77.250.255,16".into());
+        cfg.dhcp_range = Some("10.77.1.0,10.77.250.255,16".parse().unwrap());
         let rt = runtime_in(&n.server.handle());
         // Leases persisted to a file, as in production (dnsmasq writes its lease file too).
         let leases = LeaseTable::open(&cfg.lease_file).expect("lease file");

@@ -26,6 +26,9 @@
 //! TLS), so the request counts are bmo's alone; the benchmark's own watch and
 //! creates go straight to the apiserver and are not counted.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -4,40 +4,18 @@
 //! existing deployment's environment carries over unchanged.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use url::Url;
 
 use crate::telemetry::LogFormat;
-
-/// Upstream's default Ironic endpoint.
-pub const DEFAULT_IRONIC_ENDPOINT: &str = "http://localhost:6385/v1/";
 
 /// Settings for `bmo run`.
 #[derive(Debug, Clone, Args)]
 pub struct Config {
-    /// Ironic API endpoint, including the `/v1/` path.
-    #[arg(long, env = "IRONIC_ENDPOINT", default_value = DEFAULT_IRONIC_ENDPOINT)]
-    pub ironic_endpoint: Url,
-
-    /// CA bundle (PEM) that signs Ironic's certificate.
-    #[arg(long, env = "IRONIC_CACERT_FILE")]
-    pub ironic_cacert_file: Option<PathBuf>,
-
-    /// Skip verification of Ironic's TLS certificate (testing only).
-    #[arg(long, env = "IRONIC_INSECURE")]
-    pub ironic_insecure: bool,
-
-    /// Directory holding `ironic/username` and `ironic/password` for HTTP basic auth
-    /// to Ironic; when those files are absent, no authentication is sent.
-    #[arg(long, env = "METAL3_AUTH_ROOT_DIR", default_value = "/opt/metal3/auth")]
-    pub auth_root_dir: PathBuf,
-
-    /// Seconds to wait for one Ironic API response.
-    #[arg(long, env = "BMO_IRONIC_TIMEOUT", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub ironic_timeout_secs: u64,
+    /// Ironic's endpoint and client settings (src/ironic/settings.rs).
+    #[command(flatten)]
+    pub ironic: crate::ironic::IronicSettings,
 
     /// Address for the `/healthz` and `/readyz` probes.
     #[arg(long, env = "BMO_HEALTH_ADDR", default_value = "0.0.0.0:9440")]
@@ -65,26 +43,15 @@ pub struct Config {
     #[arg(long, env = "BMO_INSTALL_CRDS")]
     pub install_crds: bool,
 
-    /// Run only while holding the `baremetal-operator` Lease, so that one of several
-    /// replicas reconciles hosts and serves the network boot at a time.
-    #[arg(long = "enable-leader-election", env = "BMO_LEADER_ELECTION")]
-    pub leader_election: bool,
+    /// This bmo's name: the leader Lease holder and the instance in its events
+    /// (the host name when unset).
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
 
-    /// Namespace of the leader Lease (defaults to `WATCH_NAMESPACE`).
-    #[arg(long = "leader-election-namespace", env = "POD_NAMESPACE")]
-    pub leader_election_namespace: Option<String>,
+    /// Leader election (src/leader.rs).
+    #[command(flatten)]
+    pub leader: crate::leader::LeaderSettings,
 
-    /// Seconds a leader Lease is valid without renewal.
-    #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..=3600))]
-    pub lease_duration_seconds: u64,
-
-    /// Seconds the leader keeps trying to renew before it gives up leadership.
-    #[arg(long, env = "RENEW_DEADLINE_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub renew_deadline_seconds: u64,
-
-    /// Seconds between attempts to acquire or renew the Lease.
-    #[arg(long, env = "RETRY_PERIOD_SECONDS", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=600))]
-    pub retry_period_seconds: u64,
     /// Turn DHCP requests from MACs no BareMetalHost has into new BareMetalHosts (no
     /// BMC, operationalStatus `discovered`), once per MAC; needs BMO_DHCP_MODE.
     #[arg(long, env = "BMO_DISCOVERY")]
@@ -116,50 +83,12 @@ pub struct Config {
     pub netboot: crate::netboot::config::NetbootConfig,
 }
 
-/// A combination of settings that cannot work; each names the variables to fix.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error(
-        "leader election needs a namespace for its Lease: set POD_NAMESPACE (or --leader-election-namespace) or WATCH_NAMESPACE"
-    )]
-    LeaseNamespace,
-    #[error(
-        "leader election timings must satisfy RETRY_PERIOD_SECONDS ({retry}) < RENEW_DEADLINE_SECONDS ({renew}) < LEASE_DURATION_SECONDS ({lease})"
-    )]
-    LeaseTimings { lease: u64, renew: u64, retry: u64 },
-}
-
 impl Config {
-    pub fn ironic_timeout(&self) -> Duration {
-        Duration::from_secs(self.ironic_timeout_secs)
-    }
-
     /// The leader election Lease namespace and timings, when leader election is on.
-    pub fn leader_election(&self) -> Result<Option<(String, crate::leader::Timings)>, ConfigError> {
-        if !self.leader_election {
-            return Ok(None);
-        }
-        let namespace = [&self.leader_election_namespace, &self.watch_namespace]
-            .into_iter()
-            .flatten()
-            .find(|ns| !ns.is_empty())
-            .cloned()
-            .ok_or(ConfigError::LeaseNamespace)?;
-        let timings = crate::leader::Timings {
-            lease_duration: Duration::from_secs(self.lease_duration_seconds),
-            renew_deadline: Duration::from_secs(self.renew_deadline_seconds),
-            retry_period: Duration::from_secs(self.retry_period_seconds),
-        };
-        if timings.renew_deadline >= timings.lease_duration
-            || timings.retry_period >= timings.renew_deadline
-        {
-            return Err(ConfigError::LeaseTimings {
-                lease: self.lease_duration_seconds,
-                renew: self.renew_deadline_seconds,
-                retry: self.retry_period_seconds,
-            });
-        }
-        Ok(Some((namespace, timings)))
+    pub fn leader_election(
+        &self,
+    ) -> Result<Option<(String, crate::leader::Timings)>, crate::leader::LeaderSettingsError> {
+        self.leader.election(self.watch_namespace.as_deref())
     }
 
     /// Discovery's settings, when it is switched on.

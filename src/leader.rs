@@ -241,13 +241,85 @@ impl Elector {
     }
 }
 
-/// `POD_NAME` (or the host name) plus a random suffix: unique per process, and
-/// readable in `kubectl get lease`.
-pub fn identity() -> String {
+/// Leader election settings, flattened into [`crate::config::Config`].
+#[derive(Debug, Clone, clap::Args)]
+pub struct LeaderSettings {
+    /// Run only while holding the `baremetal-operator` Lease, so that one of several
+    /// replicas reconciles hosts and serves the network boot at a time.
+    #[arg(long = "enable-leader-election", env = "BMO_LEADER_ELECTION")]
+    pub leader_election: bool,
+
+    /// Namespace of the leader Lease (defaults to `WATCH_NAMESPACE`).
+    #[arg(long = "leader-election-namespace", env = "POD_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+
+    /// Seconds a leader Lease is valid without renewal.
+    #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..=3600))]
+    pub lease_duration_seconds: u64,
+
+    /// Seconds the leader keeps trying to renew before it gives up leadership.
+    #[arg(long, env = "RENEW_DEADLINE_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub renew_deadline_seconds: u64,
+
+    /// Seconds between attempts to acquire or renew the Lease.
+    #[arg(long, env = "RETRY_PERIOD_SECONDS", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub retry_period_seconds: u64,
+}
+
+/// Leader election settings that cannot work together; each names the variables to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaderSettingsError {
+    #[error(
+        "leader election needs a namespace for its Lease: set POD_NAMESPACE (or --leader-election-namespace) or WATCH_NAMESPACE"
+    )]
+    LeaseNamespace,
+    #[error(
+        "leader election timings must satisfy RETRY_PERIOD_SECONDS ({retry}) < RENEW_DEADLINE_SECONDS ({renew}) < LEASE_DURATION_SECONDS ({lease})"
+    )]
+    LeaseTimings { lease: u64, renew: u64, retry: u64 },
+}
+
+impl LeaderSettings {
+    /// The Lease namespace (else `watch_namespace`) and timings, when leader election
+    /// is on.
+    pub fn election(
+        &self,
+        watch_namespace: Option<&str>,
+    ) -> Result<Option<(String, Timings)>, LeaderSettingsError> {
+        if !self.leader_election {
+            return Ok(None);
+        }
+        let namespace = [self.leader_election_namespace.as_deref(), watch_namespace]
+            .into_iter()
+            .flatten()
+            .find(|ns| !ns.is_empty())
+            .map(str::to_owned)
+            .ok_or(LeaderSettingsError::LeaseNamespace)?;
+        let timings = Timings {
+            lease_duration: Duration::from_secs(self.lease_duration_seconds),
+            renew_deadline: Duration::from_secs(self.renew_deadline_seconds),
+            retry_period: Duration::from_secs(self.retry_period_seconds),
+        };
+        if timings.renew_deadline >= timings.lease_duration
+            || timings.retry_period >= timings.renew_deadline
+        {
+            return Err(LeaderSettingsError::LeaseTimings {
+                lease: self.lease_duration_seconds,
+                renew: self.renew_deadline_seconds,
+                retry: self.retry_period_seconds,
+            });
+        }
+        Ok(Some((namespace, timings)))
+    }
+}
+
+/// `pod_name` (`POD_NAME`, else the host name) plus a random suffix: unique per
+/// process, and readable in `kubectl get lease`.
+pub fn identity(pod_name: Option<&str>) -> String {
     use std::hash::{BuildHasher, Hasher};
-    let base = std::env::var("POD_NAME")
-        .ok()
+    let base = pod_name
         .filter(|n| !n.is_empty())
+        .map(str::to_owned)
         .or_else(|| {
             std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .ok()

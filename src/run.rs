@@ -47,7 +47,9 @@ pub enum RunError {
     #[error("cannot install the CRDs: {0}")]
     InstallCrds(#[source] crate::api::install::InstallError),
     #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
+    Leader(#[from] crate::leader::LeaderSettingsError),
+    #[error(transparent)]
+    NetbootConfig(#[from] crate::netboot::config::NetbootConfigError),
     #[error("leadership of the Lease {0} was lost; exiting so that a restart rejoins the election")]
     LeadershipLost(String),
 }
@@ -61,11 +63,14 @@ struct Health {
 /// Runs bmo until a shutdown signal arrives.
 pub async fn run(config: Config) -> Result<(), RunError> {
     tracing::info!("{BUILD}");
+    // Every setting is checked before the first connection.
     let leader_election = config.leader_election()?;
     let discovery = config.discovery_settings();
     if discovery.is_some() && config.netboot.dhcp_mode == crate::netboot::config::DhcpMode::Off {
         return Err(RunError::DiscoveryWithoutDhcp);
     }
+    config.netboot.check()?;
+    let ironic_config = config.ironic.client_config()?;
 
     let kube_config = kube::Config::infer().await.map_err(RunError::KubeConfig)?;
     let kube_url = kube_config.cluster_url.to_string();
@@ -112,7 +117,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     };
     tracing::info!(url = %kube_url, version = %version.git_version, "connected to Kubernetes");
 
-    let ironic = match connect_ironic(&config, stopped()).await? {
+    let ironic = match connect_ironic(ironic_config, stopped()).await? {
         Some(ironic) => ironic,
         None => return stopped_while_starting(server).await,
     };
@@ -122,8 +127,12 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let mut elector = match leader_election {
         Some((namespace, timings)) => {
             health.ready.store(true, Ordering::SeqCst);
-            let mut elector =
-                Elector::new(kube.clone(), &namespace, crate::leader::identity(), timings);
+            let mut elector = Elector::new(
+                kube.clone(),
+                &namespace,
+                crate::leader::identity(config.pod_name.as_deref()),
+                timings,
+            );
             tracing::info!(lease = %elector.lease(), identity = %elector.identity(), "waiting for leadership");
             tokio::select! {
                 () = elector.acquire() => {}
@@ -155,21 +164,15 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     }
 
     let provisioner = IronicProvisioner::new(ironic, ProvisionerSettings::default());
-    let mut settings = config.controller_settings();
-    // Without explicit URLs, Ironic boots the IPA images bmo itself serves.
-    if let Some(netboot) = &netboot {
-        let ramdisk = &mut settings.deploy_ramdisk;
-        ramdisk
-            .kernel_url
-            .get_or_insert_with(|| netboot.deploy_kernel_url());
-        ramdisk
-            .ramdisk_url
-            .get_or_insert_with(|| netboot.deploy_ramdisk_url());
-    }
-    let mut ctx = controller::Context::new(kube.clone(), provisioner, settings)
+    let store = controller::KubeStore::new(kube.clone(), config.pod_name.clone());
+    let mut ctx = controller::Context::with_store(store, provisioner, config.controller_settings())
         .with_metrics(health.metrics.clone());
+    // Without explicit URLs, Ironic boots the IPA images bmo itself serves, on the
+    // provisioning IP in use at each reconcile.
     if let Some(netboot) = &netboot {
-        ctx = ctx.with_leases(netboot.leases.clone());
+        ctx = ctx
+            .with_leases(netboot.leases.clone())
+            .with_deploy_images(netboot.deploy_images());
     }
     let ctx = Arc::new(ctx);
     let discovery_task = match (discovery, &netboot) {
@@ -261,19 +264,14 @@ async fn serve_probes(
 
 /// Connects to Ironic, waiting while it is not there yet; `None` when `stop` came first.
 async fn connect_ironic(
-    config: &Config,
+    ironic_config: ClientConfig,
     stop: impl Future<Output = ()>,
 ) -> Result<Option<IronicClient>, RunError> {
-    let mut ironic_config = ClientConfig::new(config.ironic_endpoint.clone());
-    ironic_config.auth = IronicAuth::from_auth_dir(&config.auth_root_dir)?;
-    ironic_config.ca_file = config.ironic_cacert_file.clone();
-    ironic_config.insecure = config.ironic_insecure;
-    ironic_config.timeout = config.ironic_timeout();
     let auth_kind = match ironic_config.auth {
         IronicAuth::None => "none",
         IronicAuth::Basic(_) => "http basic",
     };
-    let url = config.ironic_endpoint.to_string();
+    let url = ironic_config.endpoint.to_string();
     let ironic = wait_for("Ironic", &url, stop, ironic_may_come, || {
         IronicClient::connect(ironic_config.clone())
     })

@@ -7,6 +7,9 @@
 //! would. That bmo serves the agent's files at its detected address, hands Ironic
 //! those URLs and provisions a fake-hardware host.
 
+// Tests may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod appliance_common;
 mod netboot_common;
 mod support;

@@ -2,6 +2,9 @@
 //! its default in docs/configuration.md, every errorType in docs/troubleshooting.md,
 //! and a test for every command block of docs/install.md.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod appliance_common;
 mod support;
 

@@ -7,6 +7,9 @@
 //! the loaders unless told to. The multi-stage Containerfile (untested here: no
 //! registry) copies everything the build reads.
 
+// Tests may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod appliance_common;
 mod netboot_common;
 mod support;

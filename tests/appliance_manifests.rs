@@ -3,6 +3,9 @@
 //! systemd unit by `systemd-analyze verify`; every setting name in them is one that
 //! `bmo run` reads.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::collections::BTreeSet;

@@ -2,6 +2,9 @@
 //! probes, WATCHDOG=1 pings while it runs, STOPPING=1 on SIGTERM. The test plays
 //! systemd's side: it binds the notify socket and sets the variables systemd sets.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::os::unix::net::UnixDatagram;

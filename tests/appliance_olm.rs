@@ -2,6 +2,9 @@
 //! rules and the same Deployment, so a catalogue install and `kubectl apply -k
 //! deploy/` run bmo identically.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::Path;
 
 use serde_json::Value;

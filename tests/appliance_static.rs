@@ -4,6 +4,9 @@
 //! only the README's test command, builds and checks it too; the first build takes
 //! about 5 minutes on 2 cores, later ones only rebuild bmo itself.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod appliance_common;
 mod support;
 

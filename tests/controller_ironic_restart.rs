@@ -2,6 +2,9 @@
 //! its next look at each host, enrols the node again and adopts it, so every host is
 //! back to a provisioned, active node without being deployed again.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};

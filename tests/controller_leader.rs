@@ -2,6 +2,9 @@
 //! and the other waits; when the leader is killed the standby takes the Lease over and
 //! carries on; a leader stopped with SIGTERM hands the Lease back at once.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::time::{Duration, Instant};

@@ -1,6 +1,9 @@
 //! The host controller end to end: `bmo run` against the real kube-apiserver and
 //! Ironic takes BareMetalHosts through their lifecycle.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::collections::BTreeSet;

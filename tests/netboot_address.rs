@@ -1,6 +1,9 @@
 //! `bmo detect-ip` inside a network namespace the test creates: every way of
 //! naming the provisioning network, the bounded wait, and the failure message.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod netboot_common;
 
 use std::process::Command;

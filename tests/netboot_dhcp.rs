@@ -4,6 +4,9 @@
 //! kept across a restart, the loader per client architecture, the iPXE script,
 //! and proxyDHCP beside dnsmasq handing out the addresses.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod netboot_common;
 
 use std::net::Ipv4Addr;
@@ -20,7 +23,7 @@ use netboot_common::{Netns, NsRef, TempDir, TestNet, config, eventually, require
 fn full_config(dir: &std::path::Path) -> NetbootConfig {
     let mut cfg = config(dir);
     cfg.dhcp_mode = DhcpMode::Full;
-    cfg.dhcp_range = Some("10.77.0.50,10.77.0.60".into());
+    cfg.dhcp_range = Some("10.77.0.50,10.77.0.60".parse().unwrap());
     cfg
 }
 

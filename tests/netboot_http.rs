@@ -2,6 +2,9 @@
 //! namespaces: whole files, HEAD, ranges, conditional requests, the iPXE scripts,
 //! the embedded loaders, the lease table, and refusal of paths outside the roots.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod netboot_common;
 
 use std::process::Output;

@@ -1,6 +1,9 @@
 //! Property tests: random and mutated datagrams fed to the DHCP and TFTP parsers
 //! (and, when a DHCP request parses, to the reply policy and encoder) never panic.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use bmo::netboot::dhcp::packet::parse_request;
 use bmo::netboot::dhcp::policy::{Mode, Policy, Range};
 use bmo::netboot::leases::LeaseTable;

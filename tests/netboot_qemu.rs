@@ -5,6 +5,9 @@
 //! system prints a marker on its serial console. Everything runs inside one
 //! network namespace holding a bridge and the VM's tap device.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod netboot_common;
 
 use std::process::{Command, Stdio};
@@ -71,7 +74,7 @@ fn qemu_vm_network_boots_through_bmo() {
     cfg.http_port = 8080;
     cfg.tftp = true;
     cfg.dhcp_mode = DhcpMode::Full;
-    cfg.dhcp_range = Some("10.77.0.100,10.77.0.120".into());
+    cfg.dhcp_range = Some("10.77.0.100,10.77.0.120".parse().unwrap());
     // Kernel over TFTP, initramfs over HTTP: both of bmo's file services.
     cfg.deploy_kernel_url = Some("tftp://10.77.0.1/images/vmlinuz".parse().unwrap());
     cfg.deploy_ramdisk_url = Some("http://10.77.0.1:8080/images/initrd.gz".parse().unwrap());

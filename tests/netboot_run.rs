@@ -2,6 +2,9 @@
 //! `http_root`, and the generated fallback script points at the detected
 //! provisioning IP and bmo's own port — no hard-coded address. Loopback only.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod netboot_common;
 mod support;
 

@@ -3,6 +3,9 @@
 //! byte, with and without blksize, windowsize (RFC 7440) with atftp, path traversal
 //! and writes refused.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod netboot_common;
 
 use std::path::Path;

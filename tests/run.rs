@@ -1,6 +1,9 @@
 //! `bmo run` against the real stack: starts, reports readiness, stops cleanly on
 //! SIGTERM, and waits with a readable message while a peer is missing.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::time::Duration;
@@ -240,6 +243,47 @@ async fn bmo_run_refuses_discovery_without_its_dhcp_server() {
         "{log}"
     );
     assert!(!log.contains("panicked"), "{log}");
+}
+
+#[tokio::test]
+async fn bmo_run_exits_at_once_on_a_bad_dhcp_range_naming_it_and_its_form() {
+    // No cluster and no Ironic: the settings are checked before any connection.
+    let mut bmo = BmoProcess::start(
+        &["run"],
+        &[
+            ("KUBECONFIG", "/nonexistent/kubeconfig"),
+            ("BMO_DHCP_MODE", "full"),
+            ("DHCP_RANGE", "172.22.0.10-172.22.0.100"),
+        ],
+    );
+    let status = bmo.wait_exit(Duration::from_secs(5)).await;
+    assert_eq!(status.code(), Some(2), "log: {}", bmo.log());
+    let log = bmo.log();
+    assert!(
+        log.contains("DHCP_RANGE") && log.contains("START,END[,PREFIXLEN|NETMASK]"),
+        "{log}"
+    );
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+#[tokio::test]
+async fn bmo_run_exits_at_once_when_full_dhcp_has_no_range() {
+    let mut bmo = BmoProcess::start(
+        &["run"],
+        &[
+            ("KUBECONFIG", "/nonexistent/kubeconfig"),
+            ("BMO_DHCP_MODE", "full"),
+            ("BMO_HEALTH_ADDR", &format!("127.0.0.1:{}", free_port())),
+        ],
+    );
+    let status = bmo.wait_exit(Duration::from_secs(5)).await;
+    assert!(!status.success());
+    let log = bmo.log();
+    assert!(
+        log.contains("BMO_DHCP_MODE=full needs DHCP_RANGE=START,END"),
+        "{log}"
+    );
+    assert!(!log.contains("Kubernetes"), "{log}");
 }
 
 #[tokio::test]

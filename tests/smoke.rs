@@ -1,6 +1,9 @@
 //! The stack is real: Kubernetes, Ironic and the Redfish emulator answer, and bmo's
 //! clients can use them.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::time::Duration;

@@ -1,6 +1,9 @@
 //! The test stack itself: interrupting it leaves nothing behind, and its Ironic
 //! basic-auth mode really demands credentials.
 
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::path::Path;

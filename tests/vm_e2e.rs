@@ -7,6 +7,9 @@
 //!
 //! The time of each phase is printed as a table (docs/performance.md quotes it).
 
+// Tests may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "vm/lab.rs"]
 mod lab;
 mod netboot_common;

@@ -3,10 +3,13 @@
 
 mod client;
 mod error;
+mod settings;
 mod types;
 
 pub use client::{ClientConfig, IronicAuth, IronicClient, MIN_MICROVERSION};
 pub use error::IronicError;
+pub use settings::{DEFAULT_IRONIC_ENDPOINT, IronicSettings};
 pub use types::{
-    Microversion, Node, NodeCreate, PatchOp, Port, PowerTarget, ProvisionRequest, ProvisionTarget,
+    Microversion, Node, NodeCreate, PatchOp, Port, PowerTarget, ProvisionRequest, ProvisionState,
+    ProvisionTarget,
 };

@@ -108,6 +108,89 @@ impl Node {
     pub fn provision_state(&self) -> &str {
         self.provision_state.as_deref().unwrap_or("enroll")
     }
+
+    /// The provision state, typed.
+    pub fn state(&self) -> ProvisionState {
+        ProvisionState::parse(self.provision_state())
+    }
+}
+
+/// Ironic's provision states (`provision_state` of a node) that bmo acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProvisionState {
+    Enroll,
+    Verifying,
+    Manageable,
+    Available,
+    Active,
+    Deploying,
+    WaitCallBack,
+    DeployFailed,
+    Cleaning,
+    CleanWait,
+    CleanFailed,
+    Inspecting,
+    InspectWait,
+    InspectFailed,
+    Deleting,
+    Error,
+    Adopting,
+    AdoptFailed,
+    Servicing,
+    Rescuing,
+    Unrescuing,
+    /// A state bmo has no rule for (rescue, service wait, …); see the node's string.
+    Other,
+}
+
+impl ProvisionState {
+    /// Ironic's spelling of each state, with the typed value.
+    const NAMES: &[(&str, ProvisionState)] = &[
+        ("enroll", Self::Enroll),
+        ("verifying", Self::Verifying),
+        ("manageable", Self::Manageable),
+        ("available", Self::Available),
+        ("active", Self::Active),
+        ("deploying", Self::Deploying),
+        ("wait call-back", Self::WaitCallBack),
+        ("deploy failed", Self::DeployFailed),
+        ("cleaning", Self::Cleaning),
+        ("clean wait", Self::CleanWait),
+        ("clean failed", Self::CleanFailed),
+        ("inspecting", Self::Inspecting),
+        ("inspect wait", Self::InspectWait),
+        ("inspect failed", Self::InspectFailed),
+        ("deleting", Self::Deleting),
+        ("error", Self::Error),
+        ("adopting", Self::Adopting),
+        ("adopt failed", Self::AdoptFailed),
+        ("servicing", Self::Servicing),
+        ("rescuing", Self::Rescuing),
+        ("unrescuing", Self::Unrescuing),
+    ];
+
+    pub fn parse(name: &str) -> Self {
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(Self::Other, |(_, state)| *state)
+    }
+
+    /// Whether the conductor is working on the node (it refuses most changes then).
+    pub fn is_busy(self) -> bool {
+        matches!(
+            self,
+            Self::Verifying
+                | Self::Deploying
+                | Self::Cleaning
+                | Self::Inspecting
+                | Self::Deleting
+                | Self::Adopting
+                | Self::Servicing
+                | Self::Rescuing
+                | Self::Unrescuing
+        )
+    }
 }
 
 /// The body of `POST /v1/nodes`. Interfaces left `None` take Ironic's defaults.
@@ -246,6 +329,22 @@ pub enum PowerTarget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn provision_states_parse_from_ironic_spelling() {
+        assert_eq!(
+            ProvisionState::parse("wait call-back"),
+            ProvisionState::WaitCallBack
+        );
+        assert_eq!(
+            ProvisionState::parse("clean failed"),
+            ProvisionState::CleanFailed
+        );
+        assert_eq!(ProvisionState::parse("rescue wait"), ProvisionState::Other);
+        for (name, state) in ProvisionState::NAMES {
+            assert_eq!(ProvisionState::parse(name), *state);
+        }
+    }
 
     #[test]
     fn microversion_parses_and_orders_numerically() {

@@ -5,14 +5,17 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{ArgAction, Args, ValueEnum};
 use url::Url;
 
+use super::dhcp::policy::{RANGE_FORM, Range};
 use super::http::LeasesAccess;
 use super::http_server::HttpLimits;
 use super::leases::LeaseLimits;
+use super::mac::MacAddr;
 
 /// Which address bmo advertises on the provisioning network, and how to find it.
 #[derive(Debug, Clone, Default, Args)]
@@ -171,11 +174,11 @@ pub struct NetbootConfig {
 
     /// Address range for full mode: `START,END[,PREFIXLEN|NETMASK]`.
     #[arg(long, env = "DHCP_RANGE")]
-    pub dhcp_range: Option<String>,
+    pub dhcp_range: Option<Range>,
 
     /// Fixed addresses, `;`-separated `MAC,IP` pairs.
     #[arg(long, env = "DHCP_HOSTS")]
-    pub dhcp_hosts: Option<String>,
+    pub dhcp_hosts: Option<DhcpHosts>,
 
     /// Router (option 3) handed out in full mode.
     #[arg(long, env = "GATEWAY_IP")]
@@ -208,6 +211,44 @@ pub struct NetbootConfig {
     pub lease_file: PathBuf,
 }
 
+/// A combination of netboot settings that cannot work; each names the variables to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NetbootConfigError {
+    #[error("BMO_DHCP_MODE=full needs DHCP_RANGE={RANGE_FORM}")]
+    FullWithoutRange,
+}
+
+/// `DHCP_HOSTS`: fixed addresses, `;`-separated `MAC,IP` pairs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DhcpHosts(pub Vec<(MacAddr, Ipv4Addr)>);
+
+impl FromStr for DhcpHosts {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let entry = |host: &str| -> Result<(MacAddr, Ipv4Addr), String> {
+            let form = "expected MAC,IP[;MAC,IP...], e.g. 52:54:00:12:34:56,172.22.0.20";
+            let (mac, ip) = host
+                .split_once(',')
+                .ok_or_else(|| format!("DHCP_HOSTS entry {host:?} is not MAC,IP; {form}"))?;
+            let mac = mac
+                .trim()
+                .parse()
+                .map_err(|e| format!("DHCP_HOSTS entry {host:?}: {e}; {form}"))?;
+            let ip = ip.trim().parse().map_err(|e| {
+                format!("DHCP_HOSTS entry {host:?}: bad IPv4 address ({e}); {form}")
+            })?;
+            Ok((mac, ip))
+        };
+        s.split(';')
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+            .map(entry)
+            .collect::<Result<_, _>>()
+            .map(DhcpHosts)
+    }
+}
+
 impl NetbootConfig {
     /// The HTTP boot server's connection limits.
     pub fn http_limits(&self) -> HttpLimits {
@@ -227,8 +268,52 @@ impl NetbootConfig {
         }
     }
 
+    /// Checks what each setting alone cannot: called at start-up, before any
+    /// connection.
+    pub fn check(&self) -> Result<(), NetbootConfigError> {
+        if self.dhcp_mode == DhcpMode::Full && self.dhcp_range.is_none() {
+            return Err(NetbootConfigError::FullWithoutRange);
+        }
+        Ok(())
+    }
+
     /// Whether any network boot service is switched on.
     pub fn any_service(&self) -> bool {
         self.http || self.tftp || self.dhcp_mode != DhcpMode::Off
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dhcp_hosts_are_mac_ip_pairs_and_a_bad_one_names_the_variable_and_form() {
+        let hosts: DhcpHosts = " 52:54:00:00:00:01,172.22.0.20 ; 52:54:00:00:00:02,172.22.0.21;"
+            .parse()
+            .expect("valid");
+        assert_eq!(hosts.0.len(), 2);
+        assert_eq!(hosts.0[1].1, Ipv4Addr::new(172, 22, 0, 21));
+        for bad in [
+            "52:54:00:00:00:01",
+            "nonsense,172.22.0.20",
+            "52:54:00:00:00:01,1.2.3",
+        ] {
+            let e = bad.parse::<DhcpHosts>().expect_err(bad);
+            assert!(e.contains("DHCP_HOSTS") && e.contains("MAC,IP"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_bad_dhcp_range_names_the_variable_and_the_accepted_form() {
+        for bad in [
+            "172.22.0.10-172.22.0.100",
+            "172.22.0.100,172.22.0.10",
+            "a,b",
+            "1.1.1.1,1.1.1.2,40",
+        ] {
+            let e = bad.parse::<Range>().expect_err(bad);
+            assert!(e.contains("DHCP_RANGE") && e.contains(RANGE_FORM), "{e}");
+        }
     }
 }

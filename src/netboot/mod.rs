@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 
 use address::{AddressError, Choice, Selector};
 use config::{DhcpMode, NetbootConfig};
-use dhcp::policy::{Mode, Policy, Range};
+use dhcp::policy::{Mode, Policy};
 use files::{Loaders, TftpFiles};
 use http::HttpState;
 use leases::{LeaseError, LeaseTable};
@@ -77,8 +77,6 @@ pub struct Netboot {
     /// TFTP transfers running (when TFTP is on).
     pub tftp_sessions: Option<Slots>,
     http_port: u16,
-    kernel_url: Option<String>,
-    ramdisk_url: Option<String>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -91,31 +89,48 @@ impl Drop for Netboot {
 }
 
 impl Netboot {
-    /// IPA kernel URL for Ironic: `DEPLOY_KERNEL_URL`, else bmo's own.
-    pub fn deploy_kernel_url(&self) -> String {
-        self.kernel_url.clone().unwrap_or_else(|| {
-            format!(
-                "{}/images/{}",
-                self.address.borrow().http_base(self.http_port),
-                http::DEFAULT_KERNEL
-            )
-        })
-    }
-
-    /// IPA ramdisk URL for Ironic: `DEPLOY_RAMDISK_URL`, else bmo's own.
-    pub fn deploy_ramdisk_url(&self) -> String {
-        self.ramdisk_url.clone().unwrap_or_else(|| {
-            format!(
-                "{}/images/{}",
-                self.address.borrow().http_base(self.http_port),
-                http::DEFAULT_RAMDISK
-            )
-        })
+    /// The IPA kernel and ramdisk on bmo's HTTP server, as the provisioning IP changes.
+    pub fn deploy_images(&self) -> DeployImages {
+        DeployImages::new(self.address.clone(), self.http_port)
     }
 
     /// Writes pending lease changes; call before shutting down.
     pub async fn shutdown(self) -> Result<(), LeaseError> {
         self.leases.flush().await
+    }
+}
+
+/// The IPA kernel and ramdisk URLs on bmo's own HTTP server. They follow the
+/// provisioning IP: each call gives the URL on the address in use now.
+#[derive(Debug, Clone)]
+pub struct DeployImages {
+    address: watch::Receiver<Choice>,
+    port: u16,
+}
+
+impl DeployImages {
+    /// URLs on the address `address` holds, at HTTP port `port`.
+    pub fn new(address: watch::Receiver<Choice>, port: u16) -> Self {
+        Self { address, port }
+    }
+
+    pub fn kernel_url(&self) -> String {
+        self.url(http::DEFAULT_KERNEL)
+    }
+
+    pub fn ramdisk_url(&self) -> String {
+        self.url(http::DEFAULT_RAMDISK)
+    }
+
+    fn url(&self, file: &str) -> String {
+        let base = self.address.borrow().http_base(self.port);
+        format!("{base}/images/{file}")
+    }
+
+    /// Resolves when the provisioning IP changed since the last call; `false` once
+    /// the services stopped and it can change no more.
+    pub async fn changed(&mut self) -> bool {
+        self.address.changed().await.is_ok()
     }
 }
 
@@ -157,8 +172,8 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
             leases: leases.clone(),
             address: address.clone(),
             port: http_port,
-            kernel_url: kernel_url.clone(),
-            ramdisk_url: ramdisk_url.clone(),
+            kernel_url,
+            ramdisk_url,
             kernel_params: cfg.ipxe_kernel_params.clone(),
             leases_access: cfg.http_leases,
         };
@@ -211,35 +226,17 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
         };
         let prefix = u32::from(choice.prefix_len.unwrap_or(24).min(32));
         let netmask = std::net::Ipv4Addr::from(u32::MAX.checked_shl(32 - prefix).unwrap_or(0));
-        let mode = match cfg.dhcp_mode {
-            DhcpMode::Proxy => Mode::Proxy,
-            _ => {
-                let range = cfg
-                    .dhcp_range
-                    .as_deref()
-                    .ok_or_else(|| {
-                        NetbootError::Dhcp("BMO_DHCP_MODE=full needs DHCP_RANGE=START,END".into())
-                    })
-                    .and_then(|r| Range::parse(r).map_err(NetbootError::Dhcp))?;
-                Mode::Full { range }
+        let mode = match (cfg.dhcp_mode, cfg.dhcp_range) {
+            (DhcpMode::Proxy, _) => Mode::Proxy,
+            (_, Some(range)) => Mode::Full { range },
+            (_, None) => {
+                return Err(NetbootError::Dhcp(
+                    config::NetbootConfigError::FullWithoutRange.to_string(),
+                ));
             }
         };
-        for host in cfg
-            .dhcp_hosts
-            .as_deref()
-            .unwrap_or("")
-            .split(';')
-            .map(str::trim)
-            .filter(|h| !h.is_empty())
-        {
-            let (mac, ip) = host.split_once(',').ok_or_else(|| {
-                NetbootError::Dhcp(format!("DHCP_HOSTS entry {host:?} is not MAC,IP"))
-            })?;
-            let mac = mac.parse().map_err(NetbootError::Dhcp)?;
-            let ip = ip.trim().parse().map_err(|e| {
-                NetbootError::Dhcp(format!("DHCP_HOSTS entry {host:?}: bad IPv4 address: {e}"))
-            })?;
-            leases.reserve(mac, ip);
+        for (mac, ip) in cfg.dhcp_hosts.iter().flat_map(|h| &h.0) {
+            leases.reserve(*mac, *ip);
         }
         let policy = Policy {
             mode: mode.clone(),
@@ -281,8 +278,6 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
         tftp_addr,
         tftp_sessions,
         http_port,
-        kernel_url,
-        ramdisk_url,
         tasks,
     })
 }

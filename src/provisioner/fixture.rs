@@ -7,8 +7,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::types::{
-    Host, InspectStatus, Outcome, PowerMode, PowerState, PrepareRequest, PrepareStatus, Progress,
-    ProvisionRequest, Registration,
+    DeployRamdisk, Host, InspectStatus, Outcome, PowerMode, PowerState, PrepareRequest,
+    PrepareStatus, Progress, ProvisionRequest, Registration,
 };
 use super::{HardwareDetails, Provisioner, ProvisionerError, ProvisionerResult};
 
@@ -61,6 +61,8 @@ pub struct FixtureHost {
     pub inspected: bool,
     pub image_url: Option<String>,
     pub last_clean_steps: Vec<String>,
+    /// The deploy ramdisk of the last registration (Ironic's `driver_info`).
+    pub deploy_ramdisk: DeployRamdisk,
 }
 
 /// In-memory [`Provisioner`].
@@ -159,7 +161,9 @@ impl Provisioner for FixtureProvisioner {
             inspected: false,
             image_url: None,
             last_clean_steps: Vec::new(),
+            deploy_ramdisk: DeployRamdisk::default(),
         });
+        record.deploy_ramdisk = host.deploy_ramdisk.clone();
         let registration = Registration {
             provisioning_id: Some(record.id.clone()),
             credentials_valid: record.state != FixtureState::Enrolled,
@@ -378,21 +382,6 @@ impl Provisioner for FixtureProvisioner {
         )
     }
 
-    async fn power_state(&self, host: &Host) -> ProvisionerResult<PowerState> {
-        self.with_host(
-            host,
-            FixtureOperation::Power,
-            PowerState::Unknown,
-            |h, _| {
-                Outcome::done(if h.powered_on {
-                    PowerState::On
-                } else {
-                    PowerState::Off
-                })
-            },
-        )
-    }
-
     async fn power_on(&self, host: &Host) -> ProvisionerResult<PowerState> {
         self.with_host(
             host,
@@ -425,37 +414,9 @@ impl Provisioner for FixtureProvisioner {
         )
     }
 
-    async fn reboot(&self, host: &Host, _mode: PowerMode) -> ProvisionerResult<()> {
-        self.with_host(host, FixtureOperation::Power, (), |h, _| {
-            h.powered_on = true;
-            Outcome {
-                changed: true,
-                requeue_after: None,
-                error: None,
-                value: (),
-            }
-        })
-    }
-
     async fn detach(&self, host: &Host) -> ProvisionerResult<()> {
         self.forget(&host.id.node_name());
         Ok(Outcome::done(()))
-    }
-
-    async fn has_capacity(&self, host: &Host, limit: usize) -> Result<bool, ProvisionerError> {
-        let hosts = lock(&self.hosts);
-        let busy = |h: &FixtureHost| {
-            matches!(
-                h.state,
-                FixtureState::Inspecting { .. }
-                    | FixtureState::Provisioning { .. }
-                    | FixtureState::Deprovisioning { .. }
-            )
-        };
-        if hosts.get(&host.id.node_name()).is_some_and(busy) {
-            return Ok(true);
-        }
-        Ok(hosts.values().filter(|h| busy(h)).count() < limit)
     }
 
     async fn delete(&self, host: &Host) -> ProvisionerResult<()> {
@@ -546,9 +507,9 @@ pub(crate) mod tests {
         };
         until_done(|| p.provision(&h, &req)).await;
         assert_eq!(p.host("ns~h").unwrap().state, FixtureState::Active);
-        assert_eq!(p.power_state(&h).await.unwrap().value, PowerState::On);
+        assert!(p.host("ns~h").unwrap().powered_on);
         until_done(|| p.power_off(&h, PowerMode::Soft)).await;
-        assert_eq!(p.power_state(&h).await.unwrap().value, PowerState::Off);
+        assert!(!p.host("ns~h").unwrap().powered_on);
         until_done(|| p.deprovision(&h)).await;
         assert_eq!(p.host("ns~h").unwrap().state, FixtureState::Available);
         until_done(|| p.delete(&h)).await;

@@ -90,12 +90,6 @@ pub trait Provisioner: Send + Sync {
         request: &ProvisionRequest,
     ) -> impl Future<Output = ProvisionerResult<Progress>> + Send;
 
-    /// The last power state the BMC reported.
-    fn power_state(
-        &self,
-        host: &Host,
-    ) -> impl Future<Output = ProvisionerResult<PowerState>> + Send;
-
     /// Done when the host is on.
     fn power_on(&self, host: &Host) -> impl Future<Output = ProvisionerResult<PowerState>> + Send;
 
@@ -107,26 +101,10 @@ pub trait Provisioner: Send + Sync {
         mode: PowerMode,
     ) -> impl Future<Output = ProvisionerResult<PowerState>> + Send;
 
-    /// Sends one reboot request.
-    fn reboot(
-        &self,
-        host: &Host,
-        mode: PowerMode,
-    ) -> impl Future<Output = ProvisionerResult<()>> + Send;
-
     /// Forgets the host in the provisioner without touching the machine (the
     /// BareMetalHost stays).
     fn detach(&self, host: &Host) -> impl Future<Output = ProvisionerResult<()>> + Send;
 
     /// Removes the host's record from any state; done when it is gone.
     fn delete(&self, host: &Host) -> impl Future<Output = ProvisionerResult<()>> + Send;
-
-    /// Whether the host may start an operation that boots it over the provisioning
-    /// network (inspect, provision, deprovision) while at most `limit` hosts do so
-    /// (`PROVISIONING_LIMIT`). Hosts that boot from virtual media never count.
-    fn has_capacity(
-        &self,
-        host: &Host,
-        limit: usize,
-    ) -> impl Future<Output = Result<bool, ProvisionerError>> + Send;
 }

@@ -14,6 +14,9 @@ use crate::netboot::leases::{LeaseState, LeaseTable, Sighting};
 /// full, offers are given to the next client sooner (oldest first).
 const OFFER_HOLD_SECS: u64 = 30;
 
+/// The accepted form of `DHCP_RANGE`, for error messages.
+pub const RANGE_FORM: &str = "START,END[,PREFIXLEN|NETMASK], e.g. 172.22.0.10,172.22.0.100,24";
+
 /// An address pool: `start..=end` with its netmask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Range {
@@ -29,26 +32,27 @@ impl Range {
         let first = s.split(';').next().unwrap_or("").trim();
         let parts: Vec<&str> = first.split(',').map(str::trim).collect();
         let ip = |p: &str| -> Result<Ipv4Addr, String> {
-            p.parse()
-                .map_err(|e| format!("DHCP_RANGE {s:?}: {p:?} is not an IPv4 address: {e}"))
+            p.parse().map_err(|e| {
+                format!(
+                    "DHCP_RANGE {s:?}: {p:?} is not an IPv4 address ({e}); expected {RANGE_FORM}"
+                )
+            })
         };
         let (start, end) = match parts.as_slice() {
             [a, b] | [a, b, _] => (ip(a)?, ip(b)?),
-            _ => {
-                return Err(format!(
-                    "DHCP_RANGE {s:?}: expected START,END[,PREFIXLEN|NETMASK]"
-                ));
-            }
+            _ => return Err(format!("DHCP_RANGE {s:?}: expected {RANGE_FORM}")),
         };
         if u32::from(start) > u32::from(end) {
-            return Err(format!("DHCP_RANGE {s:?}: start is after end"));
+            return Err(format!(
+                "DHCP_RANGE {s:?}: start is after end; expected {RANGE_FORM}"
+            ));
         }
         let netmask = match parts.get(2) {
             None => None,
             Some(m) if m.contains('.') => Some(ip(m)?),
             Some(m) => {
                 let len: u32 = m.parse().ok().filter(|l| *l <= 32).ok_or_else(|| {
-                    format!("DHCP_RANGE {s:?}: {m:?} is not a prefix length or netmask")
+                    format!("DHCP_RANGE {s:?}: {m:?} is not a prefix length or netmask; expected {RANGE_FORM}")
                 })?;
                 Some(Ipv4Addr::from(u32::MAX.checked_shl(32 - len).unwrap_or(0)))
             }
@@ -58,6 +62,14 @@ impl Range {
             end,
             netmask,
         })
+    }
+}
+
+impl std::str::FromStr for Range {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
     }
 }
 

@@ -1,0 +1,122 @@
+//! Carrying out a planned provisioner call and reporting its result.
+
+use std::time::Duration;
+
+use crate::api::BareMetalHost;
+use crate::metrics::Metrics;
+use crate::provisioner::{self, InspectStatus, Outcome, PowerMode, Provisioner};
+
+use super::request::{prepare_request, provision_request};
+use super::save::Extras;
+use super::state_machine::{CallResult, Operation};
+use super::store::Store;
+use super::{Context, ReconcileError, host_labels, mapping, store_err};
+
+/// A provisioner outcome as the state machine sees it.
+pub fn call_result<T>(outcome: &Outcome<T>) -> CallResult {
+    if let Some(error) = &outcome.error {
+        CallResult::Failed(error.clone())
+    } else if let Some(after) = outcome.requeue_after {
+        CallResult::InProgress {
+            after,
+            changed: outcome.changed,
+        }
+    } else {
+        CallResult::Done
+    }
+}
+
+/// Progress text from the step the provisioner reports.
+fn running(kind: &str, step: Option<&String>) -> Option<String> {
+    step.map(|s| format!("running {kind} step {s}"))
+}
+
+/// Makes the call `op` for `host`; the result, and what the save records besides.
+pub async fn call<P: Provisioner, S: Store>(
+    host: &BareMetalHost,
+    ctx: &Context<P, S>,
+    op: Operation,
+    phost: &provisioner::Host,
+) -> Result<(CallResult, Extras), ReconcileError> {
+    let p = &ctx.provisioner;
+    let mut extras = Extras::default();
+    let result = match op {
+        Operation::Register => call_result(&p.register(phost).await?),
+        Operation::Inspect { refresh } => {
+            let outcome = p.inspect(phost, refresh).await?;
+            if let InspectStatus::Complete(details) = &outcome.value {
+                let mut details = mapping::hardware_details(details);
+                ctx.add_lease_details(&mut details);
+                extras.hardware = Some(details);
+            }
+            let running = matches!(
+                outcome.value,
+                InspectStatus::Started | InspectStatus::InProgress
+            );
+            if running && outcome.error.is_none() {
+                extras.progress = Some("inspecting hardware".to_owned());
+                CallResult::InProgress {
+                    after: outcome.requeue_after.unwrap_or(Duration::from_secs(10)),
+                    changed: outcome.changed,
+                }
+            } else {
+                call_result(&outcome)
+            }
+        }
+        Operation::Prepare => {
+            let outcome = p.prepare(phost, &prepare_request(host)).await?;
+            extras.progress = running("clean", outcome.value.current_step.as_ref());
+            call_result(&outcome)
+        }
+        Operation::Provision => {
+            let request = provision_request(host, &ctx.store, &ctx.metrics)
+                .await
+                .map_err(store_err(host))?;
+            let outcome = p.provision(phost, &request).await?;
+            extras.progress = running("deploy", outcome.value.current_step.as_ref());
+            call_result(&outcome)
+        }
+        Operation::Deprovision => {
+            let outcome = p.deprovision(phost).await?;
+            extras.progress = running("clean", outcome.value.current_step.as_ref());
+            call_result(&outcome)
+        }
+        Operation::Adopt => adopt(host, ctx, phost).await?,
+        Operation::PowerOn => {
+            let outcome = p.power_on(phost).await?;
+            count_power_change(&ctx.metrics, host, outcome.changed, true);
+            call_result(&outcome)
+        }
+        Operation::PowerOff { hard } => {
+            let mode = if hard {
+                PowerMode::Hard
+            } else {
+                PowerMode::Soft
+            };
+            let outcome = p.power_off(phost, mode).await?;
+            count_power_change(&ctx.metrics, host, outcome.changed, false);
+            call_result(&outcome)
+        }
+        Operation::Detach => call_result(&p.detach(phost).await?),
+        Operation::Delete => call_result(&p.delete(phost).await?),
+    };
+    Ok((result, extras))
+}
+
+/// Adopts the host with its image and config data.
+pub async fn adopt<P: Provisioner, S: Store>(
+    host: &BareMetalHost,
+    ctx: &Context<P, S>,
+    phost: &provisioner::Host,
+) -> Result<CallResult, ReconcileError> {
+    let request = provision_request(host, &ctx.store, &ctx.metrics)
+        .await
+        .map_err(store_err(host))?;
+    Ok(call_result(&ctx.provisioner.adopt(phost, &request).await?))
+}
+
+fn count_power_change(metrics: &Metrics, host: &BareMetalHost, changed: bool, on: bool) {
+    if changed {
+        metrics.power_change(&host_labels(host), on);
+    }
+}

@@ -1,0 +1,174 @@
+//! The kube-runtime side of the host controller: what wakes a host, and the loop
+//! that reconciles it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::Secret;
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
+use kube::{Api, ResourceExt};
+use tokio::sync::broadcast;
+
+use super::store::Store;
+use super::{Context, ReconcileError, backoff, reconcile};
+use crate::api::BareMetalHost;
+use crate::metrics;
+use crate::netboot::leases::{LeaseEvent, LeaseTable};
+use crate::netboot::mac::MacAddr;
+use crate::provisioner::Provisioner;
+
+/// How long reconciles in flight may take to finish after the shutdown signal.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Runs the host controller until `shutdown` resolves.
+///
+/// Hosts wake on what they care about only: a new generation (spec or deletion),
+/// annotations or finalizers. bmo's own status writes do not wake them, so a host in
+/// an error state costs one reconcile per backoff step. A Secret wakes the hosts that
+/// own it or name it as their BMC credentials (so a Secret created after its host is
+/// picked up at once). A new provisioning IP wakes every host; a DHCP client wakes the
+/// host with its MAC.
+pub async fn run<P: Provisioner + 'static>(
+    ctx: Arc<Context<P>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.store.client().clone();
+    let (hosts, secrets): (Api<BareMetalHost>, Api<PartialObjectMeta<Secret>>) =
+        match &ctx.settings.namespace {
+            Some(ns) => (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+            ),
+            None => (Api::all(client.clone()), Api::all(client.clone())),
+        };
+    let (reader, writer) = reflector::store();
+    let host_changes = watcher(hosts, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(host_change_predicate(), Default::default());
+    let known_hosts = reader.clone();
+    let concurrency = ctx.settings.concurrency.max(1);
+    let shutdown = shutdown.shared();
+    // A new provisioning IP changes every node's deploy image URLs.
+    let address_changes = futures::stream::unfold(ctx.deploy_images.clone(), |images| async {
+        let mut images = images?;
+        images.changed().await.then_some(((), Some(images)))
+    });
+    // A DHCP exchange of a host's NIC (hostname, leased address) wakes that host, so
+    // the hardware details show it at once rather than at the next steady poll.
+    let hosts_seen = reader.clone();
+    let dhcp_clients = lease_clients(ctx.leases.as_ref())
+        .flat_map(move |mac| futures::stream::iter(hosts_with_mac(&hosts_seen.state(), &mac)));
+    let reconciling = Controller::for_stream(host_changes, reader)
+        .reconcile_all_on(address_changes)
+        .reconcile_on(dhcp_clients)
+        .watches(secrets, watcher::Config::default(), move |secret| {
+            let ns = secret.metadata.namespace.clone().unwrap_or_default();
+            let name = secret.metadata.name.clone().unwrap_or_default();
+            let owners = secret.metadata.owner_references.unwrap_or_default();
+            let mut wake: Vec<ObjectRef<BareMetalHost>> = owners
+                .into_iter()
+                .filter(|o| o.kind == "BareMetalHost")
+                .map(|o| ObjectRef::new(&o.name).within(&ns))
+                .collect();
+            wake.extend(
+                known_hosts
+                    .state()
+                    .iter()
+                    .filter(|h| h.namespace().as_deref() == Some(ns.as_str()))
+                    .filter(|h| {
+                        h.spec
+                            .bmc
+                            .as_ref()
+                            .is_some_and(|b| b.credentials_name == name)
+                    })
+                    .map(|h| ObjectRef::from_obj(h.as_ref())),
+            );
+            wake
+        })
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .graceful_shutdown_on(shutdown.clone())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "reconcile did not finish");
+            }
+        });
+    // Reconciles in flight may finish after the shutdown signal, within a grace
+    // period. A controller whose host watch never synced (the CRD not installed yet)
+    // would otherwise wait for it forever.
+    let grace = async {
+        shutdown.await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        () = reconciling => {}
+        () = grace => tracing::warn!(grace = ?SHUTDOWN_GRACE, "host controller stopped before its reconciles finished"),
+    }
+}
+
+/// The MACs of DHCP clients as bmo's DHCP server sees them; empty without one.
+fn lease_clients(leases: Option<&LeaseTable>) -> impl futures::Stream<Item = MacAddr> + use<> {
+    let events = leases.map(LeaseTable::subscribe);
+    futures::stream::unfold(events, |events| async {
+        let mut events = events?;
+        loop {
+            match events.recv().await {
+                Ok(LeaseEvent::NewClient(mac) | LeaseEvent::Bound(mac, _)) => {
+                    return Some((mac, Some(events)));
+                }
+                // Missed events only delay those hosts to their next poll.
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+}
+
+/// The hosts that boot from `mac` or have a NIC with it.
+pub(super) fn hosts_with_mac(
+    hosts: &[Arc<BareMetalHost>],
+    mac: &MacAddr,
+) -> Vec<ObjectRef<BareMetalHost>> {
+    let is_mac = |m: &str| m.parse::<MacAddr>().is_ok_and(|m| m == *mac);
+    hosts
+        .iter()
+        .filter(|h| {
+            h.spec.boot_mac_address.as_deref().is_some_and(is_mac)
+                || h.status
+                    .as_ref()
+                    .and_then(|s| s.hardware.as_ref())
+                    .is_some_and(|hw| hw.nics.iter().any(|n| n.mac.as_deref().is_some_and(is_mac)))
+        })
+        .map(|h| ObjectRef::from_obj(h.as_ref()))
+        .collect()
+}
+
+/// The changes that wake a host: its generation (spec, deletion), annotations and
+/// finalizers; not its status, which bmo writes itself.
+pub(super) fn host_change_predicate() -> impl Predicate<BareMetalHost> + Send + Sync + 'static {
+    predicates::generation
+        .combine(predicates::annotations)
+        .combine(predicates::finalizers)
+}
+
+fn error_policy<P: Provisioner, S: Store>(
+    host: Arc<BareMetalHost>,
+    error: &ReconcileError,
+    ctx: Arc<Context<P, S>>,
+) -> Action {
+    tracing::warn!(host = %host.namespaced_name(), %error, "reconcile failed; retrying");
+    ctx.metrics.count(metrics::Event::ReconcileError);
+    let count = host
+        .status
+        .as_ref()
+        .map(|s| s.error_count)
+        .unwrap_or(0)
+        .max(1);
+    Action::requeue(backoff(count, ctx.settings.max_backoff).min(Duration::from_secs(30)))
+}

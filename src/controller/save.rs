@@ -1,0 +1,185 @@
+//! Saving a step's [`Update`]: the status (only when it changed), conditions, metrics,
+//! the event, consumed annotations, and the requeue.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::SecretReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+
+use super::state_machine::{self, ErrorChange, Requeue, Update};
+use super::store::{HostEvent, Store};
+use super::{Context, Next, ReconcileError, backoff, conditions, host_labels, store_err};
+use crate::api::host::{INSPECT_ANNOTATION, REBOOT_ANNOTATION_PREFIX};
+use crate::api::{
+    BareMetalHost, BareMetalHostStatus, CredentialsStatus, HardwareDetails, OperationalStatus,
+    ProvisioningState as State,
+};
+use crate::metrics::{self, TimedOperation};
+use crate::provisioner::Provisioner;
+
+/// What a save records besides the update itself.
+#[derive(Debug, Default)]
+pub struct Extras {
+    /// The provisioner's id for the host (Ironic node UUID).
+    pub provisioning_id: Option<String>,
+    /// The BMC Secret's resourceVersion as tried, and whether it worked.
+    pub credentials: Option<(Option<String>, bool)>,
+    pub hardware: Option<HardwareDetails>,
+    /// What the provisioner is doing now, for the conditions.
+    pub progress: Option<String>,
+}
+
+/// Applies `update` to the status, recomputes conditions, writes the status when it
+/// changed, publishes the event and removes annotations the update consumed.
+pub async fn save<P: Provisioner, S: Store>(
+    host: &BareMetalHost,
+    ctx: &Context<P, S>,
+    update: Update,
+    extras: Extras,
+) -> Result<Next, ReconcileError> {
+    if update.release {
+        return release(host, ctx, &update).await;
+    }
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let mut status: BareMetalHostStatus = host.status.clone().unwrap_or_default();
+    let before = status.clone();
+    state_machine::apply(host, &mut status, &update, &now);
+    if let Some(id) = extras.provisioning_id.filter(|id| !id.is_empty()) {
+        status.provisioning.id = id;
+    }
+    if let Some((version, worked)) = extras.credentials {
+        let record = CredentialsStatus {
+            credentials: host.spec.bmc.as_ref().map(|b| SecretReference {
+                name: Some(b.credentials_name.clone()),
+                namespace: host.namespace(),
+            }),
+            credentials_version: version,
+        };
+        status.tried_credentials = Some(record.clone());
+        if worked {
+            status.good_credentials = Some(record);
+        }
+    }
+    if let Some(details) = extras.hardware {
+        status.hardware = Some(details);
+    }
+    status.conditions = conditions::compute(
+        &status,
+        host.metadata.generation,
+        extras.progress.as_deref(),
+        &now,
+    );
+    // An unchanged status is not written: the write would wake nobody usefully and
+    // costs the API server a watch event.
+    if status != before {
+        status.last_updated = Some(now.clone());
+        ctx.store
+            .apply_status(host, &status)
+            .await
+            .map_err(store_err(host))?;
+    }
+    if status.provisioning.state != before.provisioning.state {
+        tracing::info!(from = %before.provisioning.state, to = %status.provisioning.state, "state changed");
+    }
+    record_metrics(host, ctx, &update, &before, &status, &now);
+    if let Some(event) = host_event(&update) {
+        ctx.store.publish(host, event).await;
+    }
+    let mut consumed = Vec::new();
+    let annotations = host.annotations();
+    if update.clear_reboot && annotations.contains_key(REBOOT_ANNOTATION_PREFIX) {
+        consumed.push(REBOOT_ANNOTATION_PREFIX);
+    }
+    if update.clear_inspect_annotation && annotations.contains_key(INSPECT_ANNOTATION) {
+        consumed.push(INSPECT_ANNOTATION);
+    }
+    ctx.store
+        .remove_annotations(host, &consumed)
+        .await
+        .map_err(store_err(host))?;
+    Ok(match update.requeue {
+        Requeue::Now => Next::After(Duration::from_millis(200)),
+        Requeue::After(d) => Next::After(d),
+        Requeue::Backoff => Next::After(backoff(status.error_count, ctx.settings.max_backoff)),
+        Requeue::OnChange => Next::OnChange,
+    })
+}
+
+fn host_event(update: &Update) -> Option<HostEvent> {
+    update
+        .event
+        .as_ref()
+        .map(|(reason, message, warning)| HostEvent {
+            reason: reason.clone(),
+            message: message.clone(),
+            warning: *warning,
+        })
+}
+
+/// The host is gone from the provisioner: free its slot and metrics, and remove bmo's
+/// finalizer so Kubernetes can delete it.
+async fn release<P: Provisioner, S: Store>(
+    host: &BareMetalHost,
+    ctx: &Context<P, S>,
+    update: &Update,
+) -> Result<Next, ReconcileError> {
+    ctx.slots.claim(&host.namespaced_name(), State::Deleting);
+    ctx.metrics.forget_host(&host_labels(host));
+    if let Some(event) = host_event(update) {
+        ctx.store.publish(host, event).await;
+    }
+    ctx.store
+        .remove_finalizer(host)
+        .await
+        .map_err(store_err(host))?;
+    Ok(Next::OnChange)
+}
+
+/// Counts what a status update shows: a state change (and how long the state it
+/// leaves lasted), a new error, a delay by the provisioning limit.
+fn record_metrics<P: Provisioner, S: Store>(
+    host: &BareMetalHost,
+    ctx: &Context<P, S>,
+    update: &Update,
+    before: &BareMetalHostStatus,
+    after: &BareMetalHostStatus,
+    now: &Time,
+) {
+    let labels = host_labels(host);
+    let (old, new) = (before.provisioning.state, after.provisioning.state);
+    if old != new {
+        ctx.metrics.state_change(&old.to_string(), &new.to_string());
+        if new == State::Unmanaged {
+            ctx.metrics.count(metrics::Event::HostUnmanaged);
+        }
+        let history = before.operation_history.as_ref();
+        let timed = history.and_then(|h| match old {
+            State::Registering => Some((TimedOperation::Register, h.register.as_ref())),
+            State::Inspecting => Some((TimedOperation::Inspect, h.inspect.as_ref())),
+            State::Provisioning => Some((TimedOperation::Provision, h.provision.as_ref())),
+            State::Deprovisioning => Some((TimedOperation::Deprovision, h.deprovision.as_ref())),
+            _ => None,
+        });
+        if let Some((op, Some(metric))) = timed
+            && let Some(start) = &metric.start
+        {
+            let seconds = now.0.duration_since(start.0).as_secs_f64();
+            if seconds >= 0.0 {
+                ctx.metrics.operation_duration(&labels, op, seconds);
+            }
+        }
+    }
+    if matches!(&update.event, Some((reason, _, _)) if reason == "DeprovisioningSkipped") {
+        ctx.metrics
+            .count(metrics::Event::DeleteWithoutDeprovisioning);
+    }
+    if let (ErrorChange::Set(..), Some((reason, _, true))) = (&update.error, &update.event) {
+        ctx.metrics.host_error(reason);
+    }
+    if after.operational_status == OperationalStatus::Delayed
+        && before.operational_status != OperationalStatus::Delayed
+    {
+        ctx.metrics.delayed(&labels, new == State::Deprovisioning);
+    }
+}

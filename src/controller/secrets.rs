@@ -1,0 +1,109 @@
+//! The Secrets a host names: BMC credentials, and user, network and meta data.
+
+use k8s_openapi::api::core::v1::SecretReference;
+use kube::ResourceExt;
+
+use super::state_machine::CredentialsCheck;
+use super::store::{Store, StoreError, secret_is_owned};
+use crate::api::BareMetalHost;
+use crate::credentials::{Credentials, SecretString};
+
+/// The BMC Secret as the reconciler found it.
+pub struct LoadedCredentials {
+    pub credentials: Credentials,
+    pub check: CredentialsCheck,
+    /// The Secret's resourceVersion, when there is a Secret.
+    pub version: Option<String>,
+}
+
+impl LoadedCredentials {
+    fn unusable(check: CredentialsCheck, version: Option<String>) -> Self {
+        Self {
+            credentials: Credentials {
+                username: String::new(),
+                password: SecretString::default(),
+            },
+            check,
+            version,
+        }
+    }
+}
+
+/// Reads the BMC Secret, labels it and makes the host its owner so that a change to it
+/// wakes the host up.
+pub async fn load_credentials<S: Store>(
+    host: &BareMetalHost,
+    store: &S,
+) -> Result<LoadedCredentials, StoreError> {
+    let Some(bmc) = host.spec.bmc.as_ref() else {
+        let check = CredentialsCheck::Invalid("spec.bmc is missing".into());
+        return Ok(LoadedCredentials::unusable(check, None));
+    };
+    if bmc.credentials_name.is_empty() {
+        let check = CredentialsCheck::Invalid("spec.bmc.credentialsName is empty: name the Secret holding the BMC username and password".into());
+        return Ok(LoadedCredentials::unusable(check, None));
+    }
+    let ns = host.namespace().unwrap_or_default();
+    let Some(secret) = store.secret(&ns, &bmc.credentials_name).await? else {
+        tracing::info!(secret = %bmc.credentials_name, "BMC credentials Secret not found yet");
+        let check = CredentialsCheck::Missing(format!(
+            "BMC credentials Secret {ns}/{} not found: create it with keys username and password",
+            bmc.credentials_name
+        ));
+        return Ok(LoadedCredentials::unusable(check, None));
+    };
+    if !secret_is_owned(host, &secret) {
+        store.own_secret(host, &secret).await?;
+    }
+    let data = secret.data.clone().unwrap_or_default();
+    let field = |key: &str| {
+        data.get(key).map(|v| {
+            String::from_utf8_lossy(&v.0)
+                .trim_end_matches(['\r', '\n'])
+                .to_owned()
+        })
+    };
+    let username = field("username").unwrap_or_default();
+    let password = field("password").unwrap_or_default();
+    let version = secret.metadata.resource_version.clone();
+    let fake = bmc.address.starts_with("fake://");
+    if !fake && (username.is_empty() || password.is_empty()) {
+        let missing = if username.is_empty() {
+            "username"
+        } else {
+            "password"
+        };
+        let check = CredentialsCheck::Invalid(format!(
+            "BMC credentials Secret {ns}/{} has no {missing} key (or it is empty)",
+            bmc.credentials_name
+        ));
+        return Ok(LoadedCredentials::unusable(check, version));
+    }
+    Ok(LoadedCredentials {
+        credentials: Credentials {
+            username,
+            password: SecretString::new(password),
+        },
+        check: CredentialsCheck::Valid,
+        version,
+    })
+}
+
+/// The first of `keys` in the Secret `reference` names (in the host's namespace);
+/// `None` when no Secret is named, it is missing, or it has none of the keys.
+pub async fn read_data<S: Store>(
+    host: &BareMetalHost,
+    store: &S,
+    reference: Option<&SecretReference>,
+    keys: &[&str],
+) -> Result<Option<Vec<u8>>, StoreError> {
+    let Some(name) = reference.and_then(|r| r.name.as_deref()) else {
+        return Ok(None);
+    };
+    let secret = store
+        .secret(&host.namespace().unwrap_or_default(), name)
+        .await?;
+    Ok(secret
+        .and_then(|s| s.data)
+        .and_then(|data| keys.iter().find_map(|k| data.get(*k).map(|v| v.0.clone()))))
+}

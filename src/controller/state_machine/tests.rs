@@ -1,0 +1,472 @@
+use super::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::json;
+
+fn host(spec: serde_json::Value, state: &str, extra_status: serde_json::Value) -> BareMetalHost {
+    let mut status = json!({
+        "operationalStatus": "OK", "errorMessage": "", "poweredOn": false,
+        "errorCount": 0, "provisioningFailCount": 0,
+        "provisioning": {"state": state, "ID": "node-1"}
+    });
+    if let (Some(s), Some(extra)) = (status.as_object_mut(), extra_status.as_object()) {
+        for (k, v) in extra {
+            s.insert(k.clone(), v.clone());
+        }
+    }
+    let mut base =
+        json!({"online": true, "bmc": {"address": "fake://h", "credentialsName": "h-bmc"}});
+    if let (Some(b), Some(extra)) = (base.as_object_mut(), spec.as_object()) {
+        for (k, v) in extra {
+            b.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+        "metadata": {"name": "h", "namespace": "ns"},
+        "spec": base, "status": status
+    }))
+    .expect("valid host")
+}
+
+fn with_annotation(mut h: BareMetalHost, key: &str, value: &str) -> BareMetalHost {
+    h.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(key.into(), value.into());
+    h
+}
+
+fn deleting(mut h: BareMetalHost) -> BareMetalHost {
+    h.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+    h
+}
+
+fn facts() -> Facts {
+    Facts {
+        credentials: CredentialsCheck::Valid,
+        power: Some(false),
+        has_capacity: true,
+        reboot: None,
+    }
+}
+
+fn image() -> serde_json::Value {
+    json!({"url": "http://example.test/os.qcow2", "checksum": "abc", "checksumType": "sha256"})
+}
+
+fn next_state(step: &Step) -> Option<State> {
+    match step {
+        Step::Transition(u) => u.state,
+        _ => None,
+    }
+}
+
+#[test]
+fn new_host_registers_or_is_unmanaged_without_bmc() {
+    let h = host(json!({}), "", json!({}));
+    assert_eq!(next_state(&plan(&h, &facts())), Some(State::Registering));
+    let mut h = host(json!({}), "", json!({}));
+    h.spec.bmc = None;
+    match plan(&h, &facts()) {
+        Step::Transition(u) => {
+            assert_eq!(u.state, Some(State::Unmanaged));
+            assert_eq!(u.operational_status, Some(OperationalStatus::Discovered));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn missing_secret_is_retried_with_backoff_and_invalid_secret_waits_for_a_change() {
+    let h = host(json!({}), "registering", json!({}));
+    let mut f = facts();
+    f.credentials = CredentialsCheck::Missing("Secret ns/h-bmc not found".into());
+    match plan(&h, &f) {
+        Step::Transition(u) => {
+            assert!(
+                matches!(u.error, ErrorChange::Set(ErrorType::Registration, ref m) if m.contains("not found"))
+            );
+            assert_eq!(u.requeue, Requeue::Backoff);
+        }
+        other => panic!("{other:?}"),
+    }
+    f.credentials = CredentialsCheck::Invalid("no password".into());
+    match plan(&h, &f) {
+        Step::Transition(u) => assert_eq!(u.requeue, Requeue::OnChange),
+        other => panic!("{other:?}"),
+    }
+    f.credentials = CredentialsCheck::Valid;
+    assert_eq!(plan(&h, &f), Step::Call(Operation::Register));
+}
+
+#[test]
+fn registration_leads_to_inspection_preparation_or_external_provisioning() {
+    let h = host(json!({}), "registering", json!({}));
+    assert_eq!(
+        after(&h, Operation::Register, &CallResult::Done).state,
+        Some(State::Inspecting)
+    );
+    let h = host(
+        json!({"inspectionMode": "disabled"}),
+        "registering",
+        json!({}),
+    );
+    assert_eq!(
+        after(&h, Operation::Register, &CallResult::Done).state,
+        Some(State::Preparing)
+    );
+    let h = host(
+        json!({"externallyProvisioned": true}),
+        "registering",
+        json!({}),
+    );
+    assert_eq!(
+        after(&h, Operation::Register, &CallResult::Done).state,
+        Some(State::ExternallyProvisioned)
+    );
+}
+
+#[test]
+fn the_happy_path_walks_inspecting_preparing_available_provisioning_provisioned() {
+    let h = host(json!({"image": image()}), "inspecting", json!({}));
+    assert_eq!(
+        plan(&h, &facts()),
+        Step::Call(Operation::Inspect { refresh: false })
+    );
+    assert_eq!(
+        after(&h, Operation::Inspect { refresh: false }, &CallResult::Done).state,
+        Some(State::Preparing)
+    );
+    let h = host(json!({"image": image()}), "preparing", json!({}));
+    assert_eq!(
+        after(&h, Operation::Prepare, &CallResult::Done).state,
+        Some(State::Available)
+    );
+    let h = host(json!({"image": image()}), "available", json!({}));
+    assert_eq!(next_state(&plan(&h, &facts())), Some(State::Provisioning));
+    let h = host(json!({"image": image()}), "provisioning", json!({}));
+    assert_eq!(plan(&h, &facts()), Step::Call(Operation::Provision));
+    let done = after(&h, Operation::Provision, &CallResult::Done);
+    assert_eq!(done.state, Some(State::Provisioned));
+    assert_eq!(done.record_provisioned, Some(true));
+    let mut status = h.status.clone().unwrap_or_default();
+    apply(
+        &h,
+        &mut status,
+        &done,
+        &Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    );
+    assert_eq!(
+        status.provisioning.image.map(|i| i.url),
+        Some("http://example.test/os.qcow2".into())
+    );
+    assert!(
+        status
+            .operation_history
+            .and_then(|o| o.provision)
+            .and_then(|p| p.end)
+            .is_some()
+    );
+}
+
+#[test]
+fn available_host_without_a_slot_is_delayed() {
+    let h = host(json!({"image": image()}), "available", json!({}));
+    let mut f = facts();
+    f.has_capacity = false;
+    match plan(&h, &f) {
+        Step::Transition(u) => {
+            assert_eq!(u.state, None);
+            assert_eq!(u.operational_status, Some(OperationalStatus::Delayed));
+        }
+        other => panic!("{other:?}"),
+    }
+    let delayed = host(
+        json!({"image": image()}),
+        "available",
+        json!({"operationalStatus": "delayed"}),
+    );
+    assert!(matches!(
+        plan(&delayed, &facts()),
+        Step::Transition(Update {
+            error: ErrorChange::Clear,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn failed_provisioning_deprovisions_and_counts_the_failure() {
+    let h = host(json!({"image": image()}), "provisioning", json!({}));
+    let u = after(
+        &h,
+        Operation::Provision,
+        &CallResult::Failed("image checksum mismatch".into()),
+    );
+    assert_eq!(u.state, Some(State::Deprovisioning));
+    assert!(u.provisioning_failed);
+    assert_eq!(u.requeue, Requeue::Backoff);
+    let mut status = h.status.clone().unwrap_or_default();
+    apply(
+        &h,
+        &mut status,
+        &u,
+        &Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    );
+    assert_eq!(status.error_type, Some(ErrorType::Provisioning));
+    assert_eq!(status.error_count, 1);
+    assert_eq!(status.provisioning_fail_count, 1);
+    assert_eq!(status.operational_status, OperationalStatus::Error);
+    assert_eq!(status.error_message, "image checksum mismatch");
+}
+
+#[test]
+fn removing_the_image_deprovisions_a_provisioned_host() {
+    let h = host(
+        json!({}),
+        "provisioned",
+        json!({"provisioning": {"state": "provisioned", "ID": "n", "image": image()}}),
+    );
+    assert_eq!(next_state(&plan(&h, &facts())), Some(State::Deprovisioning));
+    let h = host(
+        json!({"image": image()}),
+        "provisioned",
+        json!({"provisioning": {"state": "provisioned", "ID": "n", "image": image()}}),
+    );
+    assert_eq!(next_state(&plan(&h, &facts())), None);
+}
+
+#[test]
+fn power_follows_online_in_stable_states() {
+    let h = host(json!({"online": true}), "available", json!({}));
+    assert_eq!(plan(&h, &facts()), Step::Call(Operation::PowerOn));
+    let h = host(
+        json!({"online": false}),
+        "available",
+        json!({"poweredOn": true}),
+    );
+    let mut f = facts();
+    f.power = Some(true);
+    assert_eq!(
+        plan(&h, &f),
+        Step::Call(Operation::PowerOff { hard: false })
+    );
+    // What the BMC says is recorded first.
+    let h = host(
+        json!({"online": false}),
+        "available",
+        json!({"poweredOn": false}),
+    );
+    assert!(matches!(
+        plan(&h, &f),
+        Step::Transition(Update {
+            powered_on: Some(true),
+            ..
+        })
+    ));
+    // Power as wanted: nothing to do.
+    let h = host(
+        json!({"online": true}),
+        "provisioned",
+        json!({"poweredOn": true, "provisioning": {"state": "provisioned", "ID": "n", "image": image()}}),
+    );
+    let h = BareMetalHost {
+        spec: crate::api::BareMetalHostSpec {
+            image: serde_json::from_value(image()).ok(),
+            ..h.spec.clone()
+        },
+        ..h
+    };
+    assert_eq!(plan(&h, &f), Step::Wait(STEADY_POLL));
+}
+
+#[test]
+fn reboot_annotation_powers_off_hard_then_clears_itself() {
+    let spec = json!({"image": image()});
+    let st = json!({"poweredOn": true, "provisioning": {"state": "provisioned", "ID": "n", "image": image()}});
+    let h = host(spec.clone(), "provisioned", st);
+    let mut f = facts();
+    f.power = Some(true);
+    f.reboot = Some(RebootRequest {
+        hard: true,
+        one_shot: true,
+    });
+    assert_eq!(plan(&h, &f), Step::Call(Operation::PowerOff { hard: true }));
+    let off = host(
+        spec,
+        "provisioned",
+        json!({"poweredOn": false, "provisioning": {"state": "provisioned", "ID": "n", "image": image()}}),
+    );
+    f.power = Some(false);
+    assert!(matches!(
+        plan(&off, &f),
+        Step::Transition(Update {
+            clear_reboot: true,
+            ..
+        })
+    ));
+    // A held (suffixed) annotation keeps the host off.
+    f.reboot = Some(RebootRequest {
+        hard: false,
+        one_shot: false,
+    });
+    assert_eq!(plan(&off, &f), Step::Wait(STEADY_POLL));
+}
+
+#[test]
+fn deletion_paths_follow_the_state() {
+    let cases = [
+        ("registering", State::Deleting),
+        ("", State::Deleting),
+        ("provisioned", State::Deprovisioning),
+        ("provisioning", State::Deprovisioning),
+        ("available", State::PoweringOffBeforeDelete),
+        ("inspecting", State::PoweringOffBeforeDelete),
+        ("externally provisioned", State::PoweringOffBeforeDelete),
+    ];
+    for (state, to) in cases {
+        let h = deleting(host(json!({}), state, json!({})));
+        assert_eq!(next_state(&plan(&h, &facts())), Some(to), "from {state:?}");
+    }
+    let h = deleting(host(json!({}), "powering off before delete", json!({})));
+    assert_eq!(
+        plan(&h, &facts()),
+        Step::Call(Operation::PowerOff { hard: true })
+    );
+    assert_eq!(
+        after(&h, Operation::PowerOff { hard: true }, &CallResult::Done).state,
+        Some(State::Deleting)
+    );
+    let h = deleting(host(json!({}), "deprovisioning", json!({})));
+    assert_eq!(
+        after(&h, Operation::Deprovision, &CallResult::Done).state,
+        Some(State::PoweringOffBeforeDelete)
+    );
+    let h = deleting(host(json!({}), "deprovisioning", json!({"errorCount": 4})));
+    assert_eq!(
+        next_state(&plan(&h, &facts())),
+        Some(State::PoweringOffBeforeDelete),
+        "gives up after repeated failures"
+    );
+    let h = deleting(host(json!({}), "deleting", json!({})));
+    assert_eq!(plan(&h, &facts()), Step::Call(Operation::Delete));
+}
+
+#[test]
+fn detach_and_reattach() {
+    let st = json!({"provisioning": {"state": "provisioned", "ID": "n", "image": image()}});
+    let h = with_annotation(
+        host(json!({"image": image()}), "provisioned", st.clone()),
+        crate::api::host::DETACHED_ANNOTATION,
+        "",
+    );
+    assert_eq!(plan(&h, &facts()), Step::Call(Operation::Detach));
+    assert_eq!(
+        after(&h, Operation::Detach, &CallResult::Done).operational_status,
+        Some(OperationalStatus::Detached)
+    );
+    let mut detached_st = st.clone();
+    detached_st["operationalStatus"] = json!("detached");
+    let h = with_annotation(
+        host(
+            json!({"image": image()}),
+            "provisioned",
+            detached_st.clone(),
+        ),
+        crate::api::host::DETACHED_ANNOTATION,
+        "",
+    );
+    assert_eq!(plan(&h, &facts()), Step::Wait(SLOW_POLL));
+    // Deleting a detached host skips deprovisioning, unless told to wait.
+    assert_eq!(
+        next_state(&plan(&deleting(h.clone()), &facts())),
+        Some(State::Deleting)
+    );
+    let delayed = with_annotation(
+        h,
+        crate::api::host::DETACHED_ANNOTATION,
+        r#"{"deleteAction":"delay"}"#,
+    );
+    assert_eq!(plan(&deleting(delayed), &facts()), Step::Wait(SLOW_POLL));
+    let reattached = host(json!({"image": image()}), "provisioned", detached_st);
+    assert!(matches!(
+        plan(&reattached, &facts()),
+        Step::Transition(Update {
+            operational_status: Some(OperationalStatus::Ok),
+            ..
+        })
+    ));
+}
+
+#[test]
+fn failures_set_the_error_type_of_the_operation() {
+    let cases = [
+        (Operation::Register, "registering", ErrorType::Registration),
+        (
+            Operation::Inspect { refresh: false },
+            "inspecting",
+            ErrorType::Inspection,
+        ),
+        (Operation::Prepare, "preparing", ErrorType::Preparation),
+        (
+            Operation::Deprovision,
+            "deprovisioning",
+            ErrorType::Provisioning,
+        ),
+        (Operation::PowerOn, "available", ErrorType::PowerManagement),
+        (
+            Operation::Adopt,
+            "provisioned",
+            ErrorType::ProvisionedRegistration,
+        ),
+        (Operation::Detach, "provisioned", ErrorType::Detach),
+    ];
+    for (op, state, kind) in cases {
+        let h = host(json!({}), state, json!({}));
+        let u = after(&h, op, &CallResult::Failed("it broke".into()));
+        assert_eq!(u.error, ErrorChange::Set(kind, "it broke".into()), "{op:?}");
+        assert!(
+            u.event.as_ref().is_some_and(|e| e.2),
+            "failure events are warnings"
+        );
+    }
+    let h = host(json!({}), "inspecting", json!({}));
+    let u = after(
+        &h,
+        Operation::Inspect { refresh: false },
+        &CallResult::InProgress {
+            after: Duration::from_secs(10),
+            changed: true,
+        },
+    );
+    assert_eq!(
+        (u.state, u.requeue),
+        (None, Requeue::After(Duration::from_secs(10)))
+    );
+}
+
+#[test]
+fn success_clears_the_error() {
+    let h = host(
+        json!({}),
+        "preparing",
+        json!({"operationalStatus": "error", "errorType": "preparation error", "errorMessage": "x", "errorCount": 2}),
+    );
+    let u = after(&h, Operation::Prepare, &CallResult::Done);
+    let mut status = h.status.clone().unwrap_or_default();
+    apply(
+        &h,
+        &mut status,
+        &u,
+        &Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    );
+    assert_eq!(
+        (
+            status.error_type,
+            status.error_count,
+            status.operational_status
+        ),
+        (None, 0, OperationalStatus::Ok)
+    );
+    assert!(status.error_message.is_empty());
+}

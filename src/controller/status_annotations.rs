@@ -1,0 +1,98 @@
+//! Upstream's two annotations that bring status in from outside: the status saved
+//! before a move between clusters, and hardware details inspected by other means.
+//! Each is consumed (removed) once looked at.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+
+use super::store::{HostEvent, Store, StoreError};
+use crate::api::host::{HARDWARE_DETAILS_ANNOTATION, STATUS_ANNOTATION};
+use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails};
+
+fn event(reason: &str, message: String, warning: bool) -> HostEvent {
+    HostEvent {
+        reason: reason.into(),
+        message,
+        warning,
+    }
+}
+
+/// Takes in the status or hardware-details annotation, if the host has one; whether it
+/// did (the reconcile then starts again from the new state).
+pub async fn take_in<S: Store>(host: &BareMetalHost, store: &S) -> Result<bool, StoreError> {
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    if let Some(raw) = host.annotations().get(STATUS_ANNOTATION) {
+        let never_saved = host
+            .status
+            .as_ref()
+            .and_then(|s| s.last_updated.as_ref())
+            .is_none();
+        if never_saved {
+            match serde_json::from_str::<BareMetalHostStatus>(raw) {
+                Ok(mut restored) => {
+                    // The HardwareData object, when there is one, wins for the hardware.
+                    if let Some(hardware) = store.hardware_data(host).await? {
+                        restored.hardware = Some(hardware);
+                    }
+                    restored.last_updated = Some(now.clone());
+                    store.apply_status(host, &restored).await?;
+                    let message =
+                        format!("status restored from the {STATUS_ANNOTATION} annotation");
+                    store
+                        .publish(host, event("StatusRestored", message, false))
+                        .await;
+                }
+                Err(e) => {
+                    let message = format!(
+                        "annotation {STATUS_ANNOTATION} is not a BareMetalHost status ({e}); ignored and removed"
+                    );
+                    store
+                        .publish(host, event("InvalidAnnotation", message, true))
+                        .await;
+                }
+            }
+        }
+        store.remove_annotations(host, &[STATUS_ANNOTATION]).await?;
+        return Ok(true);
+    }
+    if let Some(raw) = host.annotations().get(HARDWARE_DETAILS_ANNOTATION) {
+        let status = host.status.clone().unwrap_or_default();
+        if status.hardware.is_none() || host.inspection_disabled() {
+            match serde_json::from_str::<HardwareDetails>(raw) {
+                Ok(details) => {
+                    store.apply_hardware_data(host, &details).await?;
+                    let mut status = status;
+                    status.hardware = Some(details);
+                    status.last_updated = Some(now);
+                    store.apply_status(host, &status).await?;
+                    let message = format!(
+                        "hardware details taken from the {HARDWARE_DETAILS_ANNOTATION} annotation"
+                    );
+                    store
+                        .publish(host, event("UpdateHardwareDetails", message, false))
+                        .await;
+                }
+                Err(e) => {
+                    let message = format!(
+                        "annotation {HARDWARE_DETAILS_ANNOTATION} is not hardware details ({e}); ignored and removed"
+                    );
+                    store
+                        .publish(host, event("InvalidAnnotation", message, true))
+                        .await;
+                }
+            }
+        } else {
+            let message = format!(
+                "annotation {HARDWARE_DETAILS_ANNOTATION} ignored: the host has inspection data and inspection is not disabled"
+            );
+            store
+                .publish(host, event("RemoveAnnotation", message, false))
+                .await;
+        }
+        store
+            .remove_annotations(host, &[HARDWARE_DETAILS_ANNOTATION])
+            .await?;
+        return Ok(true);
+    }
+    Ok(false)
+}

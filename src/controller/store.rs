@@ -1,0 +1,127 @@
+//! Every Kubernetes read and write of the host controller, behind one trait.
+//!
+//! [`KubeStore`] talks to the API server; [`MemoryStore`] keeps objects in memory so the
+//! reconciler can be tested without a cluster. Lists that other controllers share
+//! (finalizers, a Secret's ownerReferences) are never written blind: each write carries
+//! a precondition (JSON Patch `test` of the list as read, or of the resourceVersion when
+//! the list is absent), and a lost race comes back as [`StoreError::Conflict`].
+
+mod kube_store;
+mod memory;
+
+use std::future::Future;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::ResourceExt;
+
+use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails};
+
+pub use kube_store::{FIELD_MANAGER, KubeStore};
+pub use memory::{MemoryStore, RecordedEvent};
+
+/// A Kubernetes call that did not go through.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The object changed since it was read; read it again and retry.
+    #[error("the object changed since it was read (lost a write race); retrying")]
+    Conflict,
+    #[error("Kubernetes API call failed: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// An event for a host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostEvent {
+    pub reason: String,
+    pub message: String,
+    pub warning: bool,
+}
+
+/// The Kubernetes side of the host controller.
+pub trait Store: Send + Sync {
+    /// Adds bmo's finalizer to the host, if the finalizers are still as read.
+    fn add_finalizer(
+        &self,
+        host: &BareMetalHost,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Removes bmo's finalizer from the host, if the finalizers are still as read.
+    fn remove_finalizer(
+        &self,
+        host: &BareMetalHost,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Writes the whole status (server-side apply on the status subresource).
+    fn apply_status(
+        &self,
+        host: &BareMetalHost,
+        status: &BareMetalHostStatus,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Removes these annotation keys from the host.
+    fn remove_annotations(
+        &self,
+        host: &BareMetalHost,
+        keys: &[&str],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Writes the host's HardwareData object (owned by the host).
+    fn apply_hardware_data(
+        &self,
+        host: &BareMetalHost,
+        details: &HardwareDetails,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The hardware in the host's HardwareData object, when there is one.
+    fn hardware_data(
+        &self,
+        host: &BareMetalHost,
+    ) -> impl Future<Output = Result<Option<HardwareDetails>, StoreError>> + Send;
+
+    /// The Secret `name` in `namespace`, when it exists.
+    fn secret(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<Secret>, StoreError>> + Send;
+
+    /// Labels `secret` as bmo's and adds the host to its owners, if its owners are
+    /// still as read.
+    fn own_secret(
+        &self,
+        host: &BareMetalHost,
+        secret: &Secret,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Publishes an event about the host; a failure is logged, not returned.
+    fn publish(&self, host: &BareMetalHost, event: HostEvent) -> impl Future<Output = ()> + Send;
+}
+
+/// Label bmo puts on the BMC Secrets it uses; only labelled Secrets are watched.
+pub const SECRET_LABEL: (&str, &str) = ("environment.metal3.io", "baremetal");
+
+/// Whether `secret` already carries bmo's label and the host as an owner.
+pub fn secret_is_owned(host: &BareMetalHost, secret: &Secret) -> bool {
+    let labelled = secret
+        .labels()
+        .get(SECRET_LABEL.0)
+        .is_some_and(|v| v == SECRET_LABEL.1);
+    labelled && secret.owner_references().iter().any(|o| host_owns(host, o))
+}
+
+fn host_owns(host: &BareMetalHost, owner: &OwnerReference) -> bool {
+    Some(&owner.uid) == host.metadata.uid.as_ref()
+}
+
+/// The host as an owner: `controller` for objects it alone makes (HardwareData).
+pub fn owner_reference(host: &BareMetalHost, controller: bool) -> OwnerReference {
+    OwnerReference {
+        api_version: "metal3.io/v1alpha1".into(),
+        kind: "BareMetalHost".into(),
+        name: host.name_any(),
+        uid: host.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(controller),
+        block_owner_deletion: None,
+    }
+}

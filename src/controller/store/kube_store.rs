@@ -1,0 +1,317 @@
+//! [`Store`] on the Kubernetes API.
+
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use super::{HostEvent, SECRET_LABEL, Store, StoreError, owner_reference};
+use crate::api::host::FINALIZER;
+use crate::api::{
+    BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDataSpec, HardwareDetails,
+};
+
+/// Field manager for everything bmo writes.
+pub const FIELD_MANAGER: &str = "bmo";
+
+/// [`Store`] on a Kubernetes client.
+#[derive(Clone)]
+pub struct KubeStore {
+    client: kube::Client,
+    recorder: Recorder,
+}
+
+impl KubeStore {
+    /// `instance` names this bmo in the events it publishes (`POD_NAME`).
+    pub fn new(client: kube::Client, instance: Option<String>) -> Self {
+        let reporter = Reporter {
+            controller: "metal3-baremetal-controller".into(),
+            instance,
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+        }
+    }
+
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    fn api<K>(&self, host: &BareMetalHost) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &host.namespace().unwrap_or_default())
+    }
+}
+
+/// `~` and `/` escaped for a JSON Pointer segment.
+fn pointer_segment(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// A JSON Patch that sets the list at `path` (read as `current`) to `wanted`, with a
+/// `test` that the list is still as read — or, when it was absent, that the object's
+/// resourceVersion is still as read.
+fn guarded_list_patch(
+    path: &str,
+    current: &[Value],
+    absent: bool,
+    resource_version: Option<&str>,
+    wanted: Vec<Value>,
+) -> Vec<Value> {
+    if absent {
+        vec![
+            json!({"op": "test", "path": "/metadata/resourceVersion", "value": resource_version.unwrap_or_default()}),
+            json!({"op": "add", "path": path, "value": wanted}),
+        ]
+    } else {
+        vec![
+            json!({"op": "test", "path": path, "value": current}),
+            json!({"op": "replace", "path": path, "value": wanted}),
+        ]
+    }
+}
+
+/// A failed `test` comes back as 422 (Invalid), a stale resourceVersion as 409.
+fn conflict_or(e: kube::Error) -> StoreError {
+    match &e {
+        kube::Error::Api(status) if status.code == 409 || status.code == 422 => {
+            StoreError::Conflict
+        }
+        _ => StoreError::Kube(e),
+    }
+}
+
+async fn patch_finalizers(
+    api: &Api<BareMetalHost>,
+    host: &BareMetalHost,
+    wanted: Vec<String>,
+) -> Result<(), StoreError> {
+    let current: Vec<Value> = host.finalizers().iter().map(|f| json!(f)).collect();
+    let patch = guarded_list_patch(
+        "/metadata/finalizers",
+        &current,
+        host.metadata.finalizers.is_none(),
+        host.metadata.resource_version.as_deref(),
+        wanted.into_iter().map(Value::String).collect(),
+    );
+    let patch: json_patch::Patch = serde_json::from_value(Value::Array(patch))
+        .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
+    api.patch(
+        &host.name_any(),
+        &PatchParams::default(),
+        &Patch::Json::<()>(patch),
+    )
+    .await
+    .map_err(conflict_or)?;
+    Ok(())
+}
+
+impl Store for KubeStore {
+    async fn add_finalizer(&self, host: &BareMetalHost) -> Result<(), StoreError> {
+        let mut wanted = host.finalizers().to_vec();
+        wanted.push(FINALIZER.to_owned());
+        patch_finalizers(&self.api(host), host, wanted).await
+    }
+
+    async fn remove_finalizer(&self, host: &BareMetalHost) -> Result<(), StoreError> {
+        let wanted = host
+            .finalizers()
+            .iter()
+            .filter(|f| *f != FINALIZER)
+            .cloned()
+            .collect();
+        patch_finalizers(&self.api(host), host, wanted).await
+    }
+
+    async fn apply_status(
+        &self,
+        host: &BareMetalHost,
+        status: &BareMetalHostStatus,
+    ) -> Result<(), StoreError> {
+        let patch = json!({
+            "apiVersion": "metal3.io/v1alpha1",
+            "kind": "BareMetalHost",
+            "status": status,
+        });
+        self.api::<BareMetalHost>(host)
+            .patch_status(
+                &host.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn remove_annotations(
+        &self,
+        host: &BareMetalHost,
+        keys: &[&str],
+    ) -> Result<(), StoreError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        // A merge patch on a map touches only the named keys.
+        let nulls: serde_json::Map<String, Value> = keys
+            .iter()
+            .map(|k| ((*k).to_owned(), Value::Null))
+            .collect();
+        self.api::<BareMetalHost>(host)
+            .patch(
+                &host.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": nulls}})),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn apply_hardware_data(
+        &self,
+        host: &BareMetalHost,
+        details: &HardwareDetails,
+    ) -> Result<(), StoreError> {
+        let mut data = HardwareData::new(
+            &host.name_any(),
+            HardwareDataSpec {
+                hardware: Some(details.clone()),
+            },
+        );
+        data.metadata.owner_references = Some(vec![owner_reference(host, true)]);
+        self.api::<HardwareData>(host)
+            .patch(
+                &host.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&data),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn hardware_data(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<Option<HardwareDetails>, StoreError> {
+        let data = self
+            .api::<HardwareData>(host)
+            .get_opt(&host.name_any())
+            .await?;
+        Ok(data.and_then(|d| d.spec.hardware))
+    }
+
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, StoreError> {
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        Ok(secrets.get_opt(name).await?)
+    }
+
+    async fn own_secret(&self, host: &BareMetalHost, secret: &Secret) -> Result<(), StoreError> {
+        let mut patch = Vec::new();
+        let uid = host.metadata.uid.clone().unwrap_or_default();
+        if !secret.owner_references().iter().any(|o| o.uid == uid) {
+            let current: Vec<Value> = secret
+                .owner_references()
+                .iter()
+                .map(|o| serde_json::to_value(o).unwrap_or(Value::Null))
+                .collect();
+            let mut wanted = current.clone();
+            wanted.push(
+                serde_json::to_value(owner_reference(host, false))
+                    .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?,
+            );
+            patch.extend(guarded_list_patch(
+                "/metadata/ownerReferences",
+                &current,
+                secret.metadata.owner_references.is_none(),
+                secret.metadata.resource_version.as_deref(),
+                wanted,
+            ));
+        }
+        // A label is one key of a map: setting it loses nothing of anyone else's.
+        if secret.metadata.labels.is_none() {
+            patch.push(json!({"op": "add", "path": "/metadata/labels", "value": {SECRET_LABEL.0: SECRET_LABEL.1}}));
+        } else {
+            let path = format!("/metadata/labels/{}", pointer_segment(SECRET_LABEL.0));
+            patch.push(json!({"op": "add", "path": path, "value": SECRET_LABEL.1}));
+        }
+        if secret.metadata.labels.is_none() && secret.metadata.owner_references.is_some() {
+            // Adding the whole map needs the same guard as a list.
+            patch.insert(
+                0,
+                json!({"op": "test", "path": "/metadata/resourceVersion", "value": secret.metadata.resource_version.as_deref().unwrap_or_default()}),
+            );
+        }
+        let patch: json_patch::Patch = serde_json::from_value(Value::Array(patch))
+            .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
+        let secrets: Api<Secret> =
+            Api::namespaced(self.client.clone(), &secret.namespace().unwrap_or_default());
+        secrets
+            .patch(
+                &secret.name_any(),
+                &PatchParams::default(),
+                &Patch::Json::<()>(patch),
+            )
+            .await
+            .map_err(conflict_or)?;
+        Ok(())
+    }
+
+    async fn publish(&self, host: &BareMetalHost, event: HostEvent) {
+        let reference: ObjectReference = host.object_ref(&());
+        let event = Event {
+            type_: if event.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            note: Some(event.message.chars().take(1000).collect()),
+            action: event.reason.clone(),
+            reason: event.reason,
+            secondary: host.spec.consumer_ref.clone(),
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::debug!(error = %e, reason = %event.reason, "could not publish event");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_writes_test_the_list_or_the_version() {
+        let present = guarded_list_patch(
+            "/metadata/finalizers",
+            &[json!("a")],
+            false,
+            Some("7"),
+            vec![json!("a"), json!("b")],
+        );
+        assert_eq!(
+            present[0],
+            json!({"op": "test", "path": "/metadata/finalizers", "value": ["a"]})
+        );
+        assert_eq!(present[1]["op"], "replace");
+        let absent = guarded_list_patch(
+            "/metadata/finalizers",
+            &[],
+            true,
+            Some("7"),
+            vec![json!("b")],
+        );
+        assert_eq!(
+            absent[0],
+            json!({"op": "test", "path": "/metadata/resourceVersion", "value": "7"})
+        );
+        assert_eq!(
+            absent[1],
+            json!({"op": "add", "path": "/metadata/finalizers", "value": ["b"]})
+        );
+        assert_eq!(pointer_segment("a/b~c"), "a~1b~0c");
+    }
+}

@@ -1,0 +1,293 @@
+//! [`Store`] in memory, for reconciler tests without a cluster.
+//!
+//! It keeps hosts, Secrets and HardwareData by `namespace/name`, bumps a
+//! resourceVersion on every write, enforces the same preconditions as the API server
+//! (a finalizer or owner write against a stale read is a [`StoreError::Conflict`]), and
+//! records every status write and event so tests can count them.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+
+use super::{HostEvent, SECRET_LABEL, Store, StoreError, owner_reference};
+use crate::api::host::FINALIZER;
+use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails};
+
+/// An event as [`MemoryStore`] recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedEvent {
+    pub host: String,
+    pub event: HostEvent,
+}
+
+#[derive(Default)]
+struct Objects {
+    hosts: BTreeMap<String, BareMetalHost>,
+    secrets: BTreeMap<String, Secret>,
+    hardware: BTreeMap<String, HardwareDetails>,
+    events: Vec<RecordedEvent>,
+    status_writes: usize,
+    version: u64,
+}
+
+impl Objects {
+    fn bump(&mut self) -> String {
+        self.version += 1;
+        self.version.to_string()
+    }
+
+    fn host_mut(&mut self, host: &BareMetalHost) -> Result<&mut BareMetalHost, StoreError> {
+        self.hosts
+            .get_mut(&key(host.namespace(), &host.name_any()))
+            .ok_or(StoreError::Conflict)
+    }
+}
+
+fn key(namespace: Option<String>, name: &str) -> String {
+    format!("{}/{name}", namespace.unwrap_or_default())
+}
+
+/// [`Store`] holding objects in memory.
+#[derive(Default)]
+pub struct MemoryStore {
+    objects: Mutex<Objects>,
+}
+
+impl MemoryStore {
+    fn lock(&self) -> MutexGuard<'_, Objects> {
+        self.objects.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds (or replaces) a host, as `kubectl apply` would; it gets a uid and a
+    /// resourceVersion.
+    pub fn put_host(&self, mut host: BareMetalHost) {
+        let mut objects = self.lock();
+        host.metadata.resource_version = Some(objects.bump());
+        if host.metadata.uid.is_none() {
+            host.metadata.uid = Some(format!("uid-{}", host.name_any()));
+        }
+        if host.metadata.generation.is_none() {
+            host.metadata.generation = Some(1);
+        }
+        objects
+            .hosts
+            .insert(key(host.namespace(), &host.name_any()), host);
+    }
+
+    /// The host as stored now.
+    pub fn host(&self, namespace: &str, name: &str) -> Option<BareMetalHost> {
+        self.lock()
+            .hosts
+            .get(&key(Some(namespace.to_owned()), name))
+            .cloned()
+    }
+
+    /// Marks the host deleted (sets its deletionTimestamp); it goes once its last
+    /// finalizer is removed.
+    pub fn delete_host(&self, namespace: &str, name: &str) {
+        let mut objects = self.lock();
+        let version = objects.bump();
+        let k = key(Some(namespace.to_owned()), name);
+        let Some(host) = objects.hosts.get_mut(&k) else {
+            return;
+        };
+        if host.finalizers().is_empty() {
+            objects.hosts.remove(&k);
+            return;
+        }
+        host.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ));
+        host.metadata.resource_version = Some(version);
+    }
+
+    pub fn put_secret(&self, mut secret: Secret) {
+        let mut objects = self.lock();
+        secret.metadata.resource_version = Some(objects.bump());
+        objects
+            .secrets
+            .insert(key(secret.namespace(), &secret.name_any()), secret);
+    }
+
+    pub fn secret_now(&self, namespace: &str, name: &str) -> Option<Secret> {
+        self.lock()
+            .secrets
+            .get(&key(Some(namespace.to_owned()), name))
+            .cloned()
+    }
+
+    pub fn hardware_now(&self, namespace: &str, name: &str) -> Option<HardwareDetails> {
+        self.lock()
+            .hardware
+            .get(&key(Some(namespace.to_owned()), name))
+            .cloned()
+    }
+
+    /// Every event published so far.
+    pub fn events(&self) -> Vec<RecordedEvent> {
+        self.lock().events.clone()
+    }
+
+    /// How many status writes reached the store.
+    pub fn status_writes(&self) -> usize {
+        self.lock().status_writes
+    }
+
+    /// Another writer adds its own finalizer, as if between a reconciler's read and
+    /// its write: a write based on the earlier read then fails its precondition.
+    pub fn add_foreign_finalizer(&self, other_finalizer: &str, namespace: &str, name: &str) {
+        let mut objects = self.lock();
+        let version = objects.bump();
+        if let Some(host) = objects
+            .hosts
+            .get_mut(&key(Some(namespace.to_owned()), name))
+        {
+            host.metadata
+                .finalizers
+                .get_or_insert_with(Vec::new)
+                .push(other_finalizer.to_owned());
+            host.metadata.resource_version = Some(version);
+        }
+    }
+
+    fn write_finalizers(
+        &self,
+        host: &BareMetalHost,
+        wanted: Vec<String>,
+    ) -> Result<(), StoreError> {
+        let mut objects = self.lock();
+        let version = objects.bump();
+        let stored = objects.host_mut(host)?;
+        // The API server's precondition: the list as read (or, absent, the version).
+        let unchanged = match &host.metadata.finalizers {
+            Some(read) => stored.metadata.finalizers.as_ref() == Some(read),
+            None => stored.metadata.resource_version == host.metadata.resource_version,
+        };
+        if !unchanged {
+            return Err(StoreError::Conflict);
+        }
+        stored.metadata.finalizers = Some(wanted);
+        stored.metadata.resource_version = Some(version);
+        if stored.metadata.deletion_timestamp.is_some() && stored.finalizers().is_empty() {
+            objects
+                .hosts
+                .remove(&key(host.namespace(), &host.name_any()));
+        }
+        Ok(())
+    }
+}
+
+impl Store for MemoryStore {
+    async fn add_finalizer(&self, host: &BareMetalHost) -> Result<(), StoreError> {
+        let mut wanted = host.finalizers().to_vec();
+        wanted.push(FINALIZER.to_owned());
+        self.write_finalizers(host, wanted)
+    }
+
+    async fn remove_finalizer(&self, host: &BareMetalHost) -> Result<(), StoreError> {
+        let wanted = host
+            .finalizers()
+            .iter()
+            .filter(|f| *f != FINALIZER)
+            .cloned()
+            .collect();
+        self.write_finalizers(host, wanted)
+    }
+
+    async fn apply_status(
+        &self,
+        host: &BareMetalHost,
+        status: &BareMetalHostStatus,
+    ) -> Result<(), StoreError> {
+        let mut objects = self.lock();
+        objects.status_writes += 1;
+        let version = objects.bump();
+        let stored = objects.host_mut(host)?;
+        stored.status = Some(status.clone());
+        stored.metadata.resource_version = Some(version);
+        Ok(())
+    }
+
+    async fn remove_annotations(
+        &self,
+        host: &BareMetalHost,
+        keys: &[&str],
+    ) -> Result<(), StoreError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let mut objects = self.lock();
+        let version = objects.bump();
+        let stored = objects.host_mut(host)?;
+        if let Some(annotations) = stored.metadata.annotations.as_mut() {
+            for k in keys {
+                annotations.remove(*k);
+            }
+        }
+        stored.metadata.resource_version = Some(version);
+        Ok(())
+    }
+
+    async fn apply_hardware_data(
+        &self,
+        host: &BareMetalHost,
+        details: &HardwareDetails,
+    ) -> Result<(), StoreError> {
+        self.lock()
+            .hardware
+            .insert(key(host.namespace(), &host.name_any()), details.clone());
+        Ok(())
+    }
+
+    async fn hardware_data(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<Option<HardwareDetails>, StoreError> {
+        Ok(self
+            .lock()
+            .hardware
+            .get(&key(host.namespace(), &host.name_any()))
+            .cloned())
+    }
+
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, StoreError> {
+        Ok(self.secret_now(namespace, name))
+    }
+
+    async fn own_secret(&self, host: &BareMetalHost, secret: &Secret) -> Result<(), StoreError> {
+        let mut objects = self.lock();
+        let version = objects.bump();
+        let stored = objects
+            .secrets
+            .get_mut(&key(secret.namespace(), &secret.name_any()))
+            .ok_or(StoreError::Conflict)?;
+        if stored.metadata.owner_references != secret.metadata.owner_references {
+            return Err(StoreError::Conflict);
+        }
+        let owner = owner_reference(host, false);
+        let owners = stored
+            .metadata
+            .owner_references
+            .get_or_insert_with(Vec::new);
+        if !owners.iter().any(|o| o.uid == owner.uid) {
+            owners.push(owner);
+        }
+        stored
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(SECRET_LABEL.0.into(), SECRET_LABEL.1.into());
+        stored.metadata.resource_version = Some(version);
+        Ok(())
+    }
+
+    async fn publish(&self, host: &BareMetalHost, event: HostEvent) {
+        self.lock().events.push(RecordedEvent {
+            host: key(host.namespace(), &host.name_any()),
+            event,
+        });
+    }
+}

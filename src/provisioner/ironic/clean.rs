@@ -1,0 +1,125 @@
+//! Preparing (manual cleaning: RAID, BIOS, disk wipe) and the one way back from
+//! failed cleaning.
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use super::{IronicProvisioner, last_error, sentence, step_name};
+use crate::ironic::{
+    IronicError, Node, PatchOp, ProvisionRequest as Req, ProvisionState, ProvisionTarget,
+};
+use crate::provisioner::ProvisionerResult;
+use crate::provisioner::configdrive;
+use crate::provisioner::types::{Host, Outcome, PrepareRequest, PrepareStatus};
+
+impl IronicProvisioner {
+    pub(super) async fn prepare_node(
+        &self,
+        host: &Host,
+        request: &PrepareRequest,
+    ) -> ProvisionerResult<PrepareStatus> {
+        let node = self.require_node(host).await?;
+        let has_work = request.unprepared
+            && (request.raid.is_some()
+                || !request.bios_settings.is_empty()
+                || request.full_disk_wipe);
+        match node.state() {
+            ProvisionState::Available if has_work => {
+                self.transition(
+                    host,
+                    &node,
+                    Req::new(ProvisionTarget::Manage),
+                    PrepareStatus::default(),
+                    "return the host to manageable for preparing",
+                )
+                .await
+            }
+            ProvisionState::Available | ProvisionState::Manageable if !has_work => {
+                Ok(Outcome::done(PrepareStatus::default()))
+            }
+            ProvisionState::Manageable => {
+                let steps = match self.clean_steps(host, &node, request).await {
+                    Ok(steps) => steps,
+                    Err(e) if e.status() == Some(StatusCode::BAD_REQUEST) => {
+                        return Ok(Outcome::failed(
+                            PrepareStatus::default(),
+                            format!(
+                                "Ironic refused the RAID configuration: {}",
+                                sentence(&e.to_string())
+                            ),
+                        ));
+                    }
+                    Err(e) => return self.busy_or_err(host, e, PrepareStatus::default()),
+                };
+                let mut req = Req::new(ProvisionTarget::Clean);
+                req.clean_steps = Some(steps);
+                self.transition(
+                    host,
+                    &node,
+                    req,
+                    PrepareStatus {
+                        started: true,
+                        current_step: None,
+                    },
+                    "start manual cleaning",
+                )
+                .await
+            }
+            ProvisionState::Cleaning | ProvisionState::CleanWait => self.wait_long(PrepareStatus {
+                started: false,
+                current_step: step_name(&node.clean_step),
+            }),
+            ProvisionState::CleanFailed if host.restart_on_failure => {
+                self.recover_failed_cleaning(host, &node).await
+            }
+            ProvisionState::CleanFailed => Ok(Outcome::failed(
+                PrepareStatus::default(),
+                format!("Cleaning failed: {}", last_error(&node)),
+            )),
+            _ => Self::unexpected(&node, PrepareStatus::default(), "prepare the host"),
+        }
+    }
+
+    /// The one way back from failed cleaning, once the user asked to retry: out of
+    /// maintenance, then `manage`, so the operation starts again from `manageable`.
+    pub(super) async fn recover_failed_cleaning<T: Default>(
+        &self,
+        host: &Host,
+        node: &Node,
+    ) -> ProvisionerResult<T> {
+        if node.maintenance
+            && let Err(e) = self.client.clear_maintenance(&node.uuid).await
+        {
+            return self.busy_or_err(host, e, T::default());
+        }
+        self.transition(
+            host,
+            node,
+            Req::new(ProvisionTarget::Manage),
+            T::default(),
+            "recover from failed cleaning",
+        )
+        .await
+    }
+
+    /// Sets the RAID target (and the agent RAID interface for software RAID) and
+    /// returns the clean steps to run.
+    pub(super) async fn clean_steps(
+        &self,
+        host: &Host,
+        node: &Node,
+        request: &PrepareRequest,
+    ) -> Result<Vec<Value>, IronicError> {
+        let plan = configdrive::clean_plan(request);
+        if plan.software_raid && node.raid_interface.as_deref() != Some("agent") {
+            self.patch(host, node, &[PatchOp::set("/raid_interface", "agent")])
+                .await?;
+        }
+        if let Some(target) = &plan.target_raid_config {
+            self.client
+                .set_target_raid_config(&node.uuid, target)
+                .await?;
+        }
+        Ok(plan.steps)
+    }
+}

@@ -1,0 +1,118 @@
+//! Inspection: started in `manageable`, read back as hardware details when done.
+
+use serde_json::Value;
+
+use super::{IronicProvisioner, last_error};
+use crate::bmc::BmcType;
+use crate::ironic::{PatchOp, ProvisionRequest as Req, ProvisionState, ProvisionTarget};
+use crate::provisioner::types::{Host, InspectStatus, InspectionMode, Outcome};
+use crate::provisioner::{HardwareDetails, ProvisionerResult};
+
+impl IronicProvisioner {
+    pub(super) async fn inspect_node(
+        &self,
+        host: &Host,
+        refresh: bool,
+    ) -> ProvisionerResult<InspectStatus> {
+        let node = self.require_node(host).await?;
+        let start = || async {
+            // A fake-hardware node someone switched to agent inspection (to feed it a
+            // real inventory through continue_inspection) keeps that interface.
+            let keep_agent = host.bmc.kind == BmcType::Fake
+                && host.inspection_mode == InspectionMode::Agent
+                && node.inspect_interface.as_deref() == Some("agent");
+            let interface = match Self::inspect_interface(host) {
+                Ok(_) if keep_agent => "agent",
+                Ok(i) => i,
+                Err(message) => return Ok(Outcome::failed(InspectStatus::InProgress, message)),
+            };
+            if node.inspect_interface.as_deref() != Some(interface)
+                && let Err(e) = self
+                    .patch(
+                        host,
+                        &node,
+                        &[PatchOp::set("/inspect_interface", interface)],
+                    )
+                    .await
+            {
+                return self.busy_or_err(host, e, InspectStatus::InProgress);
+            }
+            self.transition(
+                host,
+                &node,
+                Req::new(ProvisionTarget::Inspect),
+                InspectStatus::Started,
+                "start inspection",
+            )
+            .await
+        };
+        match node.state() {
+            ProvisionState::Available => {
+                self.transition(
+                    host,
+                    &node,
+                    Req::new(ProvisionTarget::Manage),
+                    InspectStatus::InProgress,
+                    "return the host to manageable for inspection",
+                )
+                .await
+            }
+            ProvisionState::Inspecting | ProvisionState::InspectWait => {
+                self.wait_long(InspectStatus::InProgress)
+            }
+            ProvisionState::InspectFailed => {
+                let aborted = node
+                    .last_error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("abort"));
+                if host.restart_on_failure || aborted {
+                    start().await
+                } else {
+                    Ok(Outcome::failed(
+                        InspectStatus::InProgress,
+                        format!("Inspection failed: {}", last_error(&node)),
+                    ))
+                }
+            }
+            ProvisionState::Manageable if refresh || node.inspection_finished_at.is_none() => {
+                start().await
+            }
+            ProvisionState::Manageable => {
+                let doc = self
+                    .client
+                    .get_inventory(&node.uuid)
+                    .await
+                    .map_err(|e| Self::ironic_err(host, e))?;
+                let details = match doc {
+                    Some(doc) => HardwareDetails::from_ironic_inventory(&doc),
+                    // Out-of-band and fake inspection leave no inventory, only properties.
+                    None => HardwareDetails {
+                        cpu: crate::provisioner::Cpu {
+                            arch: node
+                                .properties
+                                .get("cpu_arch")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_owned(),
+                            count: node
+                                .properties
+                                .get("cpus")
+                                .and_then(Value::as_u64)
+                                .unwrap_or_default() as u32,
+                            ..Default::default()
+                        },
+                        ram_mebibytes: node
+                            .properties
+                            .get("memory_mb")
+                            .and_then(Value::as_u64)
+                            .unwrap_or_default(),
+                        ..Default::default()
+                    },
+                };
+                tracing::info!(host = %host.id, "inspection complete: {}", details.summary());
+                Ok(Outcome::done(InspectStatus::Complete(Box::new(details))))
+            }
+            _ => Self::unexpected(&node, InspectStatus::InProgress, "inspect the host"),
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! The Ironic implementation of [`Provisioner`]: each call reads the node, does at most
+//! the next step for its provision state, and says when to look again.
+//!
+//! One file per operation: `register` (node, boot port, BMC access), `inspect`,
+//! `clean` (prepare, and recovery from failed cleaning), `deploy` (provision,
+//! deprovision, adopt), `power`, `delete`; `node` holds what they share.
+
+mod clean;
+mod delete;
+mod deploy;
+mod inspect;
+mod node;
+mod power;
+mod register;
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use super::types::{
+    BootMode, Host, InspectStatus, Outcome, PowerMode, PowerState, PrepareRequest, PrepareStatus,
+    Progress, ProvisionRequest, Registration,
+};
+use super::{Provisioner, ProvisionerError, ProvisionerResult};
+use crate::ironic::{IronicClient, IronicError, Node};
+
+/// Timing of the Ironic provisioner.
+#[derive(Debug, Clone)]
+pub struct ProvisionerSettings {
+    /// Look again after quick transitions (manage, provide, power, a locked node).
+    pub short_delay: Duration,
+    /// Look again during long ones (inspection, cleaning, deploying).
+    pub long_delay: Duration,
+}
+
+impl Default for ProvisionerSettings {
+    fn default() -> Self {
+        Self {
+            short_delay: Duration::from_secs(3),
+            long_delay: Duration::from_secs(10),
+        }
+    }
+}
+
+/// [`Provisioner`] backed by an Ironic API.
+#[derive(Debug, Clone)]
+pub struct IronicProvisioner {
+    client: IronicClient,
+    settings: ProvisionerSettings,
+}
+
+const MAINTENANCE_REASON: &str = "forcing deletion in bmo";
+/// Key in a node's `extra` holding why new BMC settings failed their check on a node
+/// past enrollment (Ironic re-verifies BMC access only in `enroll`), so the reason is
+/// reported on every call until the settings change again.
+const BMC_CHECK_ERROR: &str = "bmo_bmc_check_error";
+
+/// Ironic's `last_error` as one sentence: first line, whitespace collapsed, bounded.
+fn sentence(text: &str) -> String {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("no reason given");
+    // Drop what only repeats itself or dumps raw structures.
+    let line = line.split(" Extended information:").next().unwrap_or(line);
+    let line = line.replace("Redfish exception occurred. Error: ", "");
+    let mut out: String = line.split_whitespace().collect::<Vec<_>>().join(" ");
+    if out.chars().count() > 400 {
+        out = out.chars().take(400).collect::<String>() + "…";
+    }
+    if !out.ends_with(['.', '!', '?', '…']) {
+        out.push('.');
+    }
+    out
+}
+
+fn last_error(node: &Node) -> String {
+    sentence(node.last_error.as_deref().unwrap_or_default())
+}
+
+fn step_name(step: &Option<Value>) -> Option<String> {
+    let step = step.as_ref()?;
+    let name = step.get("step")?.as_str()?;
+    match step.get("interface").and_then(Value::as_str) {
+        Some(iface) => Some(format!("{iface}.{name}")),
+        None => Some(name.to_owned()),
+    }
+}
+
+fn capabilities(mode: BootMode) -> &'static str {
+    match mode {
+        BootMode::Uefi => "boot_mode:uefi",
+        BootMode::UefiSecureBoot => "boot_mode:uefi,secure_boot:true",
+        BootMode::Legacy => "boot_mode:bios",
+    }
+}
+
+impl IronicProvisioner {
+    pub fn new(client: IronicClient, settings: ProvisionerSettings) -> Self {
+        Self { client, settings }
+    }
+
+    pub fn client(&self) -> &IronicClient {
+        &self.client
+    }
+
+    fn ironic_err(host: &Host, source: IronicError) -> ProvisionerError {
+        ProvisionerError::Ironic {
+            host: host.id.to_string(),
+            source,
+        }
+    }
+
+    /// A call that failed because the node stayed locked through all retries is a
+    /// "look again soon", not a failure.
+    fn busy_or_err<T>(&self, host: &Host, e: IronicError, value: T) -> ProvisionerResult<T> {
+        if e.status() == Some(StatusCode::CONFLICT) {
+            tracing::info!(host = %host.id, "Ironic node is busy: {e}");
+            return Ok(Outcome::wait(value, self.settings.short_delay));
+        }
+        Err(Self::ironic_err(host, e))
+    }
+
+    fn wait<T>(&self, value: T) -> ProvisionerResult<T> {
+        Ok(Outcome::wait(value, self.settings.short_delay))
+    }
+
+    fn wait_long<T>(&self, value: T) -> ProvisionerResult<T> {
+        Ok(Outcome::wait(value, self.settings.long_delay))
+    }
+
+    fn changed<T>(&self, value: T) -> ProvisionerResult<T> {
+        Ok(Outcome::changed(value, self.settings.short_delay))
+    }
+}
+
+impl Provisioner for IronicProvisioner {
+    async fn register(&self, host: &Host) -> ProvisionerResult<Registration> {
+        self.register_node(host).await
+    }
+
+    async fn inspect(&self, host: &Host, refresh: bool) -> ProvisionerResult<InspectStatus> {
+        self.inspect_node(host, refresh).await
+    }
+
+    async fn prepare(
+        &self,
+        host: &Host,
+        request: &PrepareRequest,
+    ) -> ProvisionerResult<PrepareStatus> {
+        self.prepare_node(host, request).await
+    }
+
+    async fn provision(
+        &self,
+        host: &Host,
+        request: &ProvisionRequest,
+    ) -> ProvisionerResult<Progress> {
+        self.provision_node(host, request).await
+    }
+
+    async fn deprovision(&self, host: &Host) -> ProvisionerResult<Progress> {
+        self.deprovision_node(host).await
+    }
+
+    async fn adopt(&self, host: &Host, request: &ProvisionRequest) -> ProvisionerResult<Progress> {
+        self.adopt_node(host, request).await
+    }
+
+    async fn power_on(&self, host: &Host) -> ProvisionerResult<PowerState> {
+        self.power_on_node(host).await
+    }
+
+    async fn power_off(&self, host: &Host, mode: PowerMode) -> ProvisionerResult<PowerState> {
+        self.power_off_node(host, mode).await
+    }
+
+    async fn detach(&self, host: &Host) -> ProvisionerResult<()> {
+        self.remove_node(host).await
+    }
+
+    async fn delete(&self, host: &Host) -> ProvisionerResult<()> {
+        self.remove_node(host).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn ironic_errors_become_one_sentence() {
+        assert_eq!(
+            sentence(
+                "Failed to get power state for node 1.\nTraceback (most recent call last):\n  ..."
+            ),
+            "Failed to get power state for node 1."
+        );
+        assert_eq!(
+            sentence("  HTTP   401 Unauthorized "),
+            "HTTP 401 Unauthorized."
+        );
+        assert_eq!(sentence(""), "no reason given.");
+        assert_eq!(
+            sentence(
+                "Failed to get power state for node n. Error: Redfish exception occurred. Error: HTTP GET http://b/redfish/v1/Systems/1 returned code 401. Base.1.0.GeneralError: Incorrect username or password Extended information: [{'@odata.type': 'x'}]"
+            ),
+            "Failed to get power state for node n. Error: HTTP GET http://b/redfish/v1/Systems/1 returned code 401. Base.1.0.GeneralError: Incorrect username or password."
+        );
+        assert!(sentence(&"x".repeat(1000)).chars().count() <= 401);
+    }
+
+    #[test]
+    fn step_names_join_interface_and_step() {
+        let step =
+            Some(json!({"interface": "raid", "step": "create_configuration", "priority": 0}));
+        assert_eq!(
+            step_name(&step).as_deref(),
+            Some("raid.create_configuration")
+        );
+        assert_eq!(step_name(&Some(json!({}))), None);
+    }
+}

@@ -1,0 +1,113 @@
+//! What every operation needs: finding the node, patching it, changing its provision
+//! state and reading its power.
+
+use reqwest::StatusCode;
+
+use super::{IronicProvisioner, sentence};
+use crate::ironic::{IronicError, Node, PatchOp, ProvisionRequest as Req};
+use crate::provisioner::types::{CleaningMode, Host, Outcome, PowerState};
+use crate::provisioner::{ProvisionerError, ProvisionerResult};
+
+impl IronicProvisioner {
+    /// The node by recorded UUID, then by `namespace~name`, then (for registration)
+    /// by the boot MAC's port.
+    pub(super) async fn find_node(
+        &self,
+        host: &Host,
+        by_mac: bool,
+    ) -> Result<Option<Node>, IronicError> {
+        if let Some(id) = host.provisioning_id.as_deref().filter(|id| !id.is_empty())
+            && let Some(node) = self.client.get_node(id).await?
+        {
+            return Ok(Some(node));
+        }
+        if let Some(node) = self.client.get_node(&host.id.node_name()).await? {
+            return Ok(Some(node));
+        }
+        if by_mac
+            && let Some(mac) = &host.boot_mac
+            && let Some(port) = self.client.find_port_by_mac(mac).await?
+        {
+            return self.client.get_node(&port.node_uuid).await;
+        }
+        Ok(None)
+    }
+
+    pub(super) async fn require_node(&self, host: &Host) -> Result<Node, ProvisionerError> {
+        match self.find_node(host, false).await {
+            Ok(Some(node)) => Ok(node),
+            Ok(None) => Err(ProvisionerError::NeedsRegistration {
+                host: host.id.to_string(),
+            }),
+            Err(e) => Err(Self::ironic_err(host, e)),
+        }
+    }
+    pub(super) async fn patch(
+        &self,
+        host: &Host,
+        node: &Node,
+        ops: &[PatchOp],
+    ) -> Result<Node, IronicError> {
+        tracing::debug!(host = %host.id, paths = ?ops.iter().map(|o| o.path.as_str()).collect::<Vec<_>>(), "updating Ironic node");
+        self.client.patch_node(&node.uuid, ops).await
+    }
+
+    pub(super) async fn set_state(&self, node: &Node, request: &Req) -> Result<(), IronicError> {
+        self.client
+            .change_provision_state(&node.uuid, request)
+            .await
+    }
+
+    /// Runs a provision-state change and turns its failure into an outcome.
+    pub(super) async fn transition<T>(
+        &self,
+        host: &Host,
+        node: &Node,
+        request: Req,
+        value: T,
+        what: &str,
+    ) -> ProvisionerResult<T> {
+        match self.set_state(node, &request).await {
+            Ok(()) => {
+                tracing::info!(host = %host.id, node = %node.uuid, "{what}");
+                self.changed(value)
+            }
+            Err(e) if e.status() == Some(StatusCode::BAD_REQUEST) => Ok(Outcome::failed(
+                value,
+                format!("Ironic refused to {what}: {}", sentence(&e.to_string())),
+            )),
+            Err(e) => self.busy_or_err(host, e, value),
+        }
+    }
+
+    pub(super) fn unexpected<T>(node: &Node, value: T, what: &str) -> ProvisionerResult<T> {
+        Ok(Outcome::failed(
+            value,
+            format!(
+                "cannot {what} while Ironic has the node in state '{}'",
+                node.provision_state()
+            ),
+        ))
+    }
+
+    pub(super) async fn sync_automated_clean(
+        &self,
+        host: &Host,
+        node: &Node,
+    ) -> Result<(), IronicError> {
+        let wanted = host.cleaning_mode == CleaningMode::Metadata;
+        if node.automated_clean != Some(wanted) {
+            self.patch(host, node, &[PatchOp::set("/automated_clean", wanted)])
+                .await?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn power_of(node: &Node) -> PowerState {
+        match node.power_state.as_deref() {
+            Some("power on") => PowerState::On,
+            Some("power off") => PowerState::Off,
+            _ => PowerState::Unknown,
+        }
+    }
+}

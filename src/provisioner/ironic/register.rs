@@ -1,0 +1,387 @@
+//! Registration: the node, its boot port and BMC access, kept up to date.
+
+use reqwest::StatusCode;
+use serde_json::{Map, Value, json};
+
+use super::{BMC_CHECK_ERROR, IronicProvisioner, capabilities, last_error, sentence};
+use crate::bmc::BmcType;
+use crate::ironic::{
+    Node, NodeCreate, PatchOp, ProvisionRequest as Req, ProvisionState, ProvisionTarget,
+};
+use crate::provisioner::configdrive;
+use crate::provisioner::types::{CleaningMode, Host, InspectionMode, Outcome, Registration};
+use crate::provisioner::{ProvisionerError, ProvisionerResult};
+
+impl IronicProvisioner {
+    pub(super) async fn register_node(&self, host: &Host) -> ProvisionerResult<Registration> {
+        let node = match self.find_node(host, true).await {
+            Ok(Some(node)) => node,
+            Ok(None) => return self.create_node(host).await,
+            Err(e) => return self.busy_or_err(host, e, Registration::default()),
+        };
+        let mut registration = Registration {
+            provisioning_id: Some(node.uuid.clone()),
+            ..Registration::default()
+        };
+        let node_name = host.id.node_name();
+        if let Some(other) = node
+            .name
+            .as_deref()
+            .filter(|n| *n != node_name && *n != host.id.name)
+        {
+            return Ok(Outcome::failed(
+                registration,
+                format!(
+                    "bootMACAddress {} belongs to Ironic node {other} ({}); it cannot also be host {}",
+                    host.boot_mac.as_deref().unwrap_or_default(),
+                    node.uuid,
+                    host.id
+                ),
+            ));
+        }
+        // Bring the record up to date: name, driver and BMC access.
+        let mut ops = Vec::new();
+        if node.name.as_deref() != Some(node_name.as_str()) {
+            ops.push(PatchOp::set("/name", node_name.clone()));
+        }
+        let wanted_info = Self::driver_info(host);
+        let driver = host.bmc.kind.driver();
+        let access_changed = host.credentials_changed
+            || node.driver != driver
+            || Self::driver_info_differs(&node, &wanted_info);
+        let transient = matches!(
+            node.state(),
+            ProvisionState::Verifying
+                | ProvisionState::Deploying
+                | ProvisionState::Cleaning
+                | ProvisionState::CleanWait
+                | ProvisionState::Inspecting
+                | ProvisionState::InspectWait
+                | ProvisionState::WaitCallBack
+                | ProvisionState::Deleting
+                | ProvisionState::Adopting
+        );
+        if access_changed && !transient {
+            if node.driver != driver {
+                ops.push(PatchOp::set("/driver", driver));
+                let i = host.bmc.kind.interfaces();
+                for (name, value) in [
+                    ("boot", i.boot),
+                    ("management", i.management),
+                    ("power", i.power),
+                    ("raid", i.raid),
+                    ("vendor", i.vendor),
+                    ("bios", i.bios),
+                    ("firmware", i.firmware),
+                ] {
+                    if let Some(value) = value {
+                        ops.push(PatchOp::set(format!("/{name}_interface"), value));
+                    }
+                }
+            }
+            ops.push(PatchOp::set("/driver_info", Value::Object(wanted_info)));
+        }
+        match Self::preprovisioning_network_data(host) {
+            Ok(wanted) if !transient && wanted.is_some() && node.network_data != wanted => {
+                ops.push(PatchOp::set("/network_data", wanted.unwrap_or_default()));
+            }
+            Ok(_) => {}
+            Err(message) => return Ok(Outcome::failed(registration, message)),
+        }
+        let updated = !ops.is_empty() && !transient;
+        let node = if updated {
+            match self.patch(host, &node, &ops).await {
+                Ok(node) => {
+                    tracing::info!(host = %host.id, node = %node.uuid, "updated BMC access in Ironic");
+                    node
+                }
+                Err(e) if e.status() == Some(StatusCode::BAD_REQUEST) => {
+                    return Ok(Outcome::failed(
+                        registration,
+                        format!(
+                            "Ironic refused the new BMC settings: {}",
+                            sentence(&e.to_string())
+                        ),
+                    ));
+                }
+                Err(e) => return self.busy_or_err(host, e, registration),
+            }
+        } else {
+            node
+        };
+        registration.power = Self::power_of(&node);
+        registration.deployed = node.state() == ProvisionState::Active && !node.maintenance;
+        // The boot MAC's port is made while the node is enrolled (a vanished node is
+        // re-created in `enroll`); bootMACAddress cannot change afterwards, so later
+        // reconciles skip the lookup (a third of bmo's Ironic requests otherwise).
+        if matches!(
+            node.state(),
+            ProvisionState::Enroll | ProvisionState::Verifying | ProvisionState::Manageable
+        ) && let Some(failed) = self.ensure_boot_port(host, &node).await?
+        {
+            return Ok(failed.map(|()| registration));
+        }
+        match node.state() {
+            ProvisionState::Enroll => {
+                if node.target_provision_state.is_some() {
+                    return self.wait(registration);
+                }
+                if node.last_error.is_some() && !(access_changed || host.restart_on_failure) {
+                    let reason = last_error(&node);
+                    let lower = reason.to_lowercase();
+                    let hint = if reason.contains("401")
+                        || reason.contains("403")
+                        || lower.contains("password")
+                    {
+                        "Check the username and password in the secret named by credentialsName."
+                    } else {
+                        "Check the BMC address and that Ironic can reach the BMC."
+                    };
+                    return Ok(Outcome::failed(
+                        registration,
+                        format!("Ironic cannot manage the host through its BMC: {reason} {hint}"),
+                    ));
+                }
+                self.transition(
+                    host,
+                    &node,
+                    Req::new(ProvisionTarget::Manage),
+                    registration,
+                    "check BMC access (manage)",
+                )
+                .await
+            }
+            ProvisionState::Verifying => self.wait(registration),
+            _ if !transient && (access_changed || host.restart_on_failure) => {
+                // Past enrollment Ironic does not check new BMC settings itself: ask
+                // the BMC for the boot device, and remember a failure on the node.
+                let check = self.client.get_boot_device(&node.uuid).await;
+                let (op, result) = match check {
+                    Ok(_) => (
+                        node.extra
+                            .contains_key(BMC_CHECK_ERROR)
+                            .then(|| PatchOp::remove(format!("/extra/{BMC_CHECK_ERROR}"))),
+                        None,
+                    ),
+                    Err(e) if e.status() == Some(StatusCode::CONFLICT) => {
+                        return self.busy_or_err(host, e, registration);
+                    }
+                    Err(e) => {
+                        let reason = format!(
+                            "Ironic cannot reach the BMC with the new settings: {} Check the BMC address and the username and password in the secret named by credentialsName.",
+                            sentence(&e.to_string())
+                        );
+                        (
+                            Some(PatchOp::set(
+                                format!("/extra/{BMC_CHECK_ERROR}"),
+                                reason.clone(),
+                            )),
+                            Some(reason),
+                        )
+                    }
+                };
+                if let Some(op) = op
+                    && let Err(e) = self.patch(host, &node, &[op]).await
+                {
+                    return self.busy_or_err(host, e, registration);
+                }
+                match result {
+                    Some(reason) => Ok(Outcome::failed(registration, reason)),
+                    None => {
+                        registration.credentials_valid = true;
+                        self.changed(registration)
+                    }
+                }
+            }
+            _ if node.extra.get(BMC_CHECK_ERROR).is_some() => {
+                let reason = node.extra[BMC_CHECK_ERROR]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                Ok(Outcome::failed(registration, reason))
+            }
+            _ => {
+                registration.credentials_valid = true;
+                if !transient && let Err(e) = self.sync_automated_clean(host, &node).await {
+                    return self.busy_or_err(host, e, registration);
+                }
+                Ok(Outcome {
+                    changed: updated,
+                    requeue_after: None,
+                    error: None,
+                    value: registration,
+                })
+            }
+        }
+    }
+
+    pub(super) fn inspect_interface(host: &Host) -> Result<&'static str, String> {
+        let kind = host.bmc.kind;
+        match host.inspection_mode {
+            InspectionMode::Disabled => Ok("no-inspect"),
+            InspectionMode::Agent if kind == BmcType::Fake => Ok("fake"),
+            InspectionMode::Agent => Ok("agent"),
+            InspectionMode::Fast => kind.fast_inspect_interface().ok_or_else(|| {
+                format!(
+                    "BMC type {kind} cannot inspect out of band; set inspectionMode to agent or disabled"
+                )
+            }),
+        }
+    }
+
+    /// `driver_info`: BMC access plus the deploy ramdisk.
+    pub(super) fn driver_info(host: &Host) -> Map<String, Value> {
+        let mut info = host
+            .bmc
+            .driver_info(&host.credentials, host.disable_certificate_verification);
+        let ramdisk = &host.deploy_ramdisk;
+        if host.bmc.kind.supports_iso_boot()
+            && let Some(iso) = &ramdisk.iso_url
+        {
+            info.insert("deploy_iso".into(), json!(iso));
+        } else {
+            if let Some(k) = &ramdisk.kernel_url {
+                info.insert("deploy_kernel".into(), json!(k));
+            }
+            if let Some(r) = &ramdisk.ramdisk_url {
+                info.insert("deploy_ramdisk".into(), json!(r));
+            }
+        }
+        if let Some(extra) = &ramdisk.extra_kernel_params {
+            info.insert(
+                "kernel_append_params".into(),
+                json!(format!("%default% {extra}")),
+            );
+        }
+        info
+    }
+
+    pub(super) fn preprovisioning_network_data(host: &Host) -> Result<Option<Value>, String> {
+        host.preprovisioning_network_data
+            .as_deref()
+            .map(|bytes| {
+                configdrive::parse_document("preprovisioningNetworkData", bytes)
+                    .map_err(|e| e.to_string())
+            })
+            .transpose()
+    }
+
+    /// Whether the node's `driver_info` differs from what the host wants (passwords
+    /// are masked by Ironic and compared only through `credentials_changed`).
+    pub(super) fn driver_info_differs(node: &Node, wanted: &Map<String, Value>) -> bool {
+        let visible = |m: &Map<String, Value>| -> Map<String, Value> {
+            m.iter()
+                .filter(|(k, _)| !k.ends_with("_password"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        visible(&node.driver_info) != visible(wanted)
+    }
+
+    pub(super) async fn create_node(&self, host: &Host) -> ProvisionerResult<Registration> {
+        let kind = host.bmc.kind;
+        if kind.needs_boot_mac() && host.boot_mac.is_none() {
+            return Ok(Outcome::failed(
+                Registration::default(),
+                format!(
+                    "BMC type {kind} needs bootMACAddress; set it to the MAC of the NIC the host boots from"
+                ),
+            ));
+        }
+        if host.inspection_mode == InspectionMode::Disabled && host.boot_mac.is_none() {
+            return Ok(Outcome::failed(
+                Registration::default(),
+                "bootMACAddress is required when inspection is disabled, because bmo cannot discover the boot NIC",
+            ));
+        }
+        let inspect = match Self::inspect_interface(host) {
+            Ok(i) => i,
+            Err(message) => return Ok(Outcome::failed(Registration::default(), message)),
+        };
+        let network_data = match Self::preprovisioning_network_data(host) {
+            Ok(n) => n,
+            Err(message) => return Ok(Outcome::failed(Registration::default(), message)),
+        };
+        let settings = host
+            .bmc
+            .driver_settings(host.disable_certificate_verification);
+        let i = settings.interfaces;
+        let mut properties = Map::new();
+        properties.insert("capabilities".into(), json!(capabilities(host.boot_mode)));
+        if let Some(arch) = &host.architecture {
+            properties.insert("cpu_arch".into(), json!(arch));
+        }
+        let create = NodeCreate {
+            name: host.id.node_name(),
+            driver: settings.driver.into(),
+            driver_info: Self::driver_info(host),
+            properties,
+            boot_interface: i.boot.map(Into::into),
+            deploy_interface: (kind == BmcType::Fake).then(|| "fake".into()),
+            inspect_interface: Some(inspect.into()),
+            management_interface: i.management.map(Into::into),
+            power_interface: i.power.map(Into::into),
+            raid_interface: i.raid.map(Into::into),
+            vendor_interface: i.vendor.map(Into::into),
+            bios_interface: i.bios.map(Into::into),
+            firmware_interface: i.firmware.map(Into::into),
+            automated_clean: Some(host.cleaning_mode == CleaningMode::Metadata),
+            disable_power_off: host.disable_power_off.then_some(true),
+            network_data,
+        };
+        let node = match self.client.create_node(&create).await {
+            Ok(node) => node,
+            Err(e) if e.status() == Some(StatusCode::BAD_REQUEST) => {
+                return Ok(Outcome::failed(
+                    Registration::default(),
+                    format!(
+                        "Ironic refused to register the host: {}",
+                        sentence(&e.to_string())
+                    ),
+                ));
+            }
+            Err(e) => return self.busy_or_err(host, e, Registration::default()),
+        };
+        tracing::info!(host = %host.id, node = %node.uuid, driver = settings.driver, "registered with Ironic");
+        let registration = Registration {
+            provisioning_id: Some(node.uuid.clone()),
+            power: Self::power_of(&node),
+            ..Registration::default()
+        };
+        if let Some(failed) = self.ensure_boot_port(host, &node).await? {
+            return Ok(failed.map(|()| registration));
+        }
+        self.changed(registration)
+    }
+
+    /// Creates the boot MAC's port if the node lacks it; `Some(failure)` if the MAC
+    /// belongs to another node.
+    pub(super) async fn ensure_boot_port(
+        &self,
+        host: &Host,
+        node: &Node,
+    ) -> Result<Option<Outcome<()>>, ProvisionerError> {
+        let Some(mac) = &host.boot_mac else {
+            return Ok(None);
+        };
+        let existing = self
+            .client
+            .find_port_by_mac(mac)
+            .await
+            .map_err(|e| Self::ironic_err(host, e))?;
+        match existing {
+            Some(port) if port.node_uuid == node.uuid => Ok(None),
+            Some(port) => Ok(Some(Outcome::failed(
+                (),
+                format!(
+                    "bootMACAddress {mac} already belongs to Ironic node {}; remove that node or fix the MAC",
+                    port.node_uuid
+                ),
+            ))),
+            None => match self.client.create_port(&node.uuid, mac).await {
+                Ok(_) => Ok(None),
+                Err(e) => self.busy_or_err(host, e, ()).map(Some),
+            },
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! Failing hosts back off as upstream does, and do not starve healthy neighbours:
+//! `bmo run` against the real kube-apiserver and Ironic with 20 hosts whose BMC Secret
+//! is missing and two healthy hosts in the same namespace.
+
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use bmo::api::{BareMetalHost, ProvisioningState};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, ResourceExt};
+use support::{Stack, bmo_run, create_fake_host, eventually, fake_host, new_namespace, unique_mac};
+
+const FAILING: usize = 20;
+
+/// `metal3_reconcile_total` per host, from bmo's `/metrics`.
+async fn reconciles(health: &str) -> BTreeMap<String, f64> {
+    let text = reqwest::get(format!("http://{health}/metrics"))
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("metrics body");
+    text.lines()
+        .filter(|l| l.starts_with("metal3_reconcile_total{"))
+        .filter_map(|l| {
+            let host = l.split("host=\"").nth(1)?.split('"').next()?.to_owned();
+            let value = l.rsplit(' ').next()?.parse().ok()?;
+            Some((host, value))
+        })
+        .collect()
+}
+
+fn max_for_broken(counts: &BTreeMap<String, f64>) -> Option<f64> {
+    counts
+        .iter()
+        .filter(|(host, _)| host.starts_with("broken-"))
+        .map(|(_, n)| *n)
+        .reduce(f64::max)
+}
+
+#[tokio::test]
+async fn hosts_missing_their_secret_back_off_while_healthy_hosts_provision() {
+    let stack = Stack::get();
+    let client = stack.kube_client().await;
+    bmo::api::install::install(&client, Duration::from_secs(60))
+        .await
+        .expect("install CRDs");
+    let ns = new_namespace(&client, "backoff").await;
+    let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &ns);
+    // The default cap (600 s) leaves the first two steps, 1–2 and 2–4 minutes, uncapped.
+    let (bmo, health) = bmo_run(&ns, &[("RUST_LOG", "info")]);
+
+    let start = Instant::now();
+    for i in 0..FAILING {
+        let host: BareMetalHost =
+            serde_json::from_value(fake_host(&format!("broken-{i}"), &unique_mac()))
+                .expect("valid host");
+        hosts
+            .create(&PostParams::default(), &host)
+            .await
+            .expect("create host");
+    }
+    for name in ["healthy-0", "healthy-1"] {
+        create_fake_host(&client, &ns, name).await;
+    }
+
+    // Every failing host records its first error at once.
+    eventually(
+        "a first error on every failing host",
+        Duration::from_secs(30),
+        || async {
+            let list = hosts
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let counts: Vec<i64> = list
+                .iter()
+                .filter(|h| h.name_any().starts_with("broken-"))
+                .map(|h| h.status.as_ref().map_or(0, |s| s.error_count))
+                .collect();
+            (counts.len() == FAILING && counts.iter().all(|c| *c >= 1))
+                .then_some(())
+                .ok_or_else(|| format!("{counts:?}"))
+        },
+    )
+    .await;
+    let first_errors = start.elapsed();
+
+    // Healthy hosts provision on time beside them.
+    for name in ["healthy-0", "healthy-1"] {
+        eventually(
+            &format!("{name} provisioned"),
+            Duration::from_secs(240),
+            || async {
+                let h = hosts.get(name).await.map_err(|e| e.to_string())?;
+                (h.provisioning_state() == ProvisioningState::Provisioned)
+                    .then_some(())
+                    .ok_or_else(|| {
+                        format!(
+                            "{} ({})",
+                            h.provisioning_state(),
+                            bmo.log().lines().last().unwrap_or_default()
+                        )
+                    })
+            },
+        )
+        .await;
+    }
+
+    // Until the first backoff step (at least 60 s after the first error) every failing
+    // host stays at one error. Its first reconciles add the finalizer, move it to
+    // registering and find the Secret missing: a handful, then nothing.
+    let step_one = first_errors + Duration::from_secs(55);
+    if start.elapsed() < step_one {
+        tokio::time::sleep(step_one - start.elapsed()).await;
+    }
+    let list = hosts
+        .list(&ListParams::default())
+        .await
+        .expect("list hosts");
+    let counts = reconciles(&health).await;
+    println!(
+        "backoff: after {:?}, at most {:?} reconciles per failing host",
+        start.elapsed(),
+        max_for_broken(&counts)
+    );
+    for h in list.iter().filter(|h| h.name_any().starts_with("broken-")) {
+        let status = h.status.clone().unwrap_or_default();
+        assert_eq!(
+            status.error_count,
+            1,
+            "{} before its first backoff step",
+            h.name_any()
+        );
+        let n = counts.get(&h.name_any()).copied().unwrap_or_default();
+        assert!(
+            n <= 6.0,
+            "{}: {n} reconciles in the first minute",
+            h.name_any()
+        );
+    }
+
+    // The second error comes 1–2 minutes after the first, the third not before 2
+    // more minutes: at 130 s every failing host has exactly two.
+    let observe = first_errors + Duration::from_secs(130);
+    if start.elapsed() < observe {
+        tokio::time::sleep(observe - start.elapsed()).await;
+    }
+    let list = hosts
+        .list(&ListParams::default())
+        .await
+        .expect("list hosts");
+    let counts = reconciles(&health).await;
+    println!(
+        "backoff: after {:?}, at most {:?} reconciles per failing host",
+        start.elapsed(),
+        max_for_broken(&counts)
+    );
+    for h in list.iter().filter(|h| h.name_any().starts_with("broken-")) {
+        let status = h.status.clone().unwrap_or_default();
+        assert_eq!(
+            status.error_count,
+            2,
+            "{} after one backoff step",
+            h.name_any()
+        );
+        let n = counts.get(&h.name_any()).copied().unwrap_or_default();
+        assert!(
+            n <= 7.0,
+            "{}: {n} reconciles after one backoff step",
+            h.name_any()
+        );
+    }
+}
