@@ -357,7 +357,21 @@ async fn deployment_under_podman_kube_play_serves_boot_files_and_keeps_its_lease
     ]));
     let mac = run(net.client.command("cat").arg("/sys/class/net/cli0/address"));
     let mac = mac.trim().to_owned();
-    let leases = || String::from_utf8_lossy(&get("/bmo/v1/leases").1).into_owned();
+    // The lease table is served to the machine bmo runs on only (BMO_HTTP_LEASES's
+    // default), so it is read from inside the pod's (host) network namespace.
+    let leases = || {
+        let (_, body) = curl(
+            net.server.command("curl"),
+            "http://127.0.0.1:6180/bmo/v1/leases",
+        )
+        .unwrap_or_else(|e| panic!("GET /bmo/v1/leases: {e}; logs: {}", logs()));
+        String::from_utf8_lossy(&body).into_owned()
+    };
+    assert_eq!(
+        get("/bmo/v1/leases").0,
+        403,
+        "the provisioning network does not get the lease table"
+    );
     wait_for("the lease in the table", Duration::from_secs(10), || {
         let l = leases();
         if l.contains(&mac) { Ok(()) } else { Err(l) }
