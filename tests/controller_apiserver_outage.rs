@@ -1,0 +1,87 @@
+//! The kube-apiserver goes away for 25 s (every connection closed, new ones refused)
+//! and comes back: bmo watches again within seconds, so a host created after the
+//! return gets its status at once rather than after a long watch backoff.
+
+// Tests and benchmarks may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use bmo::api::BareMetalHost;
+use kube::Api;
+use support::{
+    Forwarder, Stack, authority, bmo_run, create_fake_host, eventually, kubeconfig_pointing_at,
+    new_namespace,
+};
+
+const OUTAGE: Duration = Duration::from_secs(25);
+/// From the API server's return to the new host's first status.
+const BACK_WITHIN: Duration = Duration::from_secs(15);
+
+async fn has_status(hosts: &Api<BareMetalHost>, name: &str) -> Result<(), String> {
+    let h = hosts.get(name).await.map_err(|e| e.to_string())?;
+    match h.status {
+        Some(s) if !s.provisioning.state.as_str().is_empty() || !s.conditions.is_empty() => Ok(()),
+        other => Err(format!("{other:?}")),
+    }
+}
+
+#[tokio::test]
+async fn watches_come_back_within_seconds_of_the_api_servers_return() {
+    let stack = Stack::get();
+    let client = stack.kube_client().await;
+    bmo::api::install::install(&client, Duration::from_secs(60))
+        .await
+        .expect("install CRDs");
+    let ns = new_namespace(&client, "apiserver-outage").await;
+
+    // bmo reaches the API server through a forwarder the test can cut; the test
+    // itself talks to the API server directly.
+    let server = std::fs::read_to_string(&stack.kubeconfig).unwrap();
+    let server = server
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server:"))
+        .map(|s| s.trim().trim_matches('"').to_owned())
+        .expect("a server in the kubeconfig");
+    let forwarder = Forwarder::start(&authority(&server)).await;
+    let (kubeconfig, _) =
+        kubeconfig_pointing_at(&stack.kubeconfig, &format!("https://{}", forwarder.addr));
+    let kubeconfig_env = kubeconfig.display().to_string();
+    let (bmo, _health) = bmo_run(&ns, &[("KUBECONFIG", kubeconfig_env.as_str())]);
+
+    let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &ns);
+    create_fake_host(&client, &ns, "before").await;
+    eventually(
+        "a status for the first host",
+        Duration::from_secs(60),
+        || has_status(&hosts, "before"),
+    )
+    .await;
+
+    forwarder.cut();
+    // The outage itself: a fixed time, not a wait for something.
+    tokio::time::sleep(OUTAGE).await;
+    forwarder.restore().await;
+    let back = Instant::now();
+
+    create_fake_host(&client, &ns, "after").await;
+    eventually(
+        "a status for the host created after the return",
+        BACK_WITHIN,
+        || has_status(&hosts, "after"),
+    )
+    .await;
+    println!(
+        "host reconciled {:?} after the API server returned from a {OUTAGE:?} outage",
+        back.elapsed()
+    );
+    let log = bmo.log();
+    assert!(
+        log.contains("watch of BareMetalHosts or Secrets failed"),
+        "the outage is not in the log:\n{log}"
+    );
+    assert!(!log.contains("panicked"), "{log}");
+    let _ = std::fs::remove_file(kubeconfig);
+}
