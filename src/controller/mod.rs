@@ -320,10 +320,6 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
     {
         let outcome = ctx.provisioner.register(phost).await?;
         provisioner_reached = true;
-        let reached = Extras {
-            provisioner_reached,
-            ..Default::default()
-        };
         if !outcome.is_done() {
             ctx.metrics.count(metrics::Event::HostRegistrationRequired);
         }
@@ -341,7 +337,11 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
             AfterRegistration::Adopt => {
                 let adopted = act::adopt(host, ctx, phost).await?;
                 if let Some(update) = state_machine::after_adoption(host, &adopted) {
-                    return save(host, ctx, update, reached).await;
+                    let extras = Extras {
+                        provisioner_reached,
+                        ..Default::default()
+                    };
+                    return save(host, ctx, update, extras).await;
                 }
             }
             AfterRegistration::Proceed => {}
