@@ -18,7 +18,8 @@ use support::{
 
 const OUTAGE: Duration = Duration::from_secs(25);
 /// From the API server's return to the new host's first status.
-const BACK_WITHIN: Duration = Duration::from_secs(15);
+/// bmo tries again at least every 4 s; the rest is the host's first reconcile.
+const BACK_WITHIN: Duration = Duration::from_secs(10);
 
 async fn has_status(hosts: &Api<BareMetalHost>, name: &str) -> Result<(), String> {
     let h = hosts.get(name).await.map_err(|e| e.to_string())?;
@@ -78,10 +79,11 @@ async fn watches_come_back_within_seconds_of_the_api_servers_return() {
         back.elapsed()
     );
     let log = bmo.log();
-    assert!(
-        log.contains("watch of BareMetalHosts or Secrets failed"),
-        "the outage is not in the log:\n{log}"
-    );
+    let outage_line = log
+        .lines()
+        .find(|l| l.contains("watch of BareMetalHosts or Secrets failed"))
+        .unwrap_or_else(|| panic!("the outage is not in the log:\n{log}"));
+    println!("{outage_line}");
     assert!(!log.contains("panicked"), "{log}");
     let _ = std::fs::remove_file(kubeconfig);
 }

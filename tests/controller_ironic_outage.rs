@@ -65,13 +65,14 @@ async fn host_status_says_ironic_cannot_be_reached_and_clears_when_it_returns() 
             Err(format!("{:?}", h.status))
         }
     };
-    eventually("the host available", Duration::from_secs(180), || {
+    let h = eventually("the host available", Duration::from_secs(180), || {
         state_of(hosts.clone(), ProvisioningState::Available)
     })
     .await;
+    assert_eq!(reachable_condition(&h), None, "Ironic is there");
 
-    ironic.stop();
     let stopped = Instant::now();
+    ironic.stop();
     let down = eventually(
         "the host to say Ironic cannot be reached",
         Duration::from_secs(120),
@@ -89,6 +90,7 @@ async fn host_status_says_ironic_cannot_be_reached_and_clears_when_it_returns() 
     .await;
     println!("condition set {:?} after Ironic stopped", stopped.elapsed());
     let (h, condition) = down;
+    println!("condition: {condition:?}");
     assert_eq!(condition.status, "False");
     assert_eq!(condition.reason, "IronicUnreachable");
     assert!(

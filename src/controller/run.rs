@@ -141,7 +141,7 @@ pub async fn run<P: Provisioner + 'static>(
                 // A watch (or its first list) failed: the API server is away, or
                 // refuses; tried again within WATCH_RETRY_MAX.
                 Err(kube::runtime::controller::Error::QueueError(e)) => tracing::warn!(
-                    error = %e,
+                    error = %crate::telemetry::with_causes(&e),
                     "watch of BareMetalHosts or Secrets failed; trying again in at most {} s",
                     WATCH_RETRY_MAX.as_secs()
                 ),

@@ -64,21 +64,11 @@ impl IronicError {
         matches!(self, Self::Unreachable { .. })
     }
 
-    /// This error and its causes in one line (`a: b: c`), each cause once: what
-    /// reqwest says (`error sending request`) is only useful with the cause under it
+    /// This error and its causes in one line (`a: b: c`): what reqwest says
+    /// (`error sending request`) is only useful with the cause under it
     /// (`Connection refused`).
     pub fn with_causes(&self) -> String {
-        let mut line = self.to_string();
-        let mut cause = std::error::Error::source(self);
-        while let Some(e) = cause {
-            let text = e.to_string();
-            if !line.contains(&text) {
-                line.push_str(": ");
-                line.push_str(&text);
-            }
-            cause = e.source();
-        }
-        line
+        crate::telemetry::with_causes(self)
     }
 }
 
