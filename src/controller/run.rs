@@ -29,7 +29,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
 /// The longest such pause: the watches come back within this long of the API
 /// server's return. (kube-runtime's default grows to 30 s plus up to as much jitter,
-/// which kept bmo blind for 83 s after a 28 s outage.)
+/// so bmo could stay blind for up to a minute after the API server came back.)
 const WATCH_RETRY_MAX: Duration = Duration::from_secs(4);
 
 /// Pauses between attempts to watch again: doubling from [`WATCH_RETRY_MIN`] up to
@@ -156,16 +156,15 @@ pub async fn run<P: Provisioner + 'static>(
         shutdown.await;
         if listed.wait_until_ready().now_or_never().is_none() {
             tracing::info!("host controller stopped before its first list of hosts succeeded");
-            return;
+            return false;
         }
         tokio::time::sleep(SHUTDOWN_GRACE).await;
+        true
     };
     tokio::select! {
         () = reconciling => {}
-        () = grace => {
-            if listed.wait_until_ready().now_or_never().is_some() {
-                tracing::warn!(grace = ?SHUTDOWN_GRACE, "host controller stopped before its reconciles finished");
-            }
+        cut_short = grace => if cut_short {
+            tracing::warn!(grace = ?SHUTDOWN_GRACE, "host controller stopped before its reconciles finished");
         }
     }
 }
