@@ -271,13 +271,13 @@ async fn connect_ironic(
         IronicAuth::None => "none",
         IronicAuth::Basic(_) => "http basic",
     };
-    let url = ironic_config.endpoint.to_string();
+    let url = crate::ironic::without_credentials(&ironic_config.endpoint);
     let ironic = wait_for("Ironic", &url, stop, ironic_may_come, || {
         IronicClient::connect(ironic_config.clone())
     })
     .await?;
     if let Some(ironic) = &ironic {
-        tracing::info!(endpoint = %ironic.endpoint(), microversion = %ironic.microversion(), auth = auth_kind, "connected to Ironic");
+        tracing::info!(endpoint = %url, microversion = %ironic.microversion(), auth = auth_kind, "connected to Ironic");
     }
     Ok(ironic)
 }

@@ -28,3 +28,38 @@ pub fn init(format: LogFormat, default_level: &str) {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
 }
+
+/// `error` and its causes in one line (`a: b: c`), each cause once: many errors
+/// (reqwest's `error sending request`, kube's `ServiceError: client error`) say what
+/// went wrong only in a cause (`Connection refused`).
+pub fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        let text = e.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cause = e.source();
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn causes_are_joined_once() {
+        let e = Outer(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "Connection refused",
+        ));
+        assert_eq!(with_causes(&e), "outer: Connection refused");
+    }
+}

@@ -8,12 +8,10 @@ mod support;
 
 use std::time::Duration;
 
-use support::{BmoProcess, Stack, eventually, free_port};
+use support::{BmoProcess, Stack, authority, eventually, free_port, kubeconfig_pointing_at};
 
 fn stack_env(stack: &Stack) -> Vec<(&'static str, String)> {
     vec![
-        // Without the CRDs (a fresh stack) the host controller does not stop on SIGTERM.
-        ("BMO_INSTALL_CRDS", "true".to_owned()),
         ("KUBECONFIG", stack.kubeconfig.display().to_string()),
         ("IRONIC_ENDPOINT", stack.ironic_endpoint.to_string()),
         (
@@ -56,10 +54,74 @@ async fn bmo_run_becomes_ready_and_stops_on_sigterm() {
     assert!(log.contains("connected to Kubernetes"), "{log}");
     assert!(log.contains("connected to Ironic"), "{log}");
 
+    // With or without the CRDs (this stack may be fresh): a prompt, clean exit.
     bmo.signal("TERM");
-    let status = bmo.wait_exit(Duration::from_secs(15)).await;
+    let status = bmo.wait_exit(Duration::from_secs(5)).await;
     assert!(status.success(), "exit {status}; log: {}", bmo.log());
     assert!(bmo.log().contains("SIGTERM received"), "{}", bmo.log());
+}
+
+/// Whatever keeps the first list of hosts failing (the CRDs not installed yet, the
+/// API server refusing), SIGTERM stops bmo at once. Here the list is refused: bmo runs
+/// as `bmo-operator`, which has no rights in the watched namespace, so the test does
+/// not depend on whether this shared stack has the CRDs.
+#[tokio::test]
+async fn bmo_run_stops_on_sigterm_at_once_while_its_first_list_of_hosts_fails() {
+    let stack = Stack::get();
+    let admin = stack.kube_client().await;
+    let ns = support::new_namespace(&admin, "no-rights").await;
+    let watched = ns.clone();
+    let port = free_port();
+    let mut env = stack_env(stack);
+    env.retain(|(k, _)| *k != "KUBECONFIG");
+    env.extend([
+        (
+            "KUBECONFIG",
+            stack.operator_kubeconfig.display().to_string(),
+        ),
+        ("WATCH_NAMESPACE", watched),
+        ("BMO_HEALTH_ADDR", format!("127.0.0.1:{port}")),
+        ("RUST_LOG", "info,bmo=debug".to_owned()),
+    ]);
+    // The list bmo starts with is refused.
+    let operator = support::kube_client_from(&stack.operator_kubeconfig).await;
+    let refused = kube::Api::<bmo::api::BareMetalHost>::namespaced(operator, &ns)
+        .list(&Default::default())
+        .await
+        .expect_err("bmo-operator has no rights in the namespace");
+    assert!(refused.to_string().contains("forbidden"), "{refused}");
+
+    let mut bmo = BmoProcess::start(&["run"], &as_refs(&env));
+    let http = reqwest::Client::new();
+    assert_becomes_ready(&bmo, &http, port).await;
+    eventually(
+        "bmo's list of hosts refused",
+        Duration::from_secs(30),
+        || async {
+            let log = bmo.log();
+            if log.contains("forbidden") {
+                Ok(())
+            } else {
+                Err(log)
+            }
+        },
+    )
+    .await;
+
+    let signalled = std::time::Instant::now();
+    bmo.signal("TERM");
+    let status = bmo.wait_exit(Duration::from_secs(5)).await;
+    println!("exited {:?} after SIGTERM", signalled.elapsed());
+    assert!(status.success(), "exit {status}; log: {}", bmo.log());
+    let log = bmo.log();
+    assert!(
+        log.contains("watch of BareMetalHosts or Secrets failed"),
+        "{log}"
+    );
+    assert!(
+        log.contains("host controller stopped before its first list of hosts succeeded"),
+        "{log}"
+    );
 }
 
 /// Forwards every TCP connection made to `listen` to `target`, from the moment it is
@@ -79,16 +141,6 @@ fn forward(listen: &str, target: String) -> tokio::task::JoinHandle<()> {
             });
         }
     })
-}
-
-/// `host:port` of a URL.
-fn authority(url: &str) -> String {
-    let u = reqwest::Url::parse(url).expect("URL");
-    format!(
-        "{}:{}",
-        u.host_str().expect("host"),
-        u.port_or_known_default().expect("port")
-    )
 }
 
 async fn probe(http: &reqwest::Client, port: u16, path: &str) -> Result<u16, String> {
@@ -166,32 +218,12 @@ async fn bmo_run_waits_for_ironic_naming_it_and_is_ready_once_it_answers() {
     assert!(status.success(), "exit {status}; log: {}", bmo.log());
 }
 
-/// The stack's kubeconfig with its API server moved to `server`.
-fn kubeconfig_pointing_at(stack: &Stack, server: &str) -> (std::path::PathBuf, String) {
-    let text = std::fs::read_to_string(&stack.kubeconfig).expect("read kubeconfig");
-    let mut original = None;
-    let moved: Vec<String> = text
-        .lines()
-        .map(|line| match line.trim_start().strip_prefix("server:") {
-            Some(url) => {
-                original = Some(url.trim().trim_matches('"').to_owned());
-                let indent = &line[..line.len() - line.trim_start().len()];
-                format!("{indent}server: {server}")
-            }
-            None => line.to_owned(),
-        })
-        .collect();
-    let path = std::env::temp_dir().join(format!("{}.kubeconfig", support::unique_name("moved")));
-    std::fs::write(&path, moved.join("\n")).expect("write kubeconfig");
-    (path, original.expect("a server in the kubeconfig"))
-}
-
 #[tokio::test]
 async fn bmo_run_waits_for_the_api_server_naming_it_and_stops_on_sigterm_meanwhile() {
     let stack = Stack::get();
     let http = reqwest::Client::new();
     let dead = format!("127.0.0.1:{}", free_port());
-    let (kubeconfig, real) = kubeconfig_pointing_at(stack, &format!("https://{dead}"));
+    let (kubeconfig, real) = kubeconfig_pointing_at(&stack.kubeconfig, &format!("https://{dead}"));
     let mut env = stack_env(stack);
     env.retain(|(k, _)| *k != "KUBECONFIG");
     env.push(("KUBECONFIG", kubeconfig.display().to_string()));

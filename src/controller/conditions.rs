@@ -1,9 +1,19 @@
 //! Standard conditions computed from the status, so `kubectl wait
 //! --for=condition=Provisioned` works and consumers have one readiness signal.
+//!
+//! One condition is not computed from the status: [`PROVISIONER_REACHABLE`], present
+//! (and `False`) only while the provisioner (Ironic) cannot be reached. It is set by
+//! [`set_unreachable`] when a provisioner call finds no answer, kept by [`compute`]
+//! until a reconcile reaches the provisioner again, and dropped then.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::{BareMetalHostStatus, OperationalStatus, ProvisioningState as State};
+
+/// Condition type saying the provisioner cannot be reached; only ever `False`.
+pub const PROVISIONER_REACHABLE: &str = "ProvisionerReachable";
+/// Its reason.
+pub const IRONIC_UNREACHABLE: &str = "IronicUnreachable";
 
 fn cond(type_: &str, ok: bool, reason: &str, message: String) -> (String, bool, String, String) {
     (type_.to_owned(), ok, reason.to_owned(), message)
@@ -11,10 +21,13 @@ fn cond(type_: &str, ok: bool, reason: &str, message: String) -> (String, bool, 
 
 /// The conditions for `status`, keeping each one's transition time when its status
 /// did not change. `progress` is what is happening now (e.g. the clean step).
+/// `provisioner_reached`: this reconcile had an answer from the provisioner, so a
+/// [`PROVISIONER_REACHABLE`] condition is dropped rather than kept.
 pub fn compute(
     status: &BareMetalHostStatus,
     generation: Option<i64>,
     progress: Option<&str>,
+    provisioner_reached: bool,
     now: &Time,
 ) -> Vec<Condition> {
     let state = status.provisioning.state;
@@ -134,6 +147,9 @@ pub fn compute(
         progressing,
         healthy,
     ];
+    let unreachable = unreachable(status)
+        .filter(|_| !provisioner_reached)
+        .cloned();
     wanted
         .into_iter()
         .map(|(type_, ok, reason, message)| {
@@ -153,6 +169,43 @@ pub fn compute(
                 observed_generation: generation,
             }
         })
+        .chain(unreachable)
+        .collect()
+}
+
+/// The [`PROVISIONER_REACHABLE`] condition of `status`, while the provisioner cannot
+/// be reached.
+pub fn unreachable(status: &BareMetalHostStatus) -> Option<&Condition> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == PROVISIONER_REACHABLE)
+}
+
+/// `conditions` with [`PROVISIONER_REACHABLE`] `False` saying `message`; its transition
+/// time is kept when it was already there.
+pub fn set_unreachable(
+    conditions: &[Condition],
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) -> Vec<Condition> {
+    let previous = conditions.iter().find(|c| c.type_ == PROVISIONER_REACHABLE);
+    let condition = Condition {
+        type_: PROVISIONER_REACHABLE.to_owned(),
+        status: "False".to_owned(),
+        reason: IRONIC_UNREACHABLE.to_owned(),
+        message: message.chars().take(1024).collect(),
+        last_transition_time: previous
+            .map(|p| p.last_transition_time.clone())
+            .unwrap_or_else(|| now.clone()),
+        observed_generation: generation,
+    };
+    conditions
+        .iter()
+        .filter(|c| c.type_ != PROVISIONER_REACHABLE)
+        .cloned()
+        .chain([condition])
         .collect()
 }
 
@@ -183,7 +236,7 @@ mod tests {
         let mut st = BareMetalHostStatus::default();
         st.provisioning.state = State::Provisioned;
         st.operational_status = OperationalStatus::Ok;
-        let c = compute(&st, Some(3), None, &now());
+        let c = compute(&st, Some(3), None, false, &now());
         assert_eq!(get(&c, "Provisioned").status, "True");
         assert_eq!(get(&c, "Ready").status, "True");
         assert_eq!(get(&c, "Progressing").status, "False");
@@ -197,7 +250,7 @@ mod tests {
         st.provisioning.state = State::Registering;
         st.operational_status = OperationalStatus::Error;
         st.error_message = "BMC refused the credentials".into();
-        let c = compute(&st, None, None, &now());
+        let c = compute(&st, None, None, false, &now());
         assert_eq!(get(&c, "Manageable").reason, "RegistrationFailed");
         assert_eq!(get(&c, "Ready").reason, "Error");
         assert_eq!(get(&c, "Healthy").status, "False");
@@ -208,20 +261,52 @@ mod tests {
     fn transition_time_is_kept_while_status_is_unchanged() {
         let mut st = BareMetalHostStatus::default();
         st.provisioning.state = State::Available;
-        let first = compute(&st, None, None, &now());
+        let first = compute(&st, None, None, false, &now());
         st.conditions = first.clone();
         let later = Time(k8s_openapi::jiff::Timestamp::from_second(1000).expect("valid"));
-        let second = compute(&st, None, Some("cleaning"), &later);
+        let second = compute(&st, None, Some("cleaning"), false, &later);
         assert_eq!(
             get(&second, "AvailableForProvisioning").last_transition_time,
             now()
         );
         st.provisioning.state = State::Provisioning;
-        let third = compute(&st, None, Some("deploying"), &later);
+        let third = compute(&st, None, Some("deploying"), false, &later);
         assert_eq!(
             get(&third, "AvailableForProvisioning").last_transition_time,
             later
         );
         assert_eq!(get(&third, "Progressing").message, "deploying");
+    }
+
+    #[test]
+    fn unreachable_provisioner_is_kept_until_it_answers() {
+        let mut st = BareMetalHostStatus::default();
+        st.provisioning.state = State::Available;
+        st.conditions = compute(&st, None, None, false, &now());
+        let message = "cannot reach Ironic at http://ironic:6385/v1/";
+        st.conditions = set_unreachable(&st.conditions, message, Some(2), &now());
+        assert_eq!(st.conditions.len(), 7);
+        let c = get(&st.conditions, PROVISIONER_REACHABLE);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", IRONIC_UNREACHABLE)
+        );
+        assert_eq!(c.message, message);
+
+        // Again later: one condition, its first transition time.
+        let later = Time(k8s_openapi::jiff::Timestamp::from_second(1000).expect("valid"));
+        let again = set_unreachable(&st.conditions, message, Some(2), &later);
+        assert_eq!(again.len(), 7);
+        assert_eq!(
+            get(&again, PROVISIONER_REACHABLE).last_transition_time,
+            now()
+        );
+
+        // Other updates keep it until the provisioner answers.
+        let kept = compute(&st, None, None, false, &later);
+        assert_eq!(get(&kept, PROVISIONER_REACHABLE).message, message);
+        let answered = compute(&st, None, None, true, &later);
+        assert!(answered.iter().all(|c| c.type_ != PROVISIONER_REACHABLE));
+        assert_eq!(answered.len(), 6);
     }
 }

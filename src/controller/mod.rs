@@ -202,12 +202,20 @@ async fn reconcile<P: Provisioner, S: Store>(
 ) -> Result<Action, ReconcileError> {
     ctx.metrics.reconcile(&host_labels(&host));
     let span = tracing::info_span!("host", host = %host.namespaced_name());
-    match reconcile_host(&host, &ctx).instrument(span).await {
+    match reconcile_host(&host, &ctx).instrument(span.clone()).await {
         // The watch brings the newer object; look again with it shortly.
         Err(ReconcileError::Store {
             source: StoreError::Conflict,
             ..
         }) => Ok(Action::requeue(Duration::from_secs(1))),
+        // Not the host's error: said in a condition, retried soon, errorCount kept.
+        Err(ReconcileError::Provisioner(e)) => match e.unreachable() {
+            Some(ironic) => save::provisioner_unreachable(&host, &ctx, ironic)
+                .instrument(span)
+                .await
+                .map(Action::from),
+            None => Err(ReconcileError::Provisioner(e)),
+        },
         other => other.map(Action::from),
     }
 }
@@ -305,11 +313,13 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
 
     // Registration is checked on every reconcile: it re-creates a vanished node and
     // sends changed credentials.
+    let mut provisioner_reached = false;
     if let Some(phost) = phost.as_ref()
         && state_machine::needs_registration(host)
         && facts.credentials == CredentialsCheck::Valid
     {
         let outcome = ctx.provisioner.register(phost).await?;
+        provisioner_reached = true;
         if !outcome.is_done() {
             ctx.metrics.count(metrics::Event::HostRegistrationRequired);
         }
@@ -319,6 +329,7 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
                 let extras = Extras {
                     provisioning_id: outcome.value.provisioning_id.clone(),
                     credentials: Some((loaded.version, result == CallResult::Done)),
+                    provisioner_reached: true,
                     ..Default::default()
                 };
                 return save(host, ctx, update, extras).await;
@@ -326,7 +337,11 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
             AfterRegistration::Adopt => {
                 let adopted = act::adopt(host, ctx, phost).await?;
                 if let Some(update) = state_machine::after_adoption(host, &adopted) {
-                    return save(host, ctx, update, Extras::default()).await;
+                    let extras = Extras {
+                        provisioner_reached,
+                        ..Default::default()
+                    };
+                    return save(host, ctx, update, extras).await;
                 }
             }
             AfterRegistration::Proceed => {}
@@ -339,11 +354,28 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
         (step, _) => step,
     };
     tracing::debug!(?step, %state, "planned");
+    let reached = || Extras {
+        provisioner_reached,
+        ..Default::default()
+    };
     match step {
-        Step::Transition(update) => save(host, ctx, update, Extras::default()).await,
+        Step::Transition(update) => save(host, ctx, update, reached()).await,
         Step::Wait(after) => {
             if deleting && state_machine::delete_delayed_by_detach(host) {
                 ctx.metrics.count(metrics::Event::DeleteDelayedForDetached);
+            }
+            // The provisioner answers again: say so, though nothing else changed.
+            if provisioner_reached
+                && host
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| conditions::unreachable(s).is_some())
+            {
+                let update = state_machine::Update {
+                    requeue: state_machine::Requeue::After(after),
+                    ..Default::default()
+                };
+                return save(host, ctx, update, reached()).await;
             }
             Ok(Next::After(after))
         }
@@ -358,7 +390,8 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
             ) {
                 ctx.slots.claim(&name, state);
             }
-            let (result, extras) = act::call(host, ctx, op, &phost).await?;
+            let (result, mut extras) = act::call(host, ctx, op, &phost).await?;
+            extras.provisioner_reached = true;
             if matches!(op, state_machine::Operation::Inspect { .. })
                 && matches!(result, CallResult::InProgress { .. })
             {

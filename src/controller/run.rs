@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::utils::Backoff;
 use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
 use kube::{Api, ResourceExt};
 use tokio::sync::broadcast;
@@ -23,6 +24,44 @@ use crate::provisioner::Provisioner;
 
 /// How long reconciles in flight may take to finish after the shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// The first pause before a failed watch (or list) of the API server is tried again.
+const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
+/// The longest such pause: the watches come back within this long of the API
+/// server's return. (kube-runtime's default grows to 30 s plus up to as much jitter,
+/// so bmo could stay blind for up to a minute after the API server came back.)
+const WATCH_RETRY_MAX: Duration = Duration::from_secs(4);
+
+/// Pauses between attempts to watch again: doubling from [`WATCH_RETRY_MIN`] up to
+/// [`WATCH_RETRY_MAX`], back to the start after a watch event arrives.
+#[derive(Debug, Clone)]
+struct WatchBackoff {
+    next: Duration,
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        Self {
+            next: WATCH_RETRY_MIN,
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let pause = self.next;
+        self.next = (pause * 2).min(WATCH_RETRY_MAX);
+        Some(pause)
+    }
+}
+
+impl Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = WATCH_RETRY_MIN;
+    }
+}
 
 /// Runs the host controller until `shutdown` resolves.
 ///
@@ -47,11 +86,12 @@ pub async fn run<P: Provisioner + 'static>(
         };
     let (reader, writer) = reflector::store();
     let host_changes = watcher(hosts, watcher::Config::default())
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .reflect(writer)
         .applied_objects()
         .predicate_filter(host_change_predicate(), Default::default());
     let known_hosts = reader.clone();
+    let listed = reader.clone();
     let concurrency = ctx.settings.concurrency.max(1);
     let shutdown = shutdown.shared();
     // A new provisioning IP changes every node's deploy image URLs.
@@ -91,24 +131,41 @@ pub async fn run<P: Provisioner + 'static>(
             );
             wake
         })
+        .trigger_backoff(WatchBackoff::default())
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "reconcile did not finish");
+            match result {
+                Ok(_) => {}
+                // A watch (or its first list) failed: the API server is away, or
+                // refuses; tried again within WATCH_RETRY_MAX.
+                Err(kube::runtime::controller::Error::QueueError(e)) => tracing::warn!(
+                    error = %crate::telemetry::with_causes(&e),
+                    "watch of BareMetalHosts or Secrets failed; trying again in at most {} s",
+                    WATCH_RETRY_MAX.as_secs()
+                ),
+                Err(e) => tracing::debug!(error = %e, "reconcile did not finish"),
             }
         });
     // Reconciles in flight may finish after the shutdown signal, within a grace
-    // period. A controller whose host watch never synced (the CRD not installed yet)
-    // would otherwise wait for it forever.
+    // period. Before the first list of hosts succeeded (the CRD not installed yet,
+    // the API server away or refusing) none can be in flight, and the controller
+    // would wait for that list forever: it stops at once.
     let grace = async {
         shutdown.await;
+        if listed.wait_until_ready().now_or_never().is_none() {
+            tracing::info!("host controller stopped before its first list of hosts succeeded");
+            return false;
+        }
         tokio::time::sleep(SHUTDOWN_GRACE).await;
+        true
     };
     tokio::select! {
         () = reconciling => {}
-        () = grace => tracing::warn!(grace = ?SHUTDOWN_GRACE, "host controller stopped before its reconciles finished"),
+        cut_short = grace => if cut_short {
+            tracing::warn!(grace = ?SHUTDOWN_GRACE, "host controller stopped before its reconciles finished");
+        }
     }
 }
 
@@ -171,4 +228,18 @@ fn error_policy<P: Provisioner, S: Store>(
         .unwrap_or(0)
         .max(1);
     Action::requeue(backoff(count, ctx.settings.max_backoff).min(Duration::from_secs(30)))
+}
+
+#[cfg(test)]
+mod watch_backoff_tests {
+    use super::*;
+
+    #[test]
+    fn watch_retries_double_to_a_few_seconds_and_start_over_after_an_event() {
+        let mut backoff = WatchBackoff::default();
+        let secs: Vec<f64> = backoff.by_ref().take(6).map(|d| d.as_secs_f64()).collect();
+        assert_eq!(secs, [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]);
+        backoff.reset();
+        assert_eq!(backoff.next(), Some(WATCH_RETRY_MIN));
+    }
 }

@@ -15,6 +15,7 @@ use crate::api::{
     BareMetalHost, BareMetalHostStatus, CredentialsStatus, HardwareDetails, OperationalStatus,
     ProvisioningState as State,
 };
+use crate::ironic::IronicError;
 use crate::metrics::{self, TimedOperation};
 use crate::provisioner::Provisioner;
 
@@ -28,6 +29,9 @@ pub struct Extras {
     pub hardware: Option<HardwareDetails>,
     /// What the provisioner is doing now, for the conditions.
     pub progress: Option<String>,
+    /// The provisioner answered during this reconcile: a condition saying it cannot
+    /// be reached is dropped.
+    pub provisioner_reached: bool,
 }
 
 /// Applies `update` to the status, recomputes conditions, writes the status when it
@@ -68,6 +72,7 @@ pub async fn save<P: Provisioner, S: Store>(
         &status,
         host.metadata.generation,
         extras.progress.as_deref(),
+        extras.provisioner_reached,
         &now,
     );
     // An unchanged status is not written: the write would wake nobody usefully and
@@ -104,6 +109,43 @@ pub async fn save<P: Provisioner, S: Store>(
         Requeue::Backoff => Next::After(backoff(status.error_count, ctx.settings.max_backoff)),
         Requeue::OnChange => Next::OnChange,
     })
+}
+
+/// How long a host waits before it tries an unreachable provisioner again. Short and
+/// fixed: an outage of Ironic is not the host's error, so it neither counts in
+/// `errorCount` nor grows the host's backoff, and hosts resume within this long once
+/// Ironic answers again.
+pub const UNREACHABLE_RETRY: Duration = Duration::from_secs(10);
+
+/// The provisioner could not be reached: the host's [`conditions::PROVISIONER_REACHABLE`]
+/// condition says so with `error` (which names the endpoint, never credentials),
+/// written only when it changed. The error fields and `errorCount` stay as they are;
+/// the host is looked at again after [`UNREACHABLE_RETRY`].
+pub async fn provisioner_unreachable<P: Provisioner, S: Store>(
+    host: &BareMetalHost,
+    ctx: &Context<P, S>,
+    error: &IronicError,
+) -> Result<Next, ReconcileError> {
+    let message = format!(
+        "{}; trying again every {} s",
+        error.with_causes(),
+        UNREACHABLE_RETRY.as_secs()
+    );
+    tracing::warn!("{message}");
+    ctx.metrics.count(metrics::Event::ReconcileError);
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let mut status: BareMetalHostStatus = host.status.clone().unwrap_or_default();
+    let conditions =
+        conditions::set_unreachable(&status.conditions, &message, host.metadata.generation, &now);
+    if conditions != status.conditions {
+        status.conditions = conditions;
+        status.last_updated = Some(now);
+        ctx.store
+            .apply_status(host, &status)
+            .await
+            .map_err(store_err(host))?;
+    }
+    Ok(Next::After(UNREACHABLE_RETRY))
 }
 
 fn host_event(update: &Update) -> Option<HostEvent> {

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use url::Url;
 
-use super::error::{IronicError, fault_string};
+use super::error::{IronicError, fault_string, without_credentials};
 use super::types::{
     Microversion, Node, NodeCreate, PatchOp, Port, PowerTarget, ProvisionRequest, ProvisionTarget,
 };
@@ -202,7 +202,7 @@ impl IronicClient {
             .map_err(|e: String| self.decode_error(&Method::GET, "", &e))?;
         if max < MIN_MICROVERSION {
             return Err(IronicError::MicroversionTooOld {
-                endpoint: self.endpoint.to_string(),
+                endpoint: without_credentials(&self.endpoint),
                 max,
                 needed: MIN_MICROVERSION,
             });
@@ -266,7 +266,7 @@ impl IronicClient {
                 .send()
                 .await
                 .map_err(|source| IronicError::Unreachable {
-                    endpoint: self.endpoint.to_string(),
+                    endpoint: without_credentials(&self.endpoint),
                     source: source.without_url(),
                 })?;
             let status = resp.status();
@@ -275,7 +275,7 @@ impl IronicClient {
                     .bytes()
                     .await
                     .map_err(|source| IronicError::Unreachable {
-                        endpoint: self.endpoint.to_string(),
+                        endpoint: without_credentials(&self.endpoint),
                         source: source.without_url(),
                     })?;
                 if status == StatusCode::NO_CONTENT || bytes.is_empty() {
@@ -287,7 +287,7 @@ impl IronicClient {
             }
             if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
                 return Err(IronicError::Unauthorized {
-                    endpoint: self.endpoint.to_string(),
+                    endpoint: without_credentials(&self.endpoint),
                     status,
                 });
             }

@@ -57,6 +57,28 @@ impl IronicError {
     pub fn is_not_found(&self) -> bool {
         self.status() == Some(StatusCode::NOT_FOUND)
     }
+
+    /// Whether Ironic could not be reached at all (no answer, as opposed to an
+    /// answer refusing something).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, Self::Unreachable { .. })
+    }
+
+    /// This error and its causes in one line (`a: b: c`): what reqwest says
+    /// (`error sending request`) is only useful with the cause under it
+    /// (`Connection refused`).
+    pub fn with_causes(&self) -> String {
+        crate::telemetry::with_causes(self)
+    }
+}
+
+/// `url` as messages show it: without the username and password it may carry.
+pub fn without_credentials(url: &url::Url) -> String {
+    let mut shown = url.clone();
+    // Both fail only for URLs that cannot carry credentials in the first place.
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.to_string()
 }
 
 /// Ironic wraps its error in a JSON string inside JSON:
@@ -94,6 +116,14 @@ pub(crate) fn fault_string(body: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shown_urls_carry_no_credentials() {
+        let url: url::Url = "http://admin:s3cret@ironic.example:6385/v1/"
+            .parse()
+            .unwrap();
+        assert_eq!(without_credentials(&url), "http://ironic.example:6385/v1/");
+    }
 
     #[test]
     fn fault_string_unwraps_nested_json() {

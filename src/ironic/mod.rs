@@ -7,7 +7,7 @@ mod settings;
 mod types;
 
 pub use client::{ClientConfig, IronicAuth, IronicClient, MIN_MICROVERSION};
-pub use error::IronicError;
+pub use error::{IronicError, without_credentials};
 pub use settings::{DEFAULT_IRONIC_ENDPOINT, IronicSettings};
 pub use types::{
     Microversion, Node, NodeCreate, PatchOp, Port, PowerTarget, ProvisionRequest, ProvisionState,

@@ -47,6 +47,16 @@ pub enum ProvisionerError {
     NeedsRegistration { host: String },
 }
 
+impl ProvisionerError {
+    /// The Ironic error, when Ironic could not be reached at all.
+    pub fn unreachable(&self) -> Option<&IronicError> {
+        match self {
+            Self::Ironic { source, .. } if source.is_unreachable() => Some(source),
+            _ => None,
+        }
+    }
+}
+
 pub type ProvisionerResult<T> = Result<Outcome<T>, ProvisionerError>;
 
 /// Lifecycle operations on one host. Implementations keep no per-host state that the

@@ -294,14 +294,29 @@ impl PrivateIronic {
 
     /// Restarts it on the same port with an empty database.
     pub fn wipe(&self) {
+        self.stack("wipe");
+    }
+
+    /// Stops it: its port refuses connections until [`Self::restart`].
+    pub fn stop(&self) {
+        self.stack("stop");
+    }
+
+    /// Starts it again on the same port with its database as it was; returns once it
+    /// answers.
+    pub fn restart(&self) {
+        self.stack("restart");
+    }
+
+    fn stack(&self, action: &str) {
         let out = std::process::Command::new(stack_script())
-            .args(["private-ironic", "wipe"])
+            .args(["private-ironic", action])
             .arg(&self.dir)
             .output()
             .expect("run tests/env/stack");
         assert!(
             out.status.success(),
-            "wipe failed: {}",
+            "private-ironic {action} failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
@@ -416,4 +431,97 @@ pub fn bmo_run(ns: &str, extra: &[(&str, &str)]) -> (BmoProcess, String) {
     env.retain(|(k, _)| !extra.iter().any(|(e, _)| e == k));
     env.extend_from_slice(extra);
     (BmoProcess::start(&["run"], &env), health)
+}
+
+/// A TCP forwarder on loopback that a test can cut (every connection closed, new
+/// ones refused) and restore on the same port: a peer that goes away and comes back.
+/// TLS passes through it end to end.
+pub struct Forwarder {
+    pub addr: std::net::SocketAddr,
+    target: String,
+    tasks: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Forwarder {
+    /// Forwards `127.0.0.1:<free port>` to `target` (`host:port`).
+    pub async fn start(target: &str) -> Forwarder {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the forwarder");
+        let forwarder = Forwarder {
+            addr: listener.local_addr().expect("local addr"),
+            target: target.to_owned(),
+            tasks: Default::default(),
+        };
+        forwarder.serve(listener);
+        forwarder
+    }
+
+    fn serve(&self, listener: tokio::net::TcpListener) {
+        let (target, tasks) = (self.target.clone(), self.tasks.clone());
+        let accepting = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let target = target.clone();
+                let copying = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                tasks.lock().unwrap().push(copying.abort_handle());
+            }
+        });
+        self.tasks.lock().unwrap().push(accepting.abort_handle());
+    }
+
+    /// Closes every connection and the listening socket: connections are refused.
+    pub fn cut(&self) {
+        for task in self.tasks.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+
+    /// Listens again on the same port.
+    pub async fn restore(&self) {
+        let listener = tokio::net::TcpListener::bind(self.addr)
+            .await
+            .expect("bind the forwarder again");
+        self.serve(listener);
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.cut();
+    }
+}
+
+/// `host:port` of a URL.
+pub fn authority(url: &str) -> String {
+    let u = Url::parse(url).expect("URL");
+    format!(
+        "{}:{}",
+        u.host_str().expect("host"),
+        u.port_or_known_default().expect("port")
+    )
+}
+
+/// `kubeconfig` with its API server moved to `server`; returns the new file and the
+/// server it named.
+pub fn kubeconfig_pointing_at(kubeconfig: &Path, server: &str) -> (PathBuf, String) {
+    let text = std::fs::read_to_string(kubeconfig).expect("read kubeconfig");
+    let mut original = None;
+    let moved: Vec<String> = text
+        .lines()
+        .map(|line| match line.trim_start().strip_prefix("server:") {
+            Some(url) => {
+                original = Some(url.trim().trim_matches('"').to_owned());
+                let indent = &line[..line.len() - line.trim_start().len()];
+                format!("{indent}server: {server}")
+            }
+            None => line.to_owned(),
+        })
+        .collect();
+    let path = std::env::temp_dir().join(format!("{}.kubeconfig", unique_name("moved")));
+    std::fs::write(&path, moved.join("\n")).expect("write kubeconfig");
+    (path, original.expect("a server in the kubeconfig"))
 }
