@@ -177,3 +177,78 @@ async fn hosts_missing_their_secret_back_off_while_healthy_hosts_provision() {
         );
     }
 }
+
+/// `BMO_MAX_BACKOFF` caps every step: with a 20 s cap a failing host is looked at every
+/// 10–20 s (the cap less up to half of it) instead of after 2, 4, 8… minutes.
+#[tokio::test]
+async fn bmo_max_backoff_caps_the_wait_between_retries() {
+    const CAPPED: usize = 5;
+    const CAP_SECS: u64 = 20;
+    let stack = Stack::get();
+    let client = stack.kube_client().await;
+    bmo::api::install::install(&client, Duration::from_secs(60))
+        .await
+        .expect("install CRDs");
+    let ns = new_namespace(&client, "backoff-cap").await;
+    let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &ns);
+    let cap = CAP_SECS.to_string();
+    let (_bmo, health) = bmo_run(&ns, &[("RUST_LOG", "info"), ("BMO_MAX_BACKOFF", &cap)]);
+
+    let start = Instant::now();
+    for i in 0..CAPPED {
+        let host: BareMetalHost =
+            serde_json::from_value(fake_host(&format!("broken-{i}"), &unique_mac()))
+                .expect("valid host");
+        hosts
+            .create(&PostParams::default(), &host)
+            .await
+            .expect("create host");
+    }
+    let error_counts = || async {
+        let list = hosts
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<Vec<(String, i64)>, String>(
+            list.iter()
+                .map(|h| (h.name_any(), h.status.as_ref().map_or(0, |s| s.error_count)))
+                .collect(),
+        )
+    };
+    eventually(
+        "a first error on every failing host",
+        Duration::from_secs(30),
+        || async {
+            let counts = error_counts().await?;
+            (counts.len() == CAPPED && counts.iter().all(|(_, c)| *c >= 1))
+                .then_some(())
+                .ok_or_else(|| format!("{counts:?}"))
+        },
+    )
+    .await;
+    let first_errors = start.elapsed();
+
+    // 130 s after the first error: uncapped, each host would have 2 errors (the
+    // other test); capped at 20 s, between 1 + 130/20 and 1 + 130/10, less what the
+    // reconciles themselves take.
+    let observe = first_errors + Duration::from_secs(130);
+    tokio::time::sleep(observe.saturating_sub(start.elapsed())).await;
+    let counts = error_counts().await.expect("list hosts");
+    let reconciled = reconciles(&health).await;
+    println!(
+        "capped backoff ({CAP_SECS} s): after {:?}, errors per host {counts:?}, at most {:?} reconciles per host",
+        start.elapsed(),
+        max_for_broken(&reconciled)
+    );
+    for (name, count) in counts {
+        assert!(
+            (6..=15).contains(&count),
+            "{name}: {count} errors in 130 s with a {CAP_SECS} s cap"
+        );
+        let n = reconciled.get(&name).copied().unwrap_or_default();
+        assert!(
+            n <= count as f64 + 6.0,
+            "{name}: {n} reconciles for {count} errors"
+        );
+    }
+}
