@@ -434,9 +434,9 @@ pub fn baremetalhost_rules() -> Vec<CelRule> {
         CelRule::new(
             "spec.networkInterfaces",
             "self.all(a, self.exists_one(b, \
-               (has(a.macAddress) && a.macAddress != '' ? a.macAddress.lowerAscii() : (has(a.name) ? a.name : '')) == \
-               (has(b.macAddress) && b.macAddress != '' ? b.macAddress.lowerAscii() : (has(b.name) ? b.name : ''))))",
-            "spec.networkInterfaces: each NIC may appear only once (names compared exactly, MAC addresses case-insensitively)",
+               (has(a.macAddress) && a.macAddress != '' ? a.macAddress : (has(a.name) ? a.name : '')).lowerAscii() == \
+               (has(b.macAddress) && b.macAddress != '' ? b.macAddress : (has(b.name) ? b.name : '')).lowerAscii()))",
+            "spec.networkInterfaces: each NIC may appear only once (names and MAC addresses compared case-insensitively)",
         ),
     ]
 }
