@@ -232,13 +232,7 @@ impl Provisioner for FixtureProvisioner {
                         Outcome::done(PrepareStatus::default())
                     } else {
                         let step = h.last_clean_steps.first().cloned();
-                        Outcome::wait(
-                            PrepareStatus {
-                                started: false,
-                                current_step: step,
-                            },
-                            POLL,
-                        )
+                        Outcome::wait(Progress::running(step), POLL)
                     }
                 }
                 FixtureState::Manageable | FixtureState::Available if work => {
@@ -253,13 +247,7 @@ impl Provisioner for FixtureProvisioner {
                         h.last_clean_steps.push("deploy.erase_devices".into());
                     }
                     h.state = FixtureState::Preparing { calls_left: steps };
-                    Outcome::changed(
-                        PrepareStatus {
-                            started: true,
-                            current_step: None,
-                        },
-                        POLL,
-                    )
+                    Outcome::changed(Progress::started(), POLL)
                 }
                 FixtureState::Manageable | FixtureState::Available => {
                     h.state = FixtureState::Available;
@@ -297,13 +285,7 @@ impl Provisioner for FixtureProvisioner {
                 FixtureState::Available | FixtureState::Manageable => {
                     h.image_url = url;
                     h.state = FixtureState::Provisioning { calls_left: steps };
-                    Outcome::changed(
-                        Progress {
-                            started: true,
-                            current_step: None,
-                        },
-                        POLL,
-                    )
+                    Outcome::changed(Progress::started(), POLL)
                 }
                 other => Outcome::failed(
                     Progress::default(),
@@ -331,13 +313,7 @@ impl Provisioner for FixtureProvisioner {
                 }
                 FixtureState::Active | FixtureState::Provisioning { .. } => {
                     h.state = FixtureState::Deprovisioning { calls_left: steps };
-                    Outcome::changed(
-                        Progress {
-                            started: true,
-                            current_step: None,
-                        },
-                        POLL,
-                    )
+                    Outcome::changed(Progress::started(), POLL)
                 }
                 _ => {
                     h.state = FixtureState::Available;
@@ -366,13 +342,7 @@ impl Provisioner for FixtureProvisioner {
                 FixtureState::Manageable => {
                     h.image_url = url;
                     h.state = FixtureState::Adopting { calls_left: steps };
-                    Outcome::changed(
-                        Progress {
-                            started: true,
-                            current_step: None,
-                        },
-                        POLL,
-                    )
+                    Outcome::changed(Progress::started(), POLL)
                 }
                 other => Outcome::failed(
                     Progress::default(),
