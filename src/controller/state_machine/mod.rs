@@ -11,7 +11,8 @@ mod checks;
 use std::time::Duration;
 
 use crate::api::{
-    BareMetalHost, BareMetalHostStatus, ErrorType, OperationalStatus, ProvisioningState as State,
+    BareMetalHost, BareMetalHostStatus, CustomDeploy, ErrorType, Image, OperationalStatus,
+    ProvisioningState as State,
 };
 
 pub use apply::apply;
@@ -186,68 +187,38 @@ fn annotation<'a>(host: &'a BareMetalHost, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
+/// The image URL, when one is set and not empty.
+fn image_url(image: Option<&Image>) -> Option<&str> {
+    image.map(|i| i.url.as_str()).filter(|u| !u.is_empty())
+}
+
+/// The custom deploy method, when one is set (it may be empty).
+fn deploy_method(custom_deploy: Option<&CustomDeploy>) -> Option<&str> {
+    custom_deploy.map(|c| c.method.as_str())
+}
+
 /// The host should be provisioned with an image or custom deploy it does not have.
 pub fn needs_provisioning(host: &BareMetalHost) -> bool {
     let st = status(host);
     if !host.spec.online {
         return false;
     }
-    if let Some(method) = host
-        .spec
-        .custom_deploy
-        .as_ref()
-        .map(|c| c.method.as_str())
-        .filter(|m| !m.is_empty())
+    if let Some(method) = deploy_method(host.spec.custom_deploy.as_ref()).filter(|m| !m.is_empty())
     {
-        return st
-            .provisioning
-            .custom_deploy
-            .as_ref()
-            .map(|c| c.method.as_str())
-            != Some(method);
+        return deploy_method(st.provisioning.custom_deploy.as_ref()) != Some(method);
     }
-    let spec_url = host
-        .spec
-        .image
-        .as_ref()
-        .map(|i| i.url.as_str())
-        .filter(|u| !u.is_empty());
-    let status_url = st
-        .provisioning
-        .image
-        .as_ref()
-        .map(|i| i.url.as_str())
-        .filter(|u| !u.is_empty());
-    spec_url.is_some() && status_url.is_none()
+    image_url(host.spec.image.as_ref()).is_some()
+        && image_url(st.provisioning.image.as_ref()).is_none()
 }
 
 /// The image or custom deploy in the spec no longer matches what was provisioned.
 pub fn provisioning_cancelled(host: &BareMetalHost) -> bool {
     let st = status(host);
-    let spec_url = host
-        .spec
-        .image
-        .as_ref()
-        .map(|i| i.url.as_str())
-        .filter(|u| !u.is_empty());
-    let status_url = st
-        .provisioning
-        .image
-        .as_ref()
-        .map(|i| i.url.as_str())
-        .filter(|u| !u.is_empty());
-    if let Some(method) = host
-        .spec
-        .custom_deploy
-        .as_ref()
-        .map(|c| c.method.as_str())
-        .filter(|m| !m.is_empty())
+    let spec_url = image_url(host.spec.image.as_ref());
+    let status_url = image_url(st.provisioning.image.as_ref());
+    if let Some(method) = deploy_method(host.spec.custom_deploy.as_ref()).filter(|m| !m.is_empty())
     {
-        let status_method = st
-            .provisioning
-            .custom_deploy
-            .as_ref()
-            .map(|c| c.method.as_str());
+        let status_method = deploy_method(st.provisioning.custom_deploy.as_ref());
         return (status_method.is_some() && status_method != Some(method))
             || (status_url.is_some() && spec_url != status_url);
     }
