@@ -37,17 +37,8 @@ impl fmt::Display for HostId {
     }
 }
 
-/// `spec.bootMode`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum BootMode {
-    #[default]
-    #[serde(rename = "UEFI")]
-    Uefi,
-    #[serde(rename = "UEFISecureBoot")]
-    UefiSecureBoot,
-    #[serde(rename = "legacy")]
-    Legacy,
-}
+/// `spec.bootMode`, as the API has it.
+pub use crate::api::BootMode;
 
 /// `spec.inspectionMode`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
