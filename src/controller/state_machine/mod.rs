@@ -318,37 +318,25 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
     }
 
     match state {
-        State::None => {
-            if host.has_bmc_details() {
-                transition(
-                    State::Registering,
-                    "Registering",
-                    "registering the host with the provisioner".into(),
-                )
+        State::None | State::Unmanaged if host.has_bmc_details() => {
+            let message = if state == State::None {
+                "registering the host with the provisioner"
             } else {
-                Step::Transition(Update {
-                    state: Some(State::Unmanaged),
-                    operational_status: Some(OperationalStatus::Discovered),
-                    event: Some((
-                        "Discovered".into(),
-                        "no BMC details: the host is unmanaged until spec.bmc is set".into(),
-                        false,
-                    )),
-                    ..Default::default()
-                })
-            }
+                "BMC details added; registering the host"
+            };
+            transition(State::Registering, "Registering", message.into())
         }
-        State::Unmanaged => {
-            if host.has_bmc_details() {
-                transition(
-                    State::Registering,
-                    "Registering",
-                    "BMC details added; registering the host".into(),
-                )
-            } else {
-                Step::Wait(SLOW_POLL)
-            }
-        }
+        State::None => Step::Transition(Update {
+            state: Some(State::Unmanaged),
+            operational_status: Some(OperationalStatus::Discovered),
+            event: Some((
+                "Discovered".into(),
+                "no BMC details: the host is unmanaged until spec.bmc is set".into(),
+                false,
+            )),
+            ..Default::default()
+        }),
+        State::Unmanaged => Step::Wait(SLOW_POLL),
         State::Registering => {
             if let Some(step) = credentials_problem(facts) {
                 return step;
@@ -386,13 +374,13 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
         }
         State::Provisioned => {
             if provisioning_cancelled(host) {
-                if !facts.has_capacity {
-                    return delayed();
-                }
-                return transition(
-                    State::Deprovisioning,
-                    "Deprovisioning",
-                    "image or custom deploy removed or changed; deprovisioning".into(),
+                return with_capacity(
+                    facts,
+                    transition(
+                        State::Deprovisioning,
+                        "Deprovisioning",
+                        "image or custom deploy removed or changed; deprovisioning".into(),
+                    ),
                 );
             }
             plan_power(host, &st, facts)
@@ -437,7 +425,11 @@ fn credentials_problem(facts: &Facts) -> Option<Step> {
     }))
 }
 
-fn delayed() -> Step {
+/// `step` when a provisioning slot is free; else the host waits for one.
+fn with_capacity(facts: &Facts, step: Step) -> Step {
+    if facts.has_capacity {
+        return step;
+    }
     Step::Transition(Update {
         operational_status: Some(OperationalStatus::Delayed),
         event: Some((
@@ -459,13 +451,13 @@ fn plan_available(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts)
         );
     }
     if annotation(host, crate::api::host::INSPECT_ANNOTATION).is_some_and(|v| v != "disabled") {
-        if !facts.has_capacity {
-            return delayed();
-        }
-        return transition(
-            State::Inspecting,
-            "InspectionRequested",
-            "inspect annotation set; inspecting again".into(),
+        return with_capacity(
+            facts,
+            transition(
+                State::Inspecting,
+                "InspectionRequested",
+                "inspect annotation set; inspecting again".into(),
+            ),
         );
     }
     if host.spec.raid != st.provisioning.raid && host.spec.raid.is_some() {
@@ -481,19 +473,19 @@ fn plan_available(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts)
         {
             return Step::Wait(SLOW_POLL);
         }
-        if !facts.has_capacity {
-            return delayed();
-        }
-        return Step::Transition(Update {
-            state: Some(State::Provisioning),
-            error: ErrorChange::Clear,
-            event: Some((
-                "ProvisioningStarted".into(),
-                "provisioning the image".into(),
-                false,
-            )),
-            ..Default::default()
-        });
+        return with_capacity(
+            facts,
+            Step::Transition(Update {
+                state: Some(State::Provisioning),
+                error: ErrorChange::Clear,
+                event: Some((
+                    "ProvisioningStarted".into(),
+                    "provisioning the image".into(),
+                    false,
+                )),
+                ..Default::default()
+            }),
+        );
     }
     plan_power(host, st, facts)
 }
