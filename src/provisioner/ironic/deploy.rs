@@ -21,13 +21,10 @@ impl IronicProvisioner {
         let node = self.require_node(host).await?;
         match node.state() {
             ProvisionState::Manageable => {
-                if let Err(e) = self.sync_automated_clean(host, &node).await {
-                    return self.busy_or_err(host, e, Progress::default());
-                }
-                self.transition(
+                self.transition_into_cleaning(
                     host,
                     &node,
-                    Req::new(ProvisionTarget::Provide),
+                    ProvisionTarget::Provide,
                     Progress::default(),
                     "make the host available (provide)",
                 )
@@ -68,19 +65,33 @@ impl IronicProvisioner {
         }
     }
 
+    /// A transition that runs Ironic's automated cleaning (`provide`, `deleted`):
+    /// the node's `automated_clean` follows the host's cleaning mode first.
+    async fn transition_into_cleaning(
+        &self,
+        host: &Host,
+        node: &Node,
+        target: ProvisionTarget,
+        progress: Progress,
+        what: &str,
+    ) -> ProvisionerResult<Progress> {
+        if let Err(e) = self.sync_automated_clean(host, node).await {
+            return self.busy_or_err(host, e, Progress::default());
+        }
+        self.transition(host, node, Req::new(target), progress, what)
+            .await
+    }
+
     pub(super) async fn deprovision_node(&self, host: &Host) -> ProvisionerResult<Progress> {
         let node = self.require_node(host).await?;
         match node.state() {
             ProvisionState::Active
             | ProvisionState::DeployFailed
             | ProvisionState::WaitCallBack => {
-                if let Err(e) = self.sync_automated_clean(host, &node).await {
-                    return self.busy_or_err(host, e, Progress::default());
-                }
-                self.transition(
+                self.transition_into_cleaning(
                     host,
                     &node,
-                    Req::new(ProvisionTarget::Deleted),
+                    ProvisionTarget::Deleted,
                     Progress::started(),
                     "start deprovisioning",
                 )
