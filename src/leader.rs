@@ -86,6 +86,11 @@ impl Elector {
         }
     }
 
+    /// The Lease as it is now; `None` when nobody created it yet.
+    async fn current_lease(&self) -> Result<Option<Lease>, LeaderError> {
+        self.api.get_opt(&self.name).await.map_err(self.kube_err())
+    }
+
     fn duration_secs(&self) -> i32 {
         i32::try_from(self.timings.lease_duration.as_secs()).unwrap_or(i32::MAX)
     }
@@ -94,12 +99,7 @@ impl Elector {
     /// "someone else holds it".
     pub async fn try_acquire_or_renew(&mut self) -> Result<Attempt, LeaderError> {
         let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
-        let Some(mut lease) = self
-            .api
-            .get_opt(&self.name)
-            .await
-            .map_err(self.kube_err())?
-        else {
+        let Some(mut lease) = self.current_lease().await? else {
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.name.clone()),
@@ -216,12 +216,7 @@ impl Elector {
     /// Gives the Lease up at shutdown, so a standby takes over at once instead of
     /// after the lease duration.
     pub async fn release(&self) -> Result<(), LeaderError> {
-        let Some(mut lease) = self
-            .api
-            .get_opt(&self.name)
-            .await
-            .map_err(self.kube_err())?
-        else {
+        let Some(mut lease) = self.current_lease().await? else {
             return Ok(());
         };
         let Some(spec) = lease.spec.as_mut() else {

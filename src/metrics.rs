@@ -6,7 +6,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 /// Content type of [`Metrics::render`].
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -105,6 +105,12 @@ fn long_histogram() -> Histogram {
     Histogram::new(LONG_OPERATION_BUCKETS)
 }
 
+/// Registers `metric` under `name` and gives it back for recording.
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -115,80 +121,71 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::default();
         // prometheus-client appends `_total` to counter names.
-        let reconcile = Family::<HostLabels, Counter>::default();
-        registry.register(
+        let reconcile = registered(
+            &mut registry,
             "metal3_reconcile",
             "Number of reconcile loops executed",
-            reconcile.clone(),
+            Family::<HostLabels, Counter>::default(),
         );
-        let host_error = Family::<ErrorLabels, Counter>::default();
-        registry.register(
+        let host_error = registered(
+            &mut registry,
             "metal3_host_error",
             "Number of times a host got into an error state",
-            host_error.clone(),
+            Family::<ErrorLabels, Counter>::default(),
         );
-        let power_change = Family::<PowerLabels, Counter>::default();
-        registry.register(
+        let power_change = registered(
+            &mut registry,
             "metal3_operation_power_change",
             "Number of times a host has been powered on or off",
-            power_change.clone(),
+            Family::<PowerLabels, Counter>::default(),
         );
-        let config_data_error = Family::<DataTypeLabels, Counter>::default();
-        registry.register(
+        let config_data_error = registered(
+            &mut registry,
             "metal3_host_config_data_error",
             "Number of times the operator has failed to retrieve host configuration data",
-            config_data_error.clone(),
+            Family::<DataTypeLabels, Counter>::default(),
         );
-        let delayed_provisioning = Family::<HostLabels, Counter>::default();
-        registry.register(
+        let delayed_provisioning = registered(
+            &mut registry,
             "metal3_delayed__provisioning",
             "Number of times provisioning was delayed by the provisioning limit",
-            delayed_provisioning.clone(),
+            Family::<HostLabels, Counter>::default(),
         );
-        let delayed_deprovisioning = Family::<HostLabels, Counter>::default();
-        registry.register(
+        let delayed_deprovisioning = registered(
+            &mut registry,
             "metal3_delayed__deprovisioning",
             "Number of times deprovisioning was delayed by the provisioning limit",
-            delayed_deprovisioning.clone(),
+            Family::<HostLabels, Counter>::default(),
         );
-        let state_change = Family::<StateChangeLabels, Counter>::default();
-        registry.register(
+        let state_change = registered(
+            &mut registry,
             "metal3_provisioning_state_change",
             "Number of times a state transition has occurred",
-            state_change.clone(),
+            Family::<StateChangeLabels, Counter>::default(),
         );
-        let histogram = |registry: &mut Registry,
-                         name: &str,
-                         help: &str,
-                         make: fn() -> Histogram|
-         -> HistogramFamily {
-            let family = HistogramFamily::new_with_constructor(make);
-            registry.register(name, help, family.clone());
-            family
-        };
-        let register_duration = histogram(
+        let register_duration = registered(
             &mut registry,
             "metal3_operation_register_duration_seconds",
             "Length of time per registration per host",
-            default_histogram,
+            HistogramFamily::new_with_constructor(default_histogram),
         );
-        let inspect_duration = histogram(
+        let inspect_duration = registered(
             &mut registry,
             "metal3_operation_inspect_duration_seconds",
             "Length of time per hardware inspection per host",
-            long_histogram,
+            HistogramFamily::new_with_constructor(long_histogram),
         );
-        let provision_duration = histogram(
+        let provision_duration = registered(
             &mut registry,
             "metal3_operation_provision_duration_seconds",
             "Length of time per provisioning operation per host",
-            long_histogram,
+            HistogramFamily::new_with_constructor(long_histogram),
         );
-        let deprovision_duration = histogram(
+        let deprovision_duration = registered(
             &mut registry,
             "metal3_operation_deprovision_duration_seconds",
             "Length of time per deprovisioning operation per host",
-            long_histogram,
+            HistogramFamily::new_with_constructor(long_histogram),
         );
         let plain = [
             (
@@ -250,9 +247,10 @@ impl Metrics {
         let events = plain
             .into_iter()
             .map(|(event, name, help)| {
-                let counter = Counter::default();
-                registry.register(name, help, counter.clone());
-                (event, counter)
+                (
+                    event,
+                    registered(&mut registry, name, help, Counter::default()),
+                )
             })
             .collect();
         Self {

@@ -170,6 +170,17 @@ const HAS_BMC_ADDRESS: &str = "has(self.bmc) && self.bmc.address != ''";
 /// CEL: the RAID list `list` of `parent` (a CEL object expression) holds at least one
 /// item. The lists are nullable (Go clients send `null`), and CEL cannot compare a
 /// list with null, only its type.
+/// spec.bootMACAddress must be set (not empty) when `condition` holds.
+fn boot_mac_required_when(condition: String, message: &'static str) -> CelRule {
+    CelRule::new(
+        "spec",
+        format!("!({condition}) || (has(self.bootMACAddress) && self.bootMACAddress != '')"),
+        message,
+    )
+    .on(".bootMACAddress")
+    .reason(Reason::Required)
+}
+
 fn non_empty(parent: &str, list: &str) -> String {
     format!(
         "(has({parent}.{list}) && type({parent}.{list}) != null_type && size({parent}.{list}) > 0)"
@@ -246,26 +257,16 @@ pub fn baremetalhost_rules() -> Vec<CelRule> {
         )
         .on(".bootMACAddress")
         .reason(Reason::Forbidden),
-        CelRule::new(
-            "spec",
+        boot_mac_required_when(
             format!(
-                "!({HAS_BMC_ADDRESS} && has(self.inspectionMode) && self.inspectionMode == 'disabled') \
-                 || (has(self.bootMACAddress) && self.bootMACAddress != '')"
+                "{HAS_BMC_ADDRESS} && has(self.inspectionMode) && self.inspectionMode == 'disabled'"
             ),
             "spec.bootMACAddress is required when spec.inspectionMode is disabled: without inspection the boot NIC cannot be discovered",
-        )
-        .on(".bootMACAddress")
-        .reason(Reason::Required),
-        CelRule::new(
-            "spec",
-            format!(
-                "!({HAS_BMC_ADDRESS} && self.bmc.address.lowerAscii().startsWith('libvirt:')) \
-                 || (has(self.bootMACAddress) && self.bootMACAddress != '')"
-            ),
+        ),
+        boot_mac_required_when(
+            format!("{HAS_BMC_ADDRESS} && self.bmc.address.lowerAscii().startsWith('libvirt:')"),
             "spec.bootMACAddress is required for libvirt:// BMC addresses",
-        )
-        .on(".bootMACAddress")
-        .reason(Reason::Required),
+        ),
         CelRule::new(
             "spec",
             format!(

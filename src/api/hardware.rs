@@ -192,9 +192,10 @@ pub struct Lldp {
 }
 
 /// Kind of disk.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 pub enum DiskType {
     /// Spinning disk.
+    #[default]
     #[serde(rename = "HDD")]
     Hdd,
     /// Solid-state disk (SATA/SAS).

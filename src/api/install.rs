@@ -2,6 +2,7 @@
 //! a fixed field manager, so running it again (or from several places at once) is a
 //! no-op, then waiting until the API server serves the new types.
 
+use std::fmt::Debug;
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::{
@@ -10,6 +11,8 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use super::{admission, crd};
 
@@ -40,44 +43,56 @@ pub enum InstallError {
 /// Applies the BareMetalHost and HardwareData CRDs and the admission policies, and
 /// waits up to `timeout` for the CRDs to be Established.
 pub async fn install(client: &kube::Client, timeout: Duration) -> Result<(), InstallError> {
-    let params = PatchParams::apply(FIELD_MANAGER).force();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut names = Vec::new();
     for definition in [crd::baremetalhost_crd()?, crd::hardwaredata_crd()?] {
         let name = definition.metadata.name.clone().unwrap_or_default();
-        crds.patch(&name, &params, &Patch::Apply(&definition))
-            .await
-            .map_err(|source| InstallError::Apply {
-                what: "CustomResourceDefinition",
-                name: name.clone(),
-                source,
-            })?;
+        apply(&crds, &name, &definition, "CustomResourceDefinition").await?;
         names.push(name);
     }
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
     let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
     for policy in admission::policies() {
         let name = policy.policy.metadata.name.clone().unwrap_or_default();
-        policies
-            .patch(&name, &params, &Patch::Apply(&policy.policy))
-            .await
-            .map_err(|source| InstallError::Apply {
-                what: "ValidatingAdmissionPolicy",
-                name: name.clone(),
-                source,
-            })?;
-        bindings
-            .patch(&name, &params, &Patch::Apply(&policy.binding))
-            .await
-            .map_err(|source| InstallError::Apply {
-                what: "ValidatingAdmissionPolicyBinding",
-                name: name.clone(),
-                source,
-            })?;
+        apply(
+            &policies,
+            &name,
+            &policy.policy,
+            "ValidatingAdmissionPolicy",
+        )
+        .await?;
+        apply(
+            &bindings,
+            &name,
+            &policy.binding,
+            "ValidatingAdmissionPolicyBinding",
+        )
+        .await?;
     }
     for name in names {
         wait_established(&crds, &name, timeout).await?;
     }
+    Ok(())
+}
+
+/// Server-side applies `object` as bmo's field manager, taking over its fields.
+async fn apply<K>(
+    api: &Api<K>,
+    name: &str,
+    object: &K,
+    what: &'static str,
+) -> Result<(), InstallError>
+where
+    K: Clone + DeserializeOwned + Serialize + Debug,
+{
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch(name, &params, &Patch::Apply(object))
+        .await
+        .map_err(|source| InstallError::Apply {
+            what,
+            name: name.to_owned(),
+            source,
+        })?;
     Ok(())
 }
 

@@ -131,49 +131,19 @@ impl BmcType {
     /// The node interfaces this type sets; `None` fields take Ironic's default for
     /// the hardware type.
     pub fn interfaces(self) -> Interfaces {
-        let idrac = Some("idrac-redfish");
         match self {
             Self::Ipmi | Self::Libvirt => Interfaces {
                 boot: Some("ipxe"),
                 raid: Some("no-raid"),
                 ..Interfaces::default()
             },
-            Self::Redfish | Self::Ilo5Redfish => Interfaces {
-                boot: Some("ipxe"),
-                raid: Some("redfish"),
-                firmware: Some("redfish"),
-                ..Interfaces::default()
-            },
-            Self::RedfishVirtualMedia | Self::Ilo5VirtualMedia => Interfaces {
-                boot: Some("redfish-virtual-media"),
-                raid: Some("redfish"),
-                firmware: Some("redfish"),
-                ..Interfaces::default()
-            },
-            Self::RedfishUefiHttp => Interfaces {
-                boot: Some("redfish-https"),
-                raid: Some("redfish"),
-                firmware: Some("redfish"),
-                ..Interfaces::default()
-            },
-            Self::IdracRedfish => Interfaces {
-                boot: Some("ipxe"),
-                bios: idrac,
-                management: idrac,
-                power: idrac,
-                raid: idrac,
-                vendor: idrac,
-                firmware: Some("redfish"),
-            },
-            Self::IdracVirtualMedia => Interfaces {
-                boot: Some("idrac-redfish-virtual-media"),
-                bios: idrac,
-                management: idrac,
-                power: idrac,
-                raid: idrac,
-                vendor: idrac,
-                firmware: Some("redfish"),
-            },
+            Self::Redfish | Self::Ilo5Redfish => Interfaces::redfish("ipxe"),
+            Self::RedfishVirtualMedia | Self::Ilo5VirtualMedia => {
+                Interfaces::redfish("redfish-virtual-media")
+            }
+            Self::RedfishUefiHttp => Interfaces::redfish("redfish-https"),
+            Self::IdracRedfish => Interfaces::idrac("ipxe"),
+            Self::IdracVirtualMedia => Interfaces::idrac("idrac-redfish-virtual-media"),
             Self::Fake => Interfaces {
                 boot: Some("fake"),
                 bios: Some("fake"),
@@ -264,6 +234,32 @@ pub struct Interfaces {
     pub vendor: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub firmware: Option<&'static str>,
+}
+
+impl Interfaces {
+    /// A Redfish BMC's, booting through `boot`.
+    fn redfish(boot: &'static str) -> Self {
+        Self {
+            boot: Some(boot),
+            raid: Some("redfish"),
+            firmware: Some("redfish"),
+            ..Self::default()
+        }
+    }
+
+    /// An iDRAC's (Dell's own Redfish interfaces), booting through `boot`.
+    fn idrac(boot: &'static str) -> Self {
+        let idrac = Some("idrac-redfish");
+        Self {
+            boot: Some(boot),
+            bios: idrac,
+            management: idrac,
+            power: idrac,
+            raid: idrac,
+            vendor: idrac,
+            firmware: Some("redfish"),
+        }
+    }
 }
 
 /// The host part of an address.

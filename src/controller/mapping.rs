@@ -81,11 +81,7 @@ pub fn host_input(
         credentials_changed,
         disable_certificate_verification: bmc.disable_certificate_verification,
         boot_mac,
-        boot_mode: match bmh.boot_mode() {
-            api::BootMode::Uefi => prov::BootMode::Uefi,
-            api::BootMode::UefiSecureBoot => prov::BootMode::UefiSecureBoot,
-            api::BootMode::Legacy => prov::BootMode::Legacy,
-        },
+        boot_mode: bmh.boot_mode(),
         inspection_mode: match bmh.spec.inspection_mode {
             _ if bmh.inspection_disabled() => prov::InspectionMode::Disabled,
             Some(api::InspectionMode::Fast) => prov::InspectionMode::Fast,
@@ -225,11 +221,7 @@ pub fn hardware_details(hw: &prov::HardwareDetails) -> api::HardwareDetails {
                 name: text(&d.name),
                 alternate_names: d.alternate_names.clone(),
                 rotational: d.rotational,
-                disk_type: Some(match d.disk_type {
-                    prov::DiskType::Hdd => api::DiskType::Hdd,
-                    prov::DiskType::Ssd => api::DiskType::Ssd,
-                    prov::DiskType::Nvme => api::DiskType::Nvme,
-                }),
+                disk_type: Some(d.disk_type),
                 size_bytes: i64::try_from(d.size_bytes).ok(),
                 vendor: text(&d.vendor),
                 model: text(&d.model),

@@ -17,6 +17,20 @@ fn event(reason: &str, message: String, warning: bool) -> HostEvent {
     }
 }
 
+/// Tells the user that an annotation did not parse; it is removed all the same.
+async fn report_invalid<S: Store>(
+    store: &S,
+    host: &BareMetalHost,
+    annotation: &str,
+    expected: &str,
+    e: &serde_json::Error,
+) {
+    let message = format!("annotation {annotation} is not {expected} ({e}); ignored and removed");
+    store
+        .publish(host, event("InvalidAnnotation", message, true))
+        .await;
+}
+
 /// Takes in the status or hardware-details annotation, if the host has one; whether it
 /// did (the reconcile then starts again from the new state).
 pub async fn take_in<S: Store>(host: &BareMetalHost, store: &S) -> Result<bool, StoreError> {
@@ -43,12 +57,8 @@ pub async fn take_in<S: Store>(host: &BareMetalHost, store: &S) -> Result<bool, 
                         .await;
                 }
                 Err(e) => {
-                    let message = format!(
-                        "annotation {STATUS_ANNOTATION} is not a BareMetalHost status ({e}); ignored and removed"
-                    );
-                    store
-                        .publish(host, event("InvalidAnnotation", message, true))
-                        .await;
+                    report_invalid(store, host, STATUS_ANNOTATION, "a BareMetalHost status", &e)
+                        .await
                 }
             }
         }
@@ -73,12 +83,14 @@ pub async fn take_in<S: Store>(host: &BareMetalHost, store: &S) -> Result<bool, 
                         .await;
                 }
                 Err(e) => {
-                    let message = format!(
-                        "annotation {HARDWARE_DETAILS_ANNOTATION} is not hardware details ({e}); ignored and removed"
-                    );
-                    store
-                        .publish(host, event("InvalidAnnotation", message, true))
-                        .await;
+                    report_invalid(
+                        store,
+                        host,
+                        HARDWARE_DETAILS_ANNOTATION,
+                        "hardware details",
+                        &e,
+                    )
+                    .await
                 }
             }
         } else {

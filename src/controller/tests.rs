@@ -69,6 +69,35 @@ fn site(name: &str, spec: serde_json::Value) -> TestContext {
     ctx
 }
 
+/// The states a new host with an image goes through until it is provisioned.
+const TO_PROVISIONED: [State; 7] = [
+    State::None,
+    State::Registering,
+    State::Inspecting,
+    State::Preparing,
+    State::Available,
+    State::Provisioning,
+    State::Provisioned,
+];
+
+/// A host without BMC details, and no Secret.
+fn unmanaged_site(name: &str) -> TestContext {
+    let ctx = context();
+    let mut h = host(name, json!({}));
+    h.spec.bmc = None;
+    ctx.store.put_host(h);
+    ctx
+}
+
+/// The reasons of the Events published so far, oldest first.
+fn event_reasons(ctx: &TestContext) -> Vec<String> {
+    ctx.store
+        .events()
+        .into_iter()
+        .map(|e| e.event.reason)
+        .collect()
+}
+
 fn state_of(host: &BareMetalHost) -> State {
     host.provisioning_state()
 }
@@ -117,18 +146,7 @@ fn settled(h: Option<&BareMetalHost>) -> bool {
 async fn a_host_goes_through_every_state_to_provisioned_and_back_to_available() {
     let ctx = site("h", json!({}));
     let states = drive(&ctx, "h", settled).await;
-    assert_eq!(
-        states,
-        [
-            State::None,
-            State::Registering,
-            State::Inspecting,
-            State::Preparing,
-            State::Available,
-            State::Provisioning,
-            State::Provisioned
-        ]
-    );
+    assert_eq!(states, TO_PROVISIONED);
     let stored = ctx.store.host(NS, "h").expect("host");
     assert!(stored.finalizers().iter().any(|f| f == FINALIZER));
     let status = stored.status.expect("status");
@@ -143,12 +161,7 @@ async fn a_host_goes_through_every_state_to_provisioned_and_back_to_available() 
         secret.owner_references().iter().any(|o| o.name == "h"),
         "the host owns its BMC Secret"
     );
-    let reasons: Vec<String> = ctx
-        .store
-        .events()
-        .into_iter()
-        .map(|e| e.event.reason)
-        .collect();
+    let reasons = event_reasons(&ctx);
     assert!(
         reasons.contains(&"ProvisioningComplete".to_owned()),
         "{reasons:?}"
@@ -167,10 +180,7 @@ async fn a_host_goes_through_every_state_to_provisioned_and_back_to_available() 
 
 #[tokio::test]
 async fn a_host_without_bmc_details_is_unmanaged() {
-    let ctx = context();
-    let mut h = host("u", json!({}));
-    h.spec.bmc = None;
-    ctx.store.put_host(h);
+    let ctx = unmanaged_site("u");
     let states = drive(&ctx, "u", in_state(State::Unmanaged)).await;
     assert_eq!(states, [State::None, State::Unmanaged]);
     assert_eq!(step(&ctx, "u").await, Next::After(state_machine::SLOW_POLL));
@@ -205,12 +215,7 @@ async fn deletion_from(state: State, spec: serde_json::Value) {
         ctx.provisioner.host("ns~d").is_none(),
         "deleted from {state:?} through {states:?}, but the provisioner still has it"
     );
-    let reasons: Vec<String> = ctx
-        .store
-        .events()
-        .into_iter()
-        .map(|e| e.event.reason)
-        .collect();
+    let reasons = event_reasons(&ctx);
     assert!(
         reasons.contains(&"Deleted".to_owned()),
         "{state:?}: {reasons:?}"
@@ -219,15 +224,7 @@ async fn deletion_from(state: State, spec: serde_json::Value) {
 
 #[tokio::test]
 async fn deletion_from_every_state_releases_the_host() {
-    for state in [
-        State::None,
-        State::Registering,
-        State::Inspecting,
-        State::Preparing,
-        State::Available,
-        State::Provisioning,
-        State::Provisioned,
-    ] {
+    for state in TO_PROVISIONED {
         deletion_from(state, json!({})).await;
     }
     deletion_from(
@@ -250,10 +247,7 @@ async fn deletion_from_every_state_releases_the_host() {
 
 #[tokio::test]
 async fn deleting_an_unmanaged_host_needs_no_provisioner() {
-    let ctx = context();
-    let mut h = host("u", json!({}));
-    h.spec.bmc = None;
-    ctx.store.put_host(h);
+    let ctx = unmanaged_site("u");
     drive(&ctx, "u", in_state(State::Unmanaged)).await;
     ctx.store.delete_host(NS, "u");
     let states = drive(&ctx, "u", |h| h.is_none()).await;

@@ -192,7 +192,7 @@ impl IronicClient {
 
     async fn negotiate(&self) -> Result<Microversion, IronicError> {
         let doc: VersionDoc = self
-            .call(Method::GET, &[], Option::<&()>::None)
+            .get(&[])
             .await?
             .ok_or_else(|| self.decode_error(&Method::GET, "", "empty version document"))?;
         let max: Microversion = doc
@@ -237,6 +237,39 @@ impl IronicClient {
         self.call_with_query(method, segments, &[], body).await
     }
 
+    /// No answer from Ironic; the error names the endpoint without its credentials.
+    fn unreachable(&self, source: reqwest::Error) -> IronicError {
+        IronicError::Unreachable {
+            endpoint: without_credentials(&self.endpoint),
+            source: source.without_url(),
+        }
+    }
+
+    /// A `GET` of a document; `None` when the answer is empty.
+    async fn get<T: DeserializeOwned>(&self, segments: &[&str]) -> Result<Option<T>, IronicError> {
+        self.get_with_query(segments, &[]).await
+    }
+
+    async fn get_with_query<T: DeserializeOwned>(
+        &self,
+        segments: &[&str],
+        query: &[(&str, &str)],
+    ) -> Result<Option<T>, IronicError> {
+        self.call_with_query(Method::GET, segments, query, Option::<&()>::None)
+            .await
+    }
+
+    /// A `PUT` whose answer, if any, is not needed.
+    async fn put<B: Serialize + ?Sized>(
+        &self,
+        segments: &[&str],
+        body: &B,
+    ) -> Result<(), IronicError> {
+        self.call::<Value, _>(Method::PUT, segments, Some(body))
+            .await
+            .map(drop)
+    }
+
     async fn call_with_query<T: DeserializeOwned, B: Serialize + ?Sized>(
         &self,
         method: Method,
@@ -262,22 +295,10 @@ impl IronicClient {
             if let Some(body) = body {
                 req = req.json(body);
             }
-            let resp = req
-                .send()
-                .await
-                .map_err(|source| IronicError::Unreachable {
-                    endpoint: without_credentials(&self.endpoint),
-                    source: source.without_url(),
-                })?;
+            let resp = req.send().await.map_err(|e| self.unreachable(e))?;
             let status = resp.status();
             if status.is_success() {
-                let bytes = resp
-                    .bytes()
-                    .await
-                    .map_err(|source| IronicError::Unreachable {
-                        endpoint: without_credentials(&self.endpoint),
-                        source: source.without_url(),
-                    })?;
+                let bytes = resp.bytes().await.map_err(|e| self.unreachable(e))?;
                 if status == StatusCode::NO_CONTENT || bytes.is_empty() {
                     return Ok(None);
                 }
@@ -314,10 +335,7 @@ impl IronicClient {
 
     /// A node by UUID or name; `None` when Ironic has no such node.
     pub async fn get_node(&self, ident: &str) -> Result<Option<Node>, IronicError> {
-        match self
-            .call(Method::GET, &["nodes", ident], Option::<&()>::None)
-            .await
-        {
+        match self.get(&["nodes", ident]).await {
             Ok(node) => Ok(node),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
@@ -326,9 +344,7 @@ impl IronicClient {
 
     /// All nodes, with full details.
     pub async fn list_nodes(&self) -> Result<Vec<Node>, IronicError> {
-        let list: Option<NodeList> = self
-            .call(Method::GET, &["nodes", "detail"], Option::<&()>::None)
-            .await?;
+        let list: Option<NodeList> = self.get(&["nodes", "detail"]).await?;
         Ok(list.map(|l| l.nodes).unwrap_or_default())
     }
 
@@ -355,13 +371,11 @@ impl IronicClient {
         ident: &str,
         target: ProvisionTarget,
     ) -> Result<(), IronicError> {
-        self.call::<Value, _>(
-            Method::PUT,
+        self.put(
             &["nodes", ident, "states", "provision"],
-            Some(&json!({ "target": target })),
+            &json!({ "target": target }),
         )
         .await
-        .map(drop)
     }
 
     pub async fn set_power_state(
@@ -374,13 +388,7 @@ impl IronicClient {
         if let Some(t) = timeout_secs {
             body["timeout"] = json!(t);
         }
-        self.call::<Value, _>(
-            Method::PUT,
-            &["nodes", ident, "states", "power"],
-            Some(&body),
-        )
-        .await
-        .map(drop)
+        self.put(&["nodes", ident, "states", "power"], &body).await
     }
 
     /// `PATCH /v1/nodes/{id}` with a JSON patch.
@@ -396,25 +404,13 @@ impl IronicClient {
         ident: &str,
         request: &ProvisionRequest,
     ) -> Result<(), IronicError> {
-        self.call::<Value, _>(
-            Method::PUT,
-            &["nodes", ident, "states", "provision"],
-            Some(request),
-        )
-        .await
-        .map(drop)
+        self.put(&["nodes", ident, "states", "provision"], request)
+            .await
     }
 
     /// `{inventory, plugin_data}` from the last inspection; `None` when there is none.
     pub async fn get_inventory(&self, ident: &str) -> Result<Option<Value>, IronicError> {
-        match self
-            .call(
-                Method::GET,
-                &["nodes", ident, "inventory"],
-                Option::<&()>::None,
-            )
-            .await
-        {
+        match self.get(&["nodes", ident, "inventory"]).await {
             Ok(doc) => Ok(doc),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
@@ -424,23 +420,17 @@ impl IronicClient {
     /// `GET /v1/nodes/{id}/validate`: per interface `{result, reason}`.
     pub async fn validate_node(&self, ident: &str) -> Result<Value, IronicError> {
         Ok(self
-            .call(
-                Method::GET,
-                &["nodes", ident, "validate"],
-                Option::<&()>::None,
-            )
+            .get(&["nodes", ident, "validate"])
             .await?
             .unwrap_or(Value::Null))
     }
 
     pub async fn set_maintenance(&self, ident: &str, reason: &str) -> Result<(), IronicError> {
-        self.call::<Value, _>(
-            Method::PUT,
+        self.put(
             &["nodes", ident, "maintenance"],
-            Some(&json!({ "reason": reason })),
+            &json!({ "reason": reason }),
         )
         .await
-        .map(drop)
     }
 
     pub async fn clear_maintenance(&self, ident: &str) -> Result<(), IronicError> {
@@ -455,24 +445,14 @@ impl IronicClient {
         ident: &str,
         config: &Value,
     ) -> Result<(), IronicError> {
-        self.call::<Value, _>(
-            Method::PUT,
-            &["nodes", ident, "states", "raid"],
-            Some(config),
-        )
-        .await
-        .map(drop)
+        self.put(&["nodes", ident, "states", "raid"], config).await
     }
 
     /// `GET /v1/nodes/{id}/management/boot_device`: asks the BMC itself (Ironic does
     /// not answer from a cache), so it proves that Ironic can talk to the BMC.
     pub async fn get_boot_device(&self, ident: &str) -> Result<Value, IronicError> {
         Ok(self
-            .call(
-                Method::GET,
-                &["nodes", ident, "management", "boot_device"],
-                Option::<&()>::None,
-            )
+            .get(&["nodes", ident, "management", "boot_device"])
             .await?
             .unwrap_or(Value::Null))
     }
@@ -480,12 +460,7 @@ impl IronicClient {
     /// The ports of one node.
     pub async fn list_node_ports(&self, node_uuid: &str) -> Result<Vec<Port>, IronicError> {
         let list: Option<PortList> = self
-            .call_with_query(
-                Method::GET,
-                &["ports", "detail"],
-                &[("node_uuid", node_uuid)],
-                Option::<&()>::None,
-            )
+            .get_with_query(&["ports", "detail"], &[("node_uuid", node_uuid)])
             .await?;
         Ok(list.map(|l| l.ports).unwrap_or_default())
     }
@@ -512,12 +487,7 @@ impl IronicClient {
     /// The port with this MAC address, if any node has one.
     pub async fn find_port_by_mac(&self, mac: &str) -> Result<Option<Port>, IronicError> {
         let list: Option<PortList> = self
-            .call_with_query(
-                Method::GET,
-                &["ports", "detail"],
-                &[("address", mac)],
-                Option::<&()>::None,
-            )
+            .get_with_query(&["ports", "detail"], &[("address", mac)])
             .await?;
         Ok(list.and_then(|l| l.ports.into_iter().next()))
     }

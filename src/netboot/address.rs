@@ -508,6 +508,14 @@ mod tests {
         }
     }
 
+    /// No address of the snapshot's interfaces matches `s`.
+    fn assert_not_found(s: &Selector) {
+        assert!(matches!(
+            s.choose(&snap()),
+            Err(AddressError::NotFound { .. })
+        ));
+    }
+
     fn sel(f: impl FnOnce(&mut ProvisioningNetwork)) -> Selector {
         let mut cfg = ProvisioningNetwork::default();
         f(&mut cfg);
@@ -529,10 +537,7 @@ mod tests {
     #[test]
     fn explicit_ip_missing_is_not_found() {
         let s = sel(|c| c.provisioning_ip = Some("192.0.2.1".into()));
-        assert!(matches!(
-            s.choose(&snap()),
-            Err(AddressError::NotFound { .. })
-        ));
+        assert_not_found(&s);
     }
 
     #[test]
@@ -559,10 +564,7 @@ mod tests {
     #[test]
     fn unknown_mac_is_not_found() {
         let s = sel(|c| c.provisioning_macs = vec!["52:54:00:00:00:99".into()]);
-        assert!(matches!(
-            s.choose(&snap()),
-            Err(AddressError::NotFound { .. })
-        ));
+        assert_not_found(&s);
     }
 
     #[test]

@@ -33,21 +33,11 @@ pub enum FixtureState {
     /// Registered, credentials not yet checked.
     Enrolled,
     Manageable,
-    Inspecting {
-        calls_left: u32,
-    },
-    Preparing {
-        calls_left: u32,
-    },
     Available,
-    Provisioning {
-        calls_left: u32,
-    },
     Active,
-    Deprovisioning {
-        calls_left: u32,
-    },
-    Adopting {
+    /// A long operation (inspect, prepare, provision, deprovision, adopt) runs.
+    Running {
+        operation: FixtureOperation,
         calls_left: u32,
     },
 }
@@ -141,10 +131,40 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Counts a long operation down; `Some(done)` when it finished on this call.
-fn count_down(calls_left: &mut u32) -> bool {
-    *calls_left = calls_left.saturating_sub(1);
-    *calls_left == 0
+impl FixtureHost {
+    /// Starts the long operation `operation`, which takes `calls` calls.
+    fn start<T>(&mut self, operation: FixtureOperation, calls: u32, value: T) -> Outcome<T> {
+        self.state = FixtureState::Running {
+            operation,
+            calls_left: calls,
+        };
+        Outcome::changed(value, POLL)
+    }
+
+    /// One more call of `operation`, if it runs: waits with `waiting`, or on its last
+    /// call `finish`es it and is done. `None` when `operation` does not run.
+    fn advance<T>(
+        &mut self,
+        operation: FixtureOperation,
+        waiting: T,
+        finish: impl FnOnce(&mut Self) -> T,
+    ) -> Option<Outcome<T>> {
+        let FixtureState::Running {
+            operation: running,
+            calls_left,
+        } = &mut self.state
+        else {
+            return None;
+        };
+        if *running != operation {
+            return None;
+        }
+        *calls_left = calls_left.saturating_sub(1);
+        if *calls_left > 0 {
+            return Some(Outcome::wait(waiting, POLL));
+        }
+        Some(Outcome::done(finish(self)))
+    }
 }
 
 impl Provisioner for FixtureProvisioner {
@@ -182,34 +202,30 @@ impl Provisioner for FixtureProvisioner {
     }
 
     async fn inspect(&self, host: &Host, refresh: bool) -> ProvisionerResult<InspectStatus> {
+        let op = FixtureOperation::Inspect;
         let hardware = self.hardware.clone();
-        self.with_host(
-            host,
-            FixtureOperation::Inspect,
-            InspectStatus::InProgress,
-            |h, steps| match &mut h.state {
-                FixtureState::Inspecting { calls_left } => {
-                    if count_down(calls_left) {
-                        h.state = FixtureState::Manageable;
-                        h.inspected = true;
-                        Outcome::done(InspectStatus::Complete(Box::new(hardware)))
-                    } else {
-                        Outcome::wait(InspectStatus::InProgress, POLL)
-                    }
-                }
+        self.with_host(host, op, InspectStatus::InProgress, |h, steps| {
+            let finished = h.advance(op, InspectStatus::InProgress, |h| {
+                h.state = FixtureState::Manageable;
+                h.inspected = true;
+                InspectStatus::Complete(Box::new(hardware.clone()))
+            });
+            if let Some(outcome) = finished {
+                return outcome;
+            }
+            match &h.state {
                 FixtureState::Manageable | FixtureState::Available if h.inspected && !refresh => {
                     Outcome::done(InspectStatus::Complete(Box::new(hardware)))
                 }
                 FixtureState::Manageable | FixtureState::Available => {
-                    h.state = FixtureState::Inspecting { calls_left: steps };
-                    Outcome::changed(InspectStatus::Started, POLL)
+                    h.start(op, steps, InspectStatus::Started)
                 }
                 other => Outcome::failed(
                     InspectStatus::InProgress,
                     format!("cannot inspect a host in state {other:?}"),
                 ),
-            },
-        )
+            }
+        })
     }
 
     async fn prepare(
@@ -217,30 +233,21 @@ impl Provisioner for FixtureProvisioner {
         host: &Host,
         request: &PrepareRequest,
     ) -> ProvisionerResult<PrepareStatus> {
+        let op = FixtureOperation::Prepare;
         let work = request.unprepared
             && (request.raid.is_some()
                 || !request.bios_settings.is_empty()
                 || request.full_disk_wipe);
-        self.with_host(
-            host,
-            FixtureOperation::Prepare,
-            PrepareStatus::default(),
-            |h, steps| match &mut h.state {
-                FixtureState::Preparing { calls_left } => {
-                    if count_down(calls_left) {
-                        h.state = FixtureState::Available;
-                        Outcome::done(PrepareStatus::default())
-                    } else {
-                        let step = h.last_clean_steps.first().cloned();
-                        Outcome::wait(
-                            PrepareStatus {
-                                started: false,
-                                current_step: step,
-                            },
-                            POLL,
-                        )
-                    }
-                }
+        self.with_host(host, op, PrepareStatus::default(), |h, steps| {
+            let waiting = Progress::running(h.last_clean_steps.first().cloned());
+            let finished = h.advance(op, waiting, |h| {
+                h.state = FixtureState::Available;
+                PrepareStatus::default()
+            });
+            if let Some(outcome) = finished {
+                return outcome;
+            }
+            match &h.state {
                 FixtureState::Manageable | FixtureState::Available if work => {
                     h.last_clean_steps = Vec::new();
                     if request.raid.is_some() {
@@ -252,14 +259,7 @@ impl Provisioner for FixtureProvisioner {
                     if request.full_disk_wipe {
                         h.last_clean_steps.push("deploy.erase_devices".into());
                     }
-                    h.state = FixtureState::Preparing { calls_left: steps };
-                    Outcome::changed(
-                        PrepareStatus {
-                            started: true,
-                            current_step: None,
-                        },
-                        POLL,
-                    )
+                    h.start(op, steps, Progress::started())
                 }
                 FixtureState::Manageable | FixtureState::Available => {
                     h.state = FixtureState::Available;
@@ -269,8 +269,8 @@ impl Provisioner for FixtureProvisioner {
                     PrepareStatus::default(),
                     format!("cannot prepare a host in state {other:?}"),
                 ),
-            },
-        )
+            }
+        })
     }
 
     async fn provision(
@@ -278,108 +278,80 @@ impl Provisioner for FixtureProvisioner {
         host: &Host,
         request: &ProvisionRequest,
     ) -> ProvisionerResult<Progress> {
+        let op = FixtureOperation::Provision;
         let url = request.image.as_ref().map(|i| i.url.clone());
-        self.with_host(
-            host,
-            FixtureOperation::Provision,
-            Progress::default(),
-            |h, steps| match &mut h.state {
-                FixtureState::Provisioning { calls_left } => {
-                    if count_down(calls_left) {
-                        h.state = FixtureState::Active;
-                        h.powered_on = true;
-                        Outcome::done(Progress::default())
-                    } else {
-                        Outcome::wait(Progress::default(), POLL)
-                    }
-                }
+        self.with_host(host, op, Progress::default(), |h, steps| {
+            let finished = h.advance(op, Progress::default(), |h| {
+                h.state = FixtureState::Active;
+                h.powered_on = true;
+                Progress::default()
+            });
+            if let Some(outcome) = finished {
+                return outcome;
+            }
+            match &h.state {
                 FixtureState::Active => Outcome::done(Progress::default()),
                 FixtureState::Available | FixtureState::Manageable => {
                     h.image_url = url;
-                    h.state = FixtureState::Provisioning { calls_left: steps };
-                    Outcome::changed(
-                        Progress {
-                            started: true,
-                            current_step: None,
-                        },
-                        POLL,
-                    )
+                    h.start(op, steps, Progress::started())
                 }
                 other => Outcome::failed(
                     Progress::default(),
                     format!("cannot provision a host in state {other:?}"),
                 ),
-            },
-        )
+            }
+        })
     }
 
     async fn deprovision(&self, host: &Host) -> ProvisionerResult<Progress> {
-        self.with_host(
-            host,
-            FixtureOperation::Deprovision,
-            Progress::default(),
-            |h, steps| match &mut h.state {
-                FixtureState::Deprovisioning { calls_left } => {
-                    if count_down(calls_left) {
-                        h.state = FixtureState::Available;
-                        h.image_url = None;
-                        h.powered_on = false;
-                        Outcome::done(Progress::default())
-                    } else {
-                        Outcome::wait(Progress::default(), POLL)
-                    }
-                }
-                FixtureState::Active | FixtureState::Provisioning { .. } => {
-                    h.state = FixtureState::Deprovisioning { calls_left: steps };
-                    Outcome::changed(
-                        Progress {
-                            started: true,
-                            current_step: None,
-                        },
-                        POLL,
-                    )
-                }
+        let op = FixtureOperation::Deprovision;
+        self.with_host(host, op, Progress::default(), |h, steps| {
+            let finished = h.advance(op, Progress::default(), |h| {
+                h.state = FixtureState::Available;
+                h.image_url = None;
+                h.powered_on = false;
+                Progress::default()
+            });
+            if let Some(outcome) = finished {
+                return outcome;
+            }
+            match &h.state {
+                FixtureState::Active
+                | FixtureState::Running {
+                    operation: FixtureOperation::Provision,
+                    ..
+                } => h.start(op, steps, Progress::started()),
                 _ => {
                     h.state = FixtureState::Available;
                     Outcome::done(Progress::default())
                 }
-            },
-        )
+            }
+        })
     }
 
     async fn adopt(&self, host: &Host, request: &ProvisionRequest) -> ProvisionerResult<Progress> {
+        let op = FixtureOperation::Adopt;
         let url = request.image.as_ref().map(|i| i.url.clone());
-        self.with_host(
-            host,
-            FixtureOperation::Adopt,
-            Progress::default(),
-            |h, steps| match &mut h.state {
-                FixtureState::Adopting { calls_left } => {
-                    if count_down(calls_left) {
-                        h.state = FixtureState::Active;
-                        Outcome::done(Progress::default())
-                    } else {
-                        Outcome::wait(Progress::default(), POLL)
-                    }
-                }
+        self.with_host(host, op, Progress::default(), |h, steps| {
+            let finished = h.advance(op, Progress::default(), |h| {
+                h.state = FixtureState::Active;
+                Progress::default()
+            });
+            if let Some(outcome) = finished {
+                return outcome;
+            }
+            match &h.state {
                 FixtureState::Active => Outcome::done(Progress::default()),
                 FixtureState::Manageable => {
                     h.image_url = url;
-                    h.state = FixtureState::Adopting { calls_left: steps };
-                    Outcome::changed(
-                        Progress {
-                            started: true,
-                            current_step: None,
-                        },
-                        POLL,
-                    )
+                    h.start(op, steps, Progress::started())
                 }
                 other => Outcome::failed(
                     Progress::default(),
                     format!("cannot adopt a host in state {other:?}"),
                 ),
-            },
-        )
+            }
+        })
     }
 
     async fn power_on(&self, host: &Host) -> ProvisionerResult<PowerState> {

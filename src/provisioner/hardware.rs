@@ -75,16 +75,8 @@ impl Nic {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum DiskType {
-    #[default]
-    #[serde(rename = "HDD")]
-    Hdd,
-    #[serde(rename = "SSD")]
-    Ssd,
-    #[serde(rename = "NVME")]
-    Nvme,
-}
+/// The kind of disk, as the API has it.
+pub use crate::api::DiskType;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Storage {

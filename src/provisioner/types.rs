@@ -37,17 +37,8 @@ impl fmt::Display for HostId {
     }
 }
 
-/// `spec.bootMode`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum BootMode {
-    #[default]
-    #[serde(rename = "UEFI")]
-    Uefi,
-    #[serde(rename = "UEFISecureBoot")]
-    UefiSecureBoot,
-    #[serde(rename = "legacy")]
-    Legacy,
-}
+/// `spec.bootMode`, as the API has it.
+pub use crate::api::BootMode;
 
 /// `spec.inspectionMode`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -319,22 +310,35 @@ pub enum InspectStatus {
     Complete(Box<super::HardwareDetails>),
 }
 
-/// Result of `prepare`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PrepareStatus {
-    /// Manual cleaning was started by this call.
-    pub started: bool,
-    /// The clean step Ironic is running, e.g. `raid.create_configuration`.
-    pub current_step: Option<String>,
-}
+/// Result of `prepare` (manual cleaning): the same as any other long operation's.
+pub type PrepareStatus = Progress;
 
-/// Result of `provision` / `deprovision` / `adopt`.
+/// Result of `prepare` / `provision` / `deprovision` / `adopt`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Progress {
     /// The operation was started by this call.
     pub started: bool,
-    /// The step Ironic is running (clean or deploy step), when it says.
+    /// The step Ironic is running (clean or deploy step, e.g.
+    /// `raid.create_configuration`), when it says.
     pub current_step: Option<String>,
+}
+
+impl Progress {
+    /// The operation was started by this call.
+    pub fn started() -> Self {
+        Self {
+            started: true,
+            current_step: None,
+        }
+    }
+
+    /// The operation runs, at `current_step` when the provisioner says.
+    pub fn running(current_step: Option<String>) -> Self {
+        Self {
+            started: false,
+            current_step,
+        }
+    }
 }
 
 /// Observed power.

@@ -11,7 +11,8 @@ mod checks;
 use std::time::Duration;
 
 use crate::api::{
-    BareMetalHost, BareMetalHostStatus, ErrorType, OperationalStatus, ProvisioningState as State,
+    BareMetalHost, BareMetalHostStatus, CustomDeploy, ErrorType, Image, OperationalStatus,
+    ProvisioningState as State,
 };
 
 pub use apply::apply;
@@ -186,68 +187,38 @@ fn annotation<'a>(host: &'a BareMetalHost, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
+/// The image URL, when one is set and not empty.
+fn image_url(image: Option<&Image>) -> Option<&str> {
+    image.map(|i| i.url.as_str()).filter(|u| !u.is_empty())
+}
+
+/// The custom deploy method, when one is set (it may be empty).
+fn deploy_method(custom_deploy: Option<&CustomDeploy>) -> Option<&str> {
+    custom_deploy.map(|c| c.method.as_str())
+}
+
 /// The host should be provisioned with an image or custom deploy it does not have.
 pub fn needs_provisioning(host: &BareMetalHost) -> bool {
     let st = status(host);
     if !host.spec.online {
         return false;
     }
-    if let Some(method) = host
-        .spec
-        .custom_deploy
-        .as_ref()
-        .map(|c| c.method.as_str())
-        .filter(|m| !m.is_empty())
+    if let Some(method) = deploy_method(host.spec.custom_deploy.as_ref()).filter(|m| !m.is_empty())
     {
-        return st
-            .provisioning
-            .custom_deploy
-            .as_ref()
-            .map(|c| c.method.as_str())
-            != Some(method);
+        return deploy_method(st.provisioning.custom_deploy.as_ref()) != Some(method);
     }
-    let spec_url = host
-        .spec
-        .image
-        .as_ref()
-        .map(|i| i.url.as_str())
-        .filter(|u| !u.is_empty());
-    let status_url = st
-        .provisioning
-        .image
-        .as_ref()
-        .map(|i| i.url.as_str())
-        .filter(|u| !u.is_empty());
-    spec_url.is_some() && status_url.is_none()
+    image_url(host.spec.image.as_ref()).is_some()
+        && image_url(st.provisioning.image.as_ref()).is_none()
 }
 
 /// The image or custom deploy in the spec no longer matches what was provisioned.
 pub fn provisioning_cancelled(host: &BareMetalHost) -> bool {
     let st = status(host);
-    let spec_url = host
-        .spec
-        .image
-        .as_ref()
-        .map(|i| i.url.as_str())
-        .filter(|u| !u.is_empty());
-    let status_url = st
-        .provisioning
-        .image
-        .as_ref()
-        .map(|i| i.url.as_str())
-        .filter(|u| !u.is_empty());
-    if let Some(method) = host
-        .spec
-        .custom_deploy
-        .as_ref()
-        .map(|c| c.method.as_str())
-        .filter(|m| !m.is_empty())
+    let spec_url = image_url(host.spec.image.as_ref());
+    let status_url = image_url(st.provisioning.image.as_ref());
+    if let Some(method) = deploy_method(host.spec.custom_deploy.as_ref()).filter(|m| !m.is_empty())
     {
-        let status_method = st
-            .provisioning
-            .custom_deploy
-            .as_ref()
-            .map(|c| c.method.as_str());
+        let status_method = deploy_method(st.provisioning.custom_deploy.as_ref());
         return (status_method.is_some() && status_method != Some(method))
             || (status_url.is_some() && spec_url != status_url);
     }
@@ -347,37 +318,25 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
     }
 
     match state {
-        State::None => {
-            if host.has_bmc_details() {
-                transition(
-                    State::Registering,
-                    "Registering",
-                    "registering the host with the provisioner".into(),
-                )
+        State::None | State::Unmanaged if host.has_bmc_details() => {
+            let message = if state == State::None {
+                "registering the host with the provisioner"
             } else {
-                Step::Transition(Update {
-                    state: Some(State::Unmanaged),
-                    operational_status: Some(OperationalStatus::Discovered),
-                    event: Some((
-                        "Discovered".into(),
-                        "no BMC details: the host is unmanaged until spec.bmc is set".into(),
-                        false,
-                    )),
-                    ..Default::default()
-                })
-            }
+                "BMC details added; registering the host"
+            };
+            transition(State::Registering, "Registering", message.into())
         }
-        State::Unmanaged => {
-            if host.has_bmc_details() {
-                transition(
-                    State::Registering,
-                    "Registering",
-                    "BMC details added; registering the host".into(),
-                )
-            } else {
-                Step::Wait(SLOW_POLL)
-            }
-        }
+        State::None => Step::Transition(Update {
+            state: Some(State::Unmanaged),
+            operational_status: Some(OperationalStatus::Discovered),
+            event: Some((
+                "Discovered".into(),
+                "no BMC details: the host is unmanaged until spec.bmc is set".into(),
+                false,
+            )),
+            ..Default::default()
+        }),
+        State::Unmanaged => Step::Wait(SLOW_POLL),
         State::Registering => {
             if let Some(step) = credentials_problem(facts) {
                 return step;
@@ -415,13 +374,13 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
         }
         State::Provisioned => {
             if provisioning_cancelled(host) {
-                if !facts.has_capacity {
-                    return delayed();
-                }
-                return transition(
-                    State::Deprovisioning,
-                    "Deprovisioning",
-                    "image or custom deploy removed or changed; deprovisioning".into(),
+                return with_capacity(
+                    facts,
+                    transition(
+                        State::Deprovisioning,
+                        "Deprovisioning",
+                        "image or custom deploy removed or changed; deprovisioning".into(),
+                    ),
                 );
             }
             plan_power(host, &st, facts)
@@ -466,7 +425,11 @@ fn credentials_problem(facts: &Facts) -> Option<Step> {
     }))
 }
 
-fn delayed() -> Step {
+/// `step` when a provisioning slot is free; else the host waits for one.
+fn with_capacity(facts: &Facts, step: Step) -> Step {
+    if facts.has_capacity {
+        return step;
+    }
     Step::Transition(Update {
         operational_status: Some(OperationalStatus::Delayed),
         event: Some((
@@ -488,13 +451,13 @@ fn plan_available(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts)
         );
     }
     if annotation(host, crate::api::host::INSPECT_ANNOTATION).is_some_and(|v| v != "disabled") {
-        if !facts.has_capacity {
-            return delayed();
-        }
-        return transition(
-            State::Inspecting,
-            "InspectionRequested",
-            "inspect annotation set; inspecting again".into(),
+        return with_capacity(
+            facts,
+            transition(
+                State::Inspecting,
+                "InspectionRequested",
+                "inspect annotation set; inspecting again".into(),
+            ),
         );
     }
     if host.spec.raid != st.provisioning.raid && host.spec.raid.is_some() {
@@ -510,19 +473,19 @@ fn plan_available(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts)
         {
             return Step::Wait(SLOW_POLL);
         }
-        if !facts.has_capacity {
-            return delayed();
-        }
-        return Step::Transition(Update {
-            state: Some(State::Provisioning),
-            error: ErrorChange::Clear,
-            event: Some((
-                "ProvisioningStarted".into(),
-                "provisioning the image".into(),
-                false,
-            )),
-            ..Default::default()
-        });
+        return with_capacity(
+            facts,
+            Step::Transition(Update {
+                state: Some(State::Provisioning),
+                error: ErrorChange::Clear,
+                event: Some((
+                    "ProvisioningStarted".into(),
+                    "provisioning the image".into(),
+                    false,
+                )),
+                ..Default::default()
+            }),
+        );
     }
     plan_power(host, st, facts)
 }

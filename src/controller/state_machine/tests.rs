@@ -54,6 +54,29 @@ fn image() -> serde_json::Value {
     json!({"url": "http://example.test/os.qcow2", "checksum": "abc", "checksumType": "sha256"})
 }
 
+/// The host's status once `update` is applied.
+fn applied(h: &BareMetalHost, update: &Update) -> BareMetalHostStatus {
+    let mut status = h.status.clone().unwrap_or_default();
+    apply(
+        h,
+        &mut status,
+        update,
+        &Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    );
+    status
+}
+
+/// Once `op` is done, the host moves to `to`.
+fn assert_done_leads_to(h: &BareMetalHost, op: Operation, to: State) {
+    assert_eq!(after(h, op, &CallResult::Done).state, Some(to), "{op:?}");
+}
+
+/// The host calls `op` now, and moves to `to` once it is done.
+fn assert_calls_then(h: &BareMetalHost, op: Operation, to: State) {
+    assert_eq!(plan(h, &facts()), Step::Call(op));
+    assert_done_leads_to(h, op, to);
+}
+
 fn next_state(step: &Step) -> Option<State> {
     match step {
         Step::Transition(u) => u.state,
@@ -102,46 +125,27 @@ fn missing_secret_is_retried_with_backoff_and_invalid_secret_waits_for_a_change(
 #[test]
 fn registration_leads_to_inspection_preparation_or_external_provisioning() {
     let h = host(json!({}), "registering", json!({}));
-    assert_eq!(
-        after(&h, Operation::Register, &CallResult::Done).state,
-        Some(State::Inspecting)
-    );
+    assert_done_leads_to(&h, Operation::Register, State::Inspecting);
     let h = host(
         json!({"inspectionMode": "disabled"}),
         "registering",
         json!({}),
     );
-    assert_eq!(
-        after(&h, Operation::Register, &CallResult::Done).state,
-        Some(State::Preparing)
-    );
+    assert_done_leads_to(&h, Operation::Register, State::Preparing);
     let h = host(
         json!({"externallyProvisioned": true}),
         "registering",
         json!({}),
     );
-    assert_eq!(
-        after(&h, Operation::Register, &CallResult::Done).state,
-        Some(State::ExternallyProvisioned)
-    );
+    assert_done_leads_to(&h, Operation::Register, State::ExternallyProvisioned);
 }
 
 #[test]
 fn the_happy_path_walks_inspecting_preparing_available_provisioning_provisioned() {
     let h = host(json!({"image": image()}), "inspecting", json!({}));
-    assert_eq!(
-        plan(&h, &facts()),
-        Step::Call(Operation::Inspect { refresh: false })
-    );
-    assert_eq!(
-        after(&h, Operation::Inspect { refresh: false }, &CallResult::Done).state,
-        Some(State::Preparing)
-    );
+    assert_calls_then(&h, Operation::Inspect { refresh: false }, State::Preparing);
     let h = host(json!({"image": image()}), "preparing", json!({}));
-    assert_eq!(
-        after(&h, Operation::Prepare, &CallResult::Done).state,
-        Some(State::Available)
-    );
+    assert_done_leads_to(&h, Operation::Prepare, State::Available);
     let h = host(json!({"image": image()}), "available", json!({}));
     assert_eq!(next_state(&plan(&h, &facts())), Some(State::Provisioning));
     let h = host(json!({"image": image()}), "provisioning", json!({}));
@@ -149,13 +153,7 @@ fn the_happy_path_walks_inspecting_preparing_available_provisioning_provisioned(
     let done = after(&h, Operation::Provision, &CallResult::Done);
     assert_eq!(done.state, Some(State::Provisioned));
     assert_eq!(done.record_provisioned, Some(true));
-    let mut status = h.status.clone().unwrap_or_default();
-    apply(
-        &h,
-        &mut status,
-        &done,
-        &Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-    );
+    let status = applied(&h, &done);
     assert_eq!(
         status.provisioning.image.map(|i| i.url),
         Some("http://example.test/os.qcow2".into())
@@ -206,13 +204,7 @@ fn failed_provisioning_deprovisions_and_counts_the_failure() {
     assert_eq!(u.state, Some(State::Deprovisioning));
     assert!(u.provisioning_failed);
     assert_eq!(u.requeue, Requeue::Backoff);
-    let mut status = h.status.clone().unwrap_or_default();
-    apply(
-        &h,
-        &mut status,
-        &u,
-        &Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-    );
+    let status = applied(&h, &u);
     assert_eq!(status.error_type, Some(ErrorType::Provisioning));
     assert_eq!(status.error_count, 1);
     assert_eq!(status.provisioning_fail_count, 1);
@@ -329,19 +321,9 @@ fn deletion_paths_follow_the_state() {
         assert_eq!(next_state(&plan(&h, &facts())), Some(to), "from {state:?}");
     }
     let h = deleting(host(json!({}), "powering off before delete", json!({})));
-    assert_eq!(
-        plan(&h, &facts()),
-        Step::Call(Operation::PowerOff { hard: true })
-    );
-    assert_eq!(
-        after(&h, Operation::PowerOff { hard: true }, &CallResult::Done).state,
-        Some(State::Deleting)
-    );
+    assert_calls_then(&h, Operation::PowerOff { hard: true }, State::Deleting);
     let h = deleting(host(json!({}), "deprovisioning", json!({})));
-    assert_eq!(
-        after(&h, Operation::Deprovision, &CallResult::Done).state,
-        Some(State::PoweringOffBeforeDelete)
-    );
+    assert_done_leads_to(&h, Operation::Deprovision, State::PoweringOffBeforeDelete);
     let h = deleting(host(json!({}), "deprovisioning", json!({"errorCount": 4})));
     assert_eq!(
         next_state(&plan(&h, &facts())),
@@ -453,13 +435,7 @@ fn success_clears_the_error() {
         json!({"operationalStatus": "error", "errorType": "preparation error", "errorMessage": "x", "errorCount": 2}),
     );
     let u = after(&h, Operation::Prepare, &CallResult::Done);
-    let mut status = h.status.clone().unwrap_or_default();
-    apply(
-        &h,
-        &mut status,
-        &u,
-        &Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-    );
+    let status = applied(&h, &u);
     assert_eq!(
         (
             status.error_type,

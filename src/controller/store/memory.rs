@@ -49,6 +49,11 @@ fn key(namespace: Option<String>, name: &str) -> String {
     format!("{}/{name}", namespace.unwrap_or_default())
 }
 
+/// A copy of the object `namespace/name` in `objects`, if there is one.
+fn stored<T: Clone>(objects: &BTreeMap<String, T>, namespace: &str, name: &str) -> Option<T> {
+    objects.get(&key(Some(namespace.to_owned()), name)).cloned()
+}
+
 /// [`Store`] holding objects in memory.
 #[derive(Default)]
 pub struct MemoryStore {
@@ -78,10 +83,7 @@ impl MemoryStore {
 
     /// The host as stored now.
     pub fn host(&self, namespace: &str, name: &str) -> Option<BareMetalHost> {
-        self.lock()
-            .hosts
-            .get(&key(Some(namespace.to_owned()), name))
-            .cloned()
+        stored(&self.lock().hosts, namespace, name)
     }
 
     /// Marks the host deleted (sets its deletionTimestamp); it goes once its last
@@ -113,17 +115,11 @@ impl MemoryStore {
     }
 
     pub fn secret_now(&self, namespace: &str, name: &str) -> Option<Secret> {
-        self.lock()
-            .secrets
-            .get(&key(Some(namespace.to_owned()), name))
-            .cloned()
+        stored(&self.lock().secrets, namespace, name)
     }
 
     pub fn hardware_now(&self, namespace: &str, name: &str) -> Option<HardwareDetails> {
-        self.lock()
-            .hardware
-            .get(&key(Some(namespace.to_owned()), name))
-            .cloned()
+        stored(&self.lock().hardware, namespace, name)
     }
 
     /// Every event published so far.

@@ -1,16 +1,15 @@
 //! Preparing (manual cleaning: RAID, BIOS, disk wipe) and the one way back from
 //! failed cleaning.
 
-use reqwest::StatusCode;
 use serde_json::Value;
 
-use super::{IronicProvisioner, last_error, sentence, step_name};
+use super::{IronicProvisioner, last_error, step_name};
 use crate::ironic::{
     IronicError, Node, PatchOp, ProvisionRequest as Req, ProvisionState, ProvisionTarget,
 };
 use crate::provisioner::ProvisionerResult;
 use crate::provisioner::configdrive;
-use crate::provisioner::types::{Host, Outcome, PrepareRequest, PrepareStatus};
+use crate::provisioner::types::{Host, Outcome, PrepareRequest, PrepareStatus, Progress};
 
 impl IronicProvisioner {
     pub(super) async fn prepare_node(
@@ -40,16 +39,14 @@ impl IronicProvisioner {
             ProvisionState::Manageable => {
                 let steps = match self.clean_steps(host, &node, request).await {
                     Ok(steps) => steps,
-                    Err(e) if e.status() == Some(StatusCode::BAD_REQUEST) => {
-                        return Ok(Outcome::failed(
+                    Err(e) => {
+                        return self.refused_or_err(
+                            host,
+                            e,
                             PrepareStatus::default(),
-                            format!(
-                                "Ironic refused the RAID configuration: {}",
-                                sentence(&e.to_string())
-                            ),
-                        ));
+                            "Ironic refused the RAID configuration",
+                        );
                     }
-                    Err(e) => return self.busy_or_err(host, e, PrepareStatus::default()),
                 };
                 let mut req = Req::new(ProvisionTarget::Clean);
                 req.clean_steps = Some(steps);
@@ -57,26 +54,36 @@ impl IronicProvisioner {
                     host,
                     &node,
                     req,
-                    PrepareStatus {
-                        started: true,
-                        current_step: None,
-                    },
+                    Progress::started(),
                     "start manual cleaning",
                 )
                 .await
             }
-            ProvisionState::Cleaning | ProvisionState::CleanWait => self.wait_long(PrepareStatus {
-                started: false,
-                current_step: step_name(&node.clean_step),
-            }),
+            ProvisionState::Cleaning | ProvisionState::CleanWait | ProvisionState::CleanFailed => {
+                self.follow_cleaning(host, &node, "Cleaning failed").await
+            }
+            _ => Self::unexpected(&node, PrepareStatus::default(), "prepare the host"),
+        }
+    }
+
+    /// Follows cleaning that an operation started: waits while Ironic cleans; once
+    /// cleaning failed, retries when the user asked for it, else fails with
+    /// `failure` and Ironic's last error.
+    pub(super) async fn follow_cleaning(
+        &self,
+        host: &Host,
+        node: &Node,
+        failure: &str,
+    ) -> ProvisionerResult<Progress> {
+        match node.state() {
             ProvisionState::CleanFailed if host.restart_on_failure => {
-                self.recover_failed_cleaning(host, &node).await
+                self.recover_failed_cleaning(host, node).await
             }
             ProvisionState::CleanFailed => Ok(Outcome::failed(
-                PrepareStatus::default(),
-                format!("Cleaning failed: {}", last_error(&node)),
+                Progress::default(),
+                format!("{failure}: {}", last_error(node)),
             )),
-            _ => Self::unexpected(&node, PrepareStatus::default(), "prepare the host"),
+            _ => self.wait_long(Progress::running(step_name(&node.clean_step))),
         }
     }
 

@@ -21,34 +21,23 @@ impl IronicProvisioner {
         let node = self.require_node(host).await?;
         match node.state() {
             ProvisionState::Manageable => {
-                if let Err(e) = self.sync_automated_clean(host, &node).await {
-                    return self.busy_or_err(host, e, Progress::default());
-                }
-                self.transition(
+                self.transition_into_cleaning(
                     host,
                     &node,
-                    Req::new(ProvisionTarget::Provide),
+                    ProvisionTarget::Provide,
                     Progress::default(),
                     "make the host available (provide)",
                 )
                 .await
             }
-            ProvisionState::Cleaning | ProvisionState::CleanWait => self.wait_long(Progress {
-                started: false,
-                current_step: step_name(&node.clean_step),
-            }),
-            ProvisionState::CleanFailed if host.restart_on_failure => {
-                self.recover_failed_cleaning(host, &node).await
+            ProvisionState::Cleaning | ProvisionState::CleanWait | ProvisionState::CleanFailed => {
+                self.follow_cleaning(host, &node, "Cleaning before provisioning failed")
+                    .await
             }
-            ProvisionState::CleanFailed => Ok(Outcome::failed(
-                Progress::default(),
-                format!("Cleaning before provisioning failed: {}", last_error(&node)),
-            )),
             ProvisionState::Available => self.start_deploy(host, &node, request).await,
-            ProvisionState::Deploying | ProvisionState::WaitCallBack => self.wait_long(Progress {
-                started: false,
-                current_step: step_name(&node.deploy_step),
-            }),
+            ProvisionState::Deploying | ProvisionState::WaitCallBack => {
+                self.wait_long(Progress::running(step_name(&node.deploy_step)))
+            }
             ProvisionState::DeployFailed => {
                 let same = configdrive::deploy_settings(&host.id, host.boot_mode, request)
                     .map(|s| Self::same_image(&node, &s))
@@ -76,34 +65,46 @@ impl IronicProvisioner {
         }
     }
 
+    /// A transition that runs Ironic's automated cleaning (`provide`, `deleted`):
+    /// the node's `automated_clean` follows the host's cleaning mode first.
+    async fn transition_into_cleaning(
+        &self,
+        host: &Host,
+        node: &Node,
+        target: ProvisionTarget,
+        progress: Progress,
+        what: &str,
+    ) -> ProvisionerResult<Progress> {
+        if let Err(e) = self.sync_automated_clean(host, node).await {
+            return self.busy_or_err(host, e, Progress::default());
+        }
+        self.transition(host, node, Req::new(target), progress, what)
+            .await
+    }
+
     pub(super) async fn deprovision_node(&self, host: &Host) -> ProvisionerResult<Progress> {
         let node = self.require_node(host).await?;
         match node.state() {
             ProvisionState::Active
             | ProvisionState::DeployFailed
             | ProvisionState::WaitCallBack => {
-                if let Err(e) = self.sync_automated_clean(host, &node).await {
-                    return self.busy_or_err(host, e, Progress::default());
-                }
-                self.transition(
+                self.transition_into_cleaning(
                     host,
                     &node,
-                    Req::new(ProvisionTarget::Deleted),
-                    Progress {
-                        started: true,
-                        current_step: None,
-                    },
+                    ProvisionTarget::Deleted,
+                    Progress::started(),
                     "start deprovisioning",
                 )
                 .await
             }
+            // Deleting leads into cleaning: wait for both alike.
             ProvisionState::Deleting
+            | ProvisionState::Deploying
             | ProvisionState::Cleaning
             | ProvisionState::CleanWait
-            | ProvisionState::Deploying => self.wait_long(Progress {
-                started: false,
-                current_step: step_name(&node.clean_step),
-            }),
+            | ProvisionState::CleanFailed => {
+                self.follow_cleaning(host, &node, "Cleaning failed").await
+            }
             ProvisionState::Manageable => {
                 self.transition(
                     host,
@@ -115,13 +116,6 @@ impl IronicProvisioner {
                 .await
             }
             ProvisionState::Available => Ok(Outcome::done(Progress::default())),
-            ProvisionState::CleanFailed if host.restart_on_failure => {
-                self.recover_failed_cleaning(host, &node).await
-            }
-            ProvisionState::CleanFailed => Ok(Outcome::failed(
-                Progress::default(),
-                format!("Cleaning failed: {}", last_error(&node)),
-            )),
             ProvisionState::Error if host.restart_on_failure => {
                 self.transition(
                     host,
@@ -160,10 +154,7 @@ impl IronicProvisioner {
                 host,
                 &node,
                 Req::new(ProvisionTarget::Adopt),
-                Progress {
-                    started: true,
-                    current_step: None,
-                },
+                Progress::started(),
                 "adopt the provisioned host",
             )
             .await
@@ -263,16 +254,7 @@ impl IronicProvisioner {
         let mut req = Req::new(ProvisionTarget::Active);
         req.configdrive = settings.config_drive;
         req.deploy_steps = settings.deploy_steps;
-        self.transition(
-            host,
-            node,
-            req,
-            Progress {
-                started: true,
-                current_step: None,
-            },
-            "start provisioning",
-        )
-        .await
+        self.transition(host, node, req, Progress::started(), "start provisioning")
+            .await
     }
 }

@@ -72,12 +72,26 @@ impl IronicProvisioner {
                 tracing::info!(host = %host.id, node = %node.uuid, "{what}");
                 self.changed(value)
             }
-            Err(e) if e.status() == Some(StatusCode::BAD_REQUEST) => Ok(Outcome::failed(
-                value,
-                format!("Ironic refused to {what}: {}", sentence(&e.to_string())),
-            )),
-            Err(e) => self.busy_or_err(host, e, value),
+            Err(e) => self.refused_or_err(host, e, value, &format!("Ironic refused to {what}")),
         }
+    }
+
+    /// Turns a failed request into an outcome: a refused one (400) fails with
+    /// `refused` and Ironic's reason, a busy node (409) waits, the rest are errors.
+    pub(super) fn refused_or_err<T>(
+        &self,
+        host: &Host,
+        e: IronicError,
+        value: T,
+        refused: &str,
+    ) -> ProvisionerResult<T> {
+        if e.status() == Some(StatusCode::BAD_REQUEST) {
+            return Ok(Outcome::failed(
+                value,
+                format!("{refused}: {}", sentence(&e.to_string())),
+            ));
+        }
+        self.busy_or_err(host, e, value)
     }
 
     pub(super) fn unexpected<T>(node: &Node, value: T, what: &str) -> ProvisionerResult<T> {

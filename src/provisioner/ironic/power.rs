@@ -32,14 +32,7 @@ impl IronicProvisioner {
         }
         match self.power(&node, PowerTarget::On, None).await {
             Ok(()) => self.changed(now),
-            Err(e) if e.status() == Some(StatusCode::BAD_REQUEST) => Ok(Outcome::failed(
-                now,
-                format!(
-                    "Ironic refused to power the host on: {}",
-                    sentence(&e.to_string())
-                ),
-            )),
-            Err(e) => self.busy_or_err(host, e, now),
+            Err(e) => self.refused_or_err(host, e, now, "Ironic refused to power the host on"),
         }
     }
 
@@ -100,14 +93,7 @@ impl IronicProvisioner {
         };
         match result {
             Ok(()) => self.changed(now),
-            Err(e) if e.status() == Some(StatusCode::BAD_REQUEST) => Ok(Outcome::failed(
-                now,
-                format!(
-                    "Ironic refused to power the host off: {}",
-                    sentence(&e.to_string())
-                ),
-            )),
-            Err(e) => self.busy_or_err(host, e, now),
+            Err(e) => self.refused_or_err(host, e, now, "Ironic refused to power the host off"),
         }
     }
 

@@ -95,16 +95,14 @@ impl IronicProvisioner {
                     tracing::info!(host = %host.id, node = %node.uuid, "updated BMC access in Ironic");
                     node
                 }
-                Err(e) if e.status() == Some(StatusCode::BAD_REQUEST) => {
-                    return Ok(Outcome::failed(
+                Err(e) => {
+                    return self.refused_or_err(
+                        host,
+                        e,
                         registration,
-                        format!(
-                            "Ironic refused the new BMC settings: {}",
-                            sentence(&e.to_string())
-                        ),
-                    ));
+                        "Ironic refused the new BMC settings",
+                    );
                 }
-                Err(e) => return self.busy_or_err(host, e, registration),
             }
         } else {
             node
@@ -331,16 +329,14 @@ impl IronicProvisioner {
         };
         let node = match self.client.create_node(&create).await {
             Ok(node) => node,
-            Err(e) if e.status() == Some(StatusCode::BAD_REQUEST) => {
-                return Ok(Outcome::failed(
+            Err(e) => {
+                return self.refused_or_err(
+                    host,
+                    e,
                     Registration::default(),
-                    format!(
-                        "Ironic refused to register the host: {}",
-                        sentence(&e.to_string())
-                    ),
-                ));
+                    "Ironic refused to register the host",
+                );
             }
-            Err(e) => return self.busy_or_err(host, e, Registration::default()),
         };
         tracing::info!(host = %host.id, node = %node.uuid, driver = settings.driver, "registered with Ironic");
         let registration = Registration {
