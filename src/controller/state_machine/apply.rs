@@ -52,6 +52,10 @@ pub fn apply(host: &BareMetalHost, status: &mut BareMetalHostStatus, update: &Up
         None => {}
     }
     if let Some(next) = update.state {
+        // A new image gets its own attempts.
+        if next == State::Provisioning && status.last_attempted_image != host.spec.image {
+            status.provisioning_fail_count = 0;
+        }
         status.provisioning.state = next;
         if matches!(
             next,

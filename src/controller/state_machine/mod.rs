@@ -468,8 +468,11 @@ fn plan_available(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts)
         );
     }
     if needs_provisioning(host) {
+        // Out of attempts at this image; a different image starts over (apply resets
+        // the count when provisioning starts with it).
         if st.error_type == Some(ErrorType::Provisioning)
             && st.provisioning_fail_count >= crate::controller::MAX_PROVISIONING_RETRIES
+            && st.last_attempted_image == host.spec.image
         {
             return Step::Wait(SLOW_POLL);
         }

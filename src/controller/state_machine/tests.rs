@@ -213,6 +213,37 @@ fn failed_provisioning_deprovisions_and_counts_the_failure() {
 }
 
 #[test]
+fn after_the_last_attempt_only_a_different_image_provisions_again() {
+    let failed = json!({
+        "errorType": "provisioning error", "operationalStatus": "error",
+        "errorMessage": "image checksum mismatch", "errorCount": 5,
+        "provisioningFailCount": crate::controller::MAX_PROVISIONING_RETRIES,
+        "lastAttemptedImage": image(),
+    });
+    let h = host(json!({"image": image()}), "available", failed.clone());
+    assert_eq!(
+        plan(&h, &facts()),
+        Step::Wait(SLOW_POLL),
+        "the same image waits"
+    );
+
+    let mut other = image();
+    other["url"] = json!("http://example.test/fixed.qcow2");
+    let h = host(json!({"image": other}), "available", failed);
+    let step = plan(&h, &facts());
+    assert_eq!(next_state(&step), Some(State::Provisioning));
+    let Step::Transition(update) = step else {
+        panic!("a transition: {step:?}")
+    };
+    let status = applied(&h, &update);
+    assert_eq!(
+        status.provisioning_fail_count, 0,
+        "the new image's attempts"
+    );
+    assert_eq!(status.error_type, None);
+}
+
+#[test]
 fn removing_the_image_deprovisions_a_provisioned_host() {
     let h = host(
         json!({}),
