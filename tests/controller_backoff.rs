@@ -43,6 +43,50 @@ fn max_for_broken(counts: &BTreeMap<String, f64>) -> Option<f64> {
         .reduce(f64::max)
 }
 
+/// `errorCount` of each host named `broken-*`.
+async fn error_counts(hosts: &Api<BareMetalHost>) -> Result<Vec<(String, i64)>, String> {
+    let list = hosts
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(list
+        .iter()
+        .filter(|h| h.name_any().starts_with("broken-"))
+        .map(|h| (h.name_any(), h.status.as_ref().map_or(0, |s| s.error_count)))
+        .collect())
+}
+
+/// Creates `count` hosts `broken-N` whose BMC Secret does not exist, then waits until
+/// each has recorded its first error; returns when that was, from `start`.
+async fn create_hosts_without_secret(
+    hosts: &Api<BareMetalHost>,
+    count: usize,
+    start: Instant,
+) -> Duration {
+    for i in 0..count {
+        let host: BareMetalHost =
+            serde_json::from_value(fake_host(&format!("broken-{i}"), &unique_mac()))
+                .expect("valid host");
+        hosts
+            .create(&PostParams::default(), &host)
+            .await
+            .expect("create host");
+    }
+    // Every failing host records its first error at once.
+    eventually(
+        "a first error on every failing host",
+        Duration::from_secs(30),
+        || async {
+            let counts = error_counts(hosts).await?;
+            (counts.len() == count && counts.iter().all(|(_, c)| *c >= 1))
+                .then_some(())
+                .ok_or_else(|| format!("{counts:?}"))
+        },
+    )
+    .await;
+    start.elapsed()
+}
+
 #[tokio::test]
 async fn hosts_missing_their_secret_back_off_while_healthy_hosts_provision() {
     let stack = Stack::get();
@@ -56,40 +100,10 @@ async fn hosts_missing_their_secret_back_off_while_healthy_hosts_provision() {
     let (bmo, health) = bmo_run(&ns, &[("RUST_LOG", "info")]);
 
     let start = Instant::now();
-    for i in 0..FAILING {
-        let host: BareMetalHost =
-            serde_json::from_value(fake_host(&format!("broken-{i}"), &unique_mac()))
-                .expect("valid host");
-        hosts
-            .create(&PostParams::default(), &host)
-            .await
-            .expect("create host");
-    }
     for name in ["healthy-0", "healthy-1"] {
         create_fake_host(&client, &ns, name).await;
     }
-
-    // Every failing host records its first error at once.
-    eventually(
-        "a first error on every failing host",
-        Duration::from_secs(30),
-        || async {
-            let list = hosts
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            let counts: Vec<i64> = list
-                .iter()
-                .filter(|h| h.name_any().starts_with("broken-"))
-                .map(|h| h.status.as_ref().map_or(0, |s| s.error_count))
-                .collect();
-            (counts.len() == FAILING && counts.iter().all(|c| *c >= 1))
-                .then_some(())
-                .ok_or_else(|| format!("{counts:?}"))
-        },
-    )
-    .await;
-    let first_errors = start.elapsed();
+    let first_errors = create_hosts_without_secret(&hosts, FAILING, start).await;
 
     // Healthy hosts provision on time beside them.
     for name in ["healthy-0", "healthy-1"] {
@@ -195,45 +209,14 @@ async fn bmo_max_backoff_caps_the_wait_between_retries() {
     let (_bmo, health) = bmo_run(&ns, &[("RUST_LOG", "info"), ("BMO_MAX_BACKOFF", &cap)]);
 
     let start = Instant::now();
-    for i in 0..CAPPED {
-        let host: BareMetalHost =
-            serde_json::from_value(fake_host(&format!("broken-{i}"), &unique_mac()))
-                .expect("valid host");
-        hosts
-            .create(&PostParams::default(), &host)
-            .await
-            .expect("create host");
-    }
-    let error_counts = || async {
-        let list = hosts
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok::<Vec<(String, i64)>, String>(
-            list.iter()
-                .map(|h| (h.name_any(), h.status.as_ref().map_or(0, |s| s.error_count)))
-                .collect(),
-        )
-    };
-    eventually(
-        "a first error on every failing host",
-        Duration::from_secs(30),
-        || async {
-            let counts = error_counts().await?;
-            (counts.len() == CAPPED && counts.iter().all(|(_, c)| *c >= 1))
-                .then_some(())
-                .ok_or_else(|| format!("{counts:?}"))
-        },
-    )
-    .await;
-    let first_errors = start.elapsed();
+    let first_errors = create_hosts_without_secret(&hosts, CAPPED, start).await;
 
     // 130 s after the first error: uncapped, each host would have 2 errors (the
     // other test); capped at 20 s, between 1 + 130/20 and 1 + 130/10, less what the
     // reconciles themselves take.
     let observe = first_errors + Duration::from_secs(130);
     tokio::time::sleep(observe.saturating_sub(start.elapsed())).await;
-    let counts = error_counts().await.expect("list hosts");
+    let counts = error_counts(&hosts).await.expect("list hosts");
     let reconciled = reconciles(&health).await;
     println!(
         "capped backoff ({CAP_SECS} s): after {:?}, errors per host {counts:?}, at most {:?} reconciles per host",

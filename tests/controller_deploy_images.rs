@@ -166,16 +166,11 @@ async fn deploy_kernel_and_ramdisk_urls_follow_a_changed_provisioning_ip() {
         .create(&PostParams::default(), &host)
         .await
         .expect("create host");
-    eventually(
-        "the host to be available",
+    support::wait_for_state(
+        &hosts,
+        name,
+        ProvisioningState::Available,
         Duration::from_secs(120),
-        || async {
-            let h = hosts.get(name).await.map_err(|e| e.to_string())?;
-            match h.provisioning_state() {
-                ProvisioningState::Available => Ok(()),
-                other => Err(other.to_string()),
-            }
-        },
     )
     .await;
     eventually(

@@ -507,16 +507,11 @@ async fn dhcp_hostnames_of_a_hosts_nics_show_in_its_status_after_inspection() {
     // A DHCP exchange after inspection with another hostname reaches the status and
     // HardwareData within seconds: it wakes the host, which in a stable state would
     // otherwise be looked at only once a minute.
-    eventually(
-        "the host to be available",
+    support::wait_for_state(
+        &hosts,
+        name,
+        ProvisioningState::Available,
         Duration::from_secs(90),
-        || async {
-            let h = hosts.get(name).await.map_err(|e| e.to_string())?;
-            match h.provisioning_state() {
-                ProvisioningState::Available => Ok(()),
-                other => Err(other.to_string()),
-            }
-        },
     )
     .await;
     // Nothing shows from outside that the last reconcile of the settling host (its

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use bmo::netboot::http::LeasesAccess;
 use bmo::netboot::leases::LeaseTable;
-use netboot_common::{TempDir, TestNet, config, ip, require, write_random};
+use netboot_common::{TempDir, TestNet, config, require, write_random};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -401,17 +401,7 @@ fn connections_are_capped_per_client_and_in_total() {
     const CLIENTS: usize = 30;
     let net = TestNet::new(true);
     // Thirty client addresses, 10.77.0.2 to 10.77.0.31, and one more to probe with.
-    for n in 3..=40 {
-        ip(&[
-            "-n",
-            &net.client.name,
-            "addr",
-            "add",
-            &format!("10.77.0.{n}/24"),
-            "dev",
-            "cli0",
-        ]);
-    }
+    net.add_client_addresses(3..=40);
     let dir = TempDir::new("http-caps");
     let mut cfg = config(dir.path());
     cfg.http_max_connections = TOTAL as u32;

@@ -346,17 +346,7 @@ fn a_flood_of_unacknowledged_read_requests_stays_bounded() {
     const FLOODERS: u8 = 30;
     const REQUESTS: usize = 24_000;
     let net = TestNet::new(true);
-    for n in 3..3 + FLOODERS {
-        netboot_common::ip(&[
-            "-n",
-            &net.client.name,
-            "addr",
-            "add",
-            &format!("10.77.0.{n}/24"),
-            "dev",
-            "cli0",
-        ]);
-    }
+    net.add_client_addresses(3..=2 + FLOODERS);
     let dir = TempDir::new("tftp-flood");
     let mut cfg = config(dir.path());
     cfg.tftp = true;

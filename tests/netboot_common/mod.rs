@@ -210,6 +210,22 @@ pub struct TestNet {
 }
 
 impl TestNet {
+    /// Gives the client's `cli0` more addresses, 10.77.0.N/24 for each N in `hosts`,
+    /// so that one namespace can act as many clients.
+    pub fn add_client_addresses(&self, hosts: std::ops::RangeInclusive<u8>) {
+        for n in hosts {
+            ip(&[
+                "-n",
+                &self.client.name,
+                "addr",
+                "add",
+                &format!("10.77.0.{n}/24"),
+                "dev",
+                "cli0",
+            ]);
+        }
+    }
+
     /// `client_addr`: give the client 10.77.0.2/24 (for HTTP/TFTP tests); DHCP
     /// tests leave it unconfigured.
     pub fn new(client_addr: bool) -> TestNet {

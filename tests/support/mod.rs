@@ -173,6 +173,23 @@ where
     }
 }
 
+/// Waits until host `name` is in `state`, or panics after `timeout`; returns the host.
+pub async fn wait_for_state(
+    hosts: &kube::Api<bmo::api::BareMetalHost>,
+    name: &str,
+    state: bmo::api::ProvisioningState,
+    timeout: Duration,
+) -> bmo::api::BareMetalHost {
+    eventually(&format!("{name} to be {state}"), timeout, || async {
+        let h = hosts.get(name).await.map_err(|e| e.to_string())?;
+        match h.provisioning_state() {
+            s if s == state => Ok(h),
+            other => Err(other.to_string()),
+        }
+    })
+    .await
+}
+
 /// A `bmo` process started by a test; killed when dropped. Its stderr (the log) goes to
 /// a file that [`BmoProcess::log`] reads.
 pub struct BmoProcess {
