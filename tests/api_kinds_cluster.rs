@@ -357,10 +357,15 @@ async fn every_cel_rule_refuses_a_bad_object_naming_the_field() {
         .await;
     }
 
+    // The policies are enforced by now, and they let the valid examples through.
+    apply(&client, &namespace, &claim)
+        .await
+        .expect("the example HostClaim passes the selector policy");
+
     // A BMCEventSubscription cannot change once created.
     apply(&client, &namespace, &events)
         .await
-        .expect("create subscription");
+        .expect("the example subscription passes the header Secret policy");
     let error = apply(
         &client,
         &namespace,
