@@ -75,7 +75,7 @@ async fn main() -> anyhow::Result<()> {
             None => print!("{}", bmo::api::crd::render_all()?),
             Some(dir) => {
                 for manifest in bmo::api::crd::manifests()? {
-                    let path = dir.join(manifest.path);
+                    let path = dir.join(&manifest.path);
                     if let Some(parent) = path.parent() {
                         std::fs::create_dir_all(parent).with_context(|| {
                             format!("cannot create directory {}", parent.display())

@@ -1,6 +1,7 @@
-//! ValidatingAdmissionPolicies for the BareMetalHost rules a CRD schema cannot express:
-//! the DELETE guard, and checks that need the object's namespace or annotations (CRD
-//! CEL rules see neither). They run inside kube-apiserver; no webhook is deployed.
+//! ValidatingAdmissionPolicies for the rules a CRD schema cannot express: the
+//! BareMetalHost DELETE guard, checks that need the object's namespace or annotations
+//! (CRD CEL rules see neither), and HostClaim's label-selector checks (too costly for a
+//! CRD rule). They run inside kube-apiserver; no webhook is deployed.
 
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
@@ -25,9 +26,142 @@ pub struct Policy {
     pub binding: ValidatingAdmissionPolicyBinding,
 }
 
+/// Name of the policy (and its binding) for HostClaim label selectors.
+pub const HOST_CLAIM_SELECTOR_POLICY: &str = "bmo-hostclaim-selector";
+/// Name of the policy (and its binding) for the BMCEventSubscription header Secret.
+pub const EVENT_SUBSCRIPTION_POLICY: &str = "bmo-bmceventsubscription-references";
+
 /// Every admission policy bmo ships.
 pub fn policies() -> Vec<Policy> {
-    vec![delete_guard(), references()]
+    vec![
+        delete_guard(),
+        references(),
+        host_claim_selector(),
+        event_subscription_references(),
+    ]
+}
+
+/// Objects being deleted must stay updatable (finalizer removal), whatever they hold.
+fn not_deleting() -> Vec<MatchCondition> {
+    vec![MatchCondition {
+        name: "not-being-deleted".into(),
+        expression: "!has(object.metadata.deletionTimestamp)".into(),
+    }]
+}
+
+fn invalid(expression: String, message: &str) -> Validation {
+    Validation {
+        expression,
+        message: Some(message.into()),
+        message_expression: None,
+        reason: Some("Invalid".into()),
+    }
+}
+
+/// CEL: `value` is a valid label value.
+fn label_value(value: &str) -> String {
+    format!("!format.labelValue().validate({value}).hasValue()")
+}
+
+/// CEL: `key` is a valid label key (`[prefix/]name`).
+fn label_key(key: &str) -> String {
+    format!("!format.qualifiedName().validate({key}).hasValue()")
+}
+
+/// Upstream's webhook checks of a HostClaim's label selector. They are a policy, not
+/// CRD rules: kube-apiserver estimates label checks over an unbounded map and list as
+/// too costly for a CRD (policies are only limited when they run).
+fn host_claim_selector() -> Policy {
+    let expressions = "variables.selector.matchExpressions";
+    let validations = vec![
+        invalid(
+            format!(
+                "!has(variables.selector.matchLabels) || variables.selector.matchLabels.all(key, {})",
+                label_key("key")
+            ),
+            "spec.hostSelector.matchLabels: every key must be a label key ([prefix/]name: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)",
+        ),
+        invalid(
+            format!(
+                "!has(variables.selector.matchLabels) || variables.selector.matchLabels.all(key, {})",
+                label_value("variables.selector.matchLabels[key]")
+            ),
+            "spec.hostSelector.matchLabels: every value must be a label value (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)",
+        ),
+        invalid(
+            format!(
+                "!has({expressions}) || {expressions}.all(e, {})",
+                label_key("e.key")
+            ),
+            "spec.hostSelector.matchExpressions[].key must be a label key ([prefix/]name)",
+        ),
+        invalid(
+            format!(
+                "!has({expressions}) || {expressions}.all(e, e.operator in ['in', 'notin', '=', '==', '!=', 'exists', '!'])"
+            ),
+            "spec.hostSelector.matchExpressions[].operator must be one of in, notin, =, ==, !=, exists, ! (does not exist)",
+        ),
+        invalid(
+            format!(
+                "!has({expressions}) || {expressions}.all(e, !(e.operator in ['=', '==', '!=']) || size(e.values) == 1)"
+            ),
+            "spec.hostSelector.matchExpressions[].values must hold exactly one value for the operators =, == and !=",
+        ),
+        invalid(
+            format!(
+                "!has({expressions}) || {expressions}.all(e, !(e.operator in ['in', 'notin']) || size(e.values) > 0)"
+            ),
+            "spec.hostSelector.matchExpressions[].values must hold at least one value for the operators in and notin",
+        ),
+        invalid(
+            format!(
+                "!has({expressions}) || {expressions}.all(e, !(e.operator in ['exists', '!']) || size(e.values) == 0)"
+            ),
+            "spec.hostSelector.matchExpressions[].values must be empty for the operators exists and !",
+        ),
+        invalid(
+            format!(
+                "!has({expressions}) || {expressions}.all(e, e.values.all(value, {}))",
+                label_value("value")
+            ),
+            "spec.hostSelector.matchExpressions[].values: every value must be a label value (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)",
+        ),
+    ];
+    let variables = vec![Variable {
+        name: "selector".into(),
+        expression:
+            "has(object.spec) && has(object.spec.hostSelector) ? object.spec.hostSelector : {}"
+                .into(),
+    }];
+    policy(
+        "admission/hostclaim-selector.yaml",
+        HOST_CLAIM_SELECTOR_POLICY,
+        "hostclaims",
+        &["CREATE", "UPDATE"],
+        not_deleting(),
+        variables,
+        validations,
+    )
+}
+
+/// The header Secret of a BMCEventSubscription must be in its own namespace (a CRD
+/// rule cannot see the object's namespace).
+fn event_subscription_references() -> Policy {
+    let validation = invalid(
+        "!has(object.spec) || !has(object.spec.httpHeadersRef) || !has(object.spec.httpHeadersRef.namespace) \
+         || object.spec.httpHeadersRef.namespace == '' || object.spec.httpHeadersRef.namespace == object.metadata.namespace"
+            .into(),
+        "spec.httpHeadersRef.namespace must be empty or the subscription's own namespace: the header Secret is read only from there",
+    );
+    policy(
+        "admission/bmceventsubscription-references.yaml",
+        EVENT_SUBSCRIPTION_POLICY,
+        "bmceventsubscriptions",
+        &["CREATE", "UPDATE"],
+        not_deleting(),
+        Vec::new(),
+        vec![validation],
+    )
 }
 
 fn delete_guard() -> Policy {
@@ -52,6 +186,7 @@ fn delete_guard() -> Policy {
     policy(
         "admission/baremetalhost-delete-guard.yaml",
         DELETE_GUARD_POLICY,
+        "baremetalhosts",
         &["DELETE"],
         Vec::new(),
         Vec::new(),
@@ -128,16 +263,12 @@ fn references() -> Policy {
             reason: Some("Invalid".into()),
         },
     ];
-    // A host being deleted must stay updatable (finalizer removal), whatever it holds.
-    let not_deleting = vec![MatchCondition {
-        name: "not-being-deleted".into(),
-        expression: "!has(object.metadata.deletionTimestamp)".into(),
-    }];
     policy(
         "admission/baremetalhost-references.yaml",
         REFERENCES_POLICY,
+        "baremetalhosts",
         &["CREATE", "UPDATE"],
-        not_deleting,
+        not_deleting(),
         variables,
         validations,
     )
@@ -146,6 +277,7 @@ fn references() -> Policy {
 fn policy(
     file: &'static str,
     name: &str,
+    resource: &str,
     operations: &[&str],
     match_conditions: Vec<MatchCondition>,
     variables: Vec<Variable>,
@@ -156,7 +288,7 @@ fn policy(
             api_groups: Some(vec![GROUP.into()]),
             api_versions: Some(vec![VERSION.into()]),
             operations: Some(operations.iter().map(|&op| op.into()).collect()),
-            resources: Some(vec!["baremetalhosts".into()]),
+            resources: Some(vec![resource.into()]),
             ..Default::default()
         }]),
         ..Default::default()

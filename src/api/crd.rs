@@ -1,4 +1,5 @@
-//! CustomResourceDefinitions for `BareMetalHost` and `HardwareData`, with the CEL rules
+//! CustomResourceDefinitions for `BareMetalHost` and `HardwareData` (the other kinds'
+//! are in [`super::kinds`]), with the CEL rules
 //! that make the API server itself reject bad hosts (no admission webhook needed), and
 //! the rendering behind `bmo crds`.
 //!
@@ -20,7 +21,7 @@ use super::host::BareMetalHost;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Manifest {
     /// Path below `deploy/`, e.g. `crds/metal3.io_baremetalhosts.yaml`.
-    pub path: &'static str,
+    pub path: String,
     /// The YAML document(s).
     pub yaml: String,
 }
@@ -84,7 +85,7 @@ pub struct CelRule {
 }
 
 impl CelRule {
-    fn new(at: &'static str, rule: impl Into<String>, message: &'static str) -> Self {
+    pub(super) fn new(at: &'static str, rule: impl Into<String>, message: &'static str) -> Self {
         Self {
             at,
             rule: rule.into(),
@@ -94,12 +95,12 @@ impl CelRule {
         }
     }
 
-    fn on(mut self, field_path: &'static str) -> Self {
+    pub(super) fn on(mut self, field_path: &'static str) -> Self {
         self.field_path = Some(field_path);
         self
     }
 
-    fn reason(mut self, reason: Reason) -> Self {
+    pub(super) fn reason(mut self, reason: Reason) -> Self {
         self.reason = reason;
         self
     }
@@ -348,28 +349,10 @@ pub fn baremetalhost_rules() -> Vec<CelRule> {
         )
         .on(".method")
         .reason(Reason::Required),
-        // --- spec.image ---
-        CelRule::new(
-            "spec.image",
-            r"self.url.lowerAscii().matches('^(https?|ftp|gopher|oci)://[^\\s]+$')",
-            "spec.image.url must be an absolute URL with scheme http, https, ftp, gopher or oci, without spaces",
-        )
-        .on(".url"),
-        CelRule::new(
-            "spec.image",
-            "self.url.lowerAscii().startsWith('oci://') || (has(self.format) && self.format == 'live-iso') \
-             || (has(self.checksum) && self.checksum != '')",
-            "spec.image.checksum is required unless spec.image.format is live-iso or spec.image.url is an oci:// image",
-        )
-        .on(".checksum")
-        .reason(Reason::Required),
-        CelRule::new(
-            "spec.image",
-            "!self.url.lowerAscii().startsWith('oci://') || !has(self.checksum) || self.checksum == ''",
-            "spec.image.checksum must be empty for oci:// images (the registry digest is checked instead)",
-        )
-        .on(".checksum")
-        .reason(Reason::Forbidden),
+    ]
+    .into_iter()
+    .chain(image_rules())
+    .chain([
         // --- spec.rootDeviceHints ---
         CelRule::new(
             "spec.rootDeviceHints",
@@ -439,6 +422,35 @@ pub fn baremetalhost_rules() -> Vec<CelRule> {
                (has(b.macAddress) && b.macAddress != '' ? b.macAddress : (has(b.name) ? b.name : '')).lowerAscii()))",
             "spec.networkInterfaces: each NIC may appear only once (names and MAC addresses compared case-insensitively)",
         ),
+    ])
+    .collect()
+}
+
+/// The rules of `spec.image`, which BareMetalHost and HostClaim share (upstream checks
+/// both with the same function).
+pub(super) fn image_rules() -> Vec<CelRule> {
+    vec![
+        CelRule::new(
+            "spec.image",
+            r"self.url.lowerAscii().matches('^(https?|ftp|gopher|oci)://[^\\s]+$')",
+            "spec.image.url must be an absolute URL with scheme http, https, ftp, gopher or oci, without spaces",
+        )
+        .on(".url"),
+        CelRule::new(
+            "spec.image",
+            "self.url.lowerAscii().startsWith('oci://') || (has(self.format) && self.format == 'live-iso') \
+             || (has(self.checksum) && self.checksum != '')",
+            "spec.image.checksum is required unless spec.image.format is live-iso or spec.image.url is an oci:// image",
+        )
+        .on(".checksum")
+        .reason(Reason::Required),
+        CelRule::new(
+            "spec.image",
+            "!self.url.lowerAscii().startsWith('oci://') || !has(self.checksum) || self.checksum == ''",
+            "spec.image.checksum must be empty for oci:// images (the registry digest is checked instead)",
+        )
+        .on(".checksum")
+        .reason(Reason::Forbidden),
     ]
 }
 
@@ -477,25 +489,7 @@ pub fn baremetalhost_crd() -> Result<CustomResourceDefinition, CrdError> {
     for path in BMH_NULLABLE {
         node(CRD, schema, path)?.insert("nullable".into(), json!(true));
     }
-    // k8s-openapi's Condition schema lacks the bounds metav1.Condition declares.
-    for (field, bounds) in [
-        ("status", json!({"enum": ["True", "False", "Unknown"]})),
-        (
-            "type",
-            json!({"maxLength": 316, "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"}),
-        ),
-        (
-            "reason",
-            json!({"minLength": 1, "maxLength": 1024, "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"}),
-        ),
-        ("message", json!({"maxLength": 32768})),
-        ("observedGeneration", json!({"minimum": 0})),
-    ] {
-        let at = node(CRD, schema, &format!("status.conditions[].{field}"))?;
-        if let Value::Object(bounds) = bounds {
-            at.extend(bounds);
-        }
-    }
+    condition_bounds(CRD, schema, "status.conditions[]")?;
     // Upstream accepts a host without spec (its `demo-discovered` example); kube's
     // derive marks spec required, BareMetalHostSpec deserializes a missing one as default.
     let root = node(CRD, schema, "")?;
@@ -515,16 +509,54 @@ pub fn baremetalhost_crd() -> Result<CustomResourceDefinition, CrdError> {
     for path in BMH_ATOMIC {
         node(CRD, schema, path)?.insert("x-kubernetes-map-type".into(), json!("atomic"));
     }
-    for rule in baremetalhost_rules() {
-        let at = node(CRD, schema, rule.at)?;
-        let rules = at
-            .entry("x-kubernetes-validations")
-            .or_insert_with(|| json!([]));
-        if let Value::Array(rules) = rules {
-            rules.push(rule.to_json());
+    add_rules(CRD, schema, &baremetalhost_rules())?;
+    serde_json::from_value(crd).map_err(|source| CrdError::Invalid { what: CRD, source })
+}
+
+/// Adds the bounds metav1.Condition declares, which k8s-openapi's Condition schema
+/// lacks, to the condition items at `at` (e.g. `status.conditions[]`).
+pub(super) fn condition_bounds(
+    crd: &'static str,
+    schema: &mut Value,
+    at: &str,
+) -> Result<(), CrdError> {
+    for (field, bounds) in [
+        ("status", json!({"enum": ["True", "False", "Unknown"]})),
+        (
+            "type",
+            json!({"maxLength": 316, "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"}),
+        ),
+        (
+            "reason",
+            json!({"minLength": 1, "maxLength": 1024, "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"}),
+        ),
+        ("message", json!({"maxLength": 32768})),
+        ("observedGeneration", json!({"minimum": 0})),
+    ] {
+        let node = node(crd, schema, &format!("{at}.{field}"))?;
+        if let Value::Object(bounds) = bounds {
+            node.extend(bounds);
         }
     }
-    serde_json::from_value(crd).map_err(|source| CrdError::Invalid { what: CRD, source })
+    Ok(())
+}
+
+/// Places each rule as an `x-kubernetes-validations` entry of its node.
+pub(super) fn add_rules(
+    crd: &'static str,
+    schema: &mut Value,
+    rules: &[CelRule],
+) -> Result<(), CrdError> {
+    for rule in rules {
+        let at = node(crd, schema, rule.at)?;
+        let list = at
+            .entry("x-kubernetes-validations")
+            .or_insert_with(|| json!([]));
+        if let Value::Array(list) = list {
+            list.push(rule.to_json());
+        }
+    }
+    Ok(())
 }
 
 /// The HardwareData CRD.
@@ -539,20 +571,26 @@ pub fn hardwaredata_crd() -> Result<CustomResourceDefinition, CrdError> {
 pub fn manifests() -> Result<Vec<Manifest>, CrdError> {
     let mut out = vec![
         Manifest {
-            path: "crds/metal3.io_baremetalhosts.yaml",
+            path: "crds/metal3.io_baremetalhosts.yaml".into(),
             yaml: yaml("BareMetalHost CRD", &baremetalhost_crd()?)?,
         },
         Manifest {
-            path: "crds/metal3.io_hardwaredata.yaml",
+            path: "crds/metal3.io_hardwaredata.yaml".into(),
             yaml: yaml("HardwareData CRD", &hardwaredata_crd()?)?,
         },
     ];
+    for (kind, crd) in super::kinds::crds()? {
+        out.push(Manifest {
+            path: kind.file(),
+            yaml: yaml(kind.kind, &crd)?,
+        });
+    }
     for policy in admission::policies() {
         let mut text = yaml("admission policy", &policy.policy)?;
         text.push_str("---\n");
         text.push_str(&yaml("admission policy binding", &policy.binding)?);
         out.push(Manifest {
-            path: policy.file,
+            path: policy.file.into(),
             yaml: text,
         });
     }
@@ -569,18 +607,24 @@ pub fn render_all() -> Result<String, CrdError> {
     Ok(out)
 }
 
-fn yaml<T: serde::Serialize>(what: &'static str, value: &T) -> Result<String, CrdError> {
+pub(super) fn yaml<T: serde::Serialize>(what: &'static str, value: &T) -> Result<String, CrdError> {
     serde_norway::to_string(value).map_err(|source| CrdError::Yaml { what, source })
 }
 
-fn to_json(what: &'static str, crd: &CustomResourceDefinition) -> Result<Value, CrdError> {
+pub(super) fn to_json(
+    what: &'static str,
+    crd: &CustomResourceDefinition,
+) -> Result<Value, CrdError> {
     serde_json::to_value(crd).map_err(|source| CrdError::Invalid { what, source })
 }
 
 /// Brings kube's derived CRD to upstream's shape: `listKind`, the standard root
 /// properties, and no `nullable` from `Option` (callers add it back where upstream
 /// has it). Returns the root schema.
-fn normalize<'a>(kind: &'static str, crd: &'a mut Value) -> Result<&'a mut Value, CrdError> {
+pub(super) fn normalize<'a>(
+    kind: &'static str,
+    crd: &'a mut Value,
+) -> Result<&'a mut Value, CrdError> {
     if let Some(names) = crd
         .pointer_mut("/spec/names")
         .and_then(Value::as_object_mut)
@@ -610,8 +654,9 @@ fn normalize<'a>(kind: &'static str, crd: &'a mut Value) -> Result<&'a mut Value
     Ok(schema)
 }
 
-/// The schema object at a dotted path (`spec.raid.hardwareRAIDVolumes[]`).
-fn node<'a>(
+/// The schema object at a dotted path: `[]` steps into list items, `{}` into map
+/// values (`spec.raid.hardwareRAIDVolumes[]`, `spec.schema{}.lower_bound`).
+pub(super) fn node<'a>(
     crd: &'static str,
     schema: &'a mut Value,
     path: &str,
@@ -622,15 +667,16 @@ fn node<'a>(
     };
     let mut pointer = String::new();
     for segment in path.split('.').filter(|s| !s.is_empty()) {
-        let (name, items) = match segment.strip_suffix("[]") {
-            Some(name) => (name, true),
-            None => (segment, false),
+        let (name, inner) = if let Some(name) = segment.strip_suffix("[]") {
+            (name, "/items")
+        } else if let Some(name) = segment.strip_suffix("{}") {
+            (name, "/additionalProperties")
+        } else {
+            (segment, "")
         };
         pointer.push_str("/properties/");
         pointer.push_str(name);
-        if items {
-            pointer.push_str("/items");
-        }
+        pointer.push_str(inner);
     }
     schema
         .pointer_mut(&pointer)

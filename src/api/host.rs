@@ -228,27 +228,9 @@ pub struct BareMetalHostSpec {
     pub network_interfaces: Vec<NetworkInterface>,
 }
 
-impl Serialize for BareMetalHostSpec {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        BareMetalHostSpec::serialize(self, serializer)
-    }
-}
-
-/// A host without `spec` (or with `spec: null`) reads as the default spec, as in
-/// upstream, where `spec` is not required.
-impl<'de> Deserialize<'de> for BareMetalHostSpec {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Present(BareMetalHostSpec);
-        impl<'de> Deserialize<'de> for Present {
-            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                BareMetalHostSpec::deserialize(deserializer).map(Present)
-            }
-        }
-        Ok(Option::<Present>::deserialize(deserializer)?
-            .map(|present| present.0)
-            .unwrap_or_default())
-    }
-}
+// A host without `spec` (or with `spec: null`) reads as the default spec, as in
+// upstream, where `spec` is not required.
+super::spec_may_be_absent!(BareMetalHostSpec);
 
 /// User data written inline in the spec. `Debug` prints `***`: user data may carry
 /// passwords and keys, and must never reach logs.

@@ -14,7 +14,7 @@ use kube::api::{Patch, PatchParams};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{admission, crd};
+use super::{admission, crd, kinds};
 
 /// Field manager of everything bmo installs.
 pub const FIELD_MANAGER: &str = "bmo-install";
@@ -40,12 +40,15 @@ pub enum InstallError {
     },
 }
 
-/// Applies the BareMetalHost and HardwareData CRDs and the admission policies, and
+/// Applies every CRD bmo serves (BareMetalHost, HardwareData and the eleven other
+/// kinds) and the admission policies, and
 /// waits up to `timeout` for the CRDs to be Established.
 pub async fn install(client: &kube::Client, timeout: Duration) -> Result<(), InstallError> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut names = Vec::new();
-    for definition in [crd::baremetalhost_crd()?, crd::hardwaredata_crd()?] {
+    let mut definitions = vec![crd::baremetalhost_crd()?, crd::hardwaredata_crd()?];
+    definitions.extend(kinds::crds()?.into_iter().map(|(_, crd)| crd));
+    for definition in definitions {
         let name = definition.metadata.name.clone().unwrap_or_default();
         apply(&crds, &name, &definition, "CustomResourceDefinition").await?;
         names.push(name);

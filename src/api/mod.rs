@@ -1,4 +1,5 @@
-//! The `metal3.io/v1alpha1` API that bmo serves: `BareMetalHost` and `HardwareData`.
+//! The `metal3.io/v1alpha1` API that bmo serves: `BareMetalHost` and `HardwareData`,
+//! and upstream's eleven other kinds (served, without controllers yet).
 //!
 //! The types are wire-compatible with upstream metal3 (same JSON names, enums, defaults
 //! and required fields), so existing manifests and tools keep working. bmo's additions
@@ -6,20 +7,67 @@
 //!
 //! - [`host`]: `BareMetalHost` (spec, status and every nested type).
 //! - [`hardware`]: `HardwareDetails` (inspection results) and the `HardwareData` resource.
+//! - [`firmware`], [`images`], [`events`], [`claims`], [`network`]: the other kinds.
 //! - [`crd`]: the CustomResourceDefinitions with their CEL validation rules, and the
 //!   ValidatingAdmissionPolicies for what a CRD cannot check; `bmo crds` prints them.
+//! - [`kinds`]: the CRDs of the eleven other kinds, with their CEL rules.
 //! - [`install`]: applying those to a cluster (server-side apply, idempotent).
 //!
 //! Install the CRDs from [`crd::baremetalhost_crd`] / [`crd::hardwaredata_crd`] (or
 //! [`install::install`]), not from kube's derived `BareMetalHost::crd()`, which lacks
 //! the validation rules and upstream's nullable and atomic markers.
 
+/// Lets a spec type read an object without `spec` (or with `spec: null`) as the default
+/// spec, as upstream's Go types do (`spec,omitempty`). The type must derive its serde
+/// impls with `#[serde(remote = "Self")]`, which turns them into inherent functions.
+macro_rules! spec_may_be_absent {
+    ($($spec:ty),+ $(,)?) => {$(
+        impl serde::Serialize for $spec {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                <$spec>::serialize(self, serializer)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $spec {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct Present($spec);
+                impl<'de> serde::Deserialize<'de> for Present {
+                    fn deserialize<D: serde::Deserializer<'de>>(
+                        deserializer: D,
+                    ) -> Result<Self, D::Error> {
+                        <$spec>::deserialize(deserializer).map(Present)
+                    }
+                }
+                Ok(Option::<Present>::deserialize(deserializer)?
+                    .map(|present| present.0)
+                    .unwrap_or_default())
+            }
+        }
+    )+};
+}
+use spec_may_be_absent;
+
 pub mod admission;
+pub mod claims;
 pub mod crd;
+pub mod events;
+pub mod firmware;
 pub mod hardware;
 pub mod host;
+pub mod images;
 pub mod install;
+pub mod kinds;
+pub mod network;
 
+pub use claims::{
+    HostClaim, HostClaimSpec, HostClaimStatus, HostDeployPolicy, HostDeployPolicySpec,
+};
+pub use events::{BMCEventSubscription, BMCEventSubscriptionSpec, BMCEventSubscriptionStatus};
+pub use firmware::{
+    FirmwareSchema, FirmwareSchemaSpec, HostFirmwareComponents, HostFirmwareComponentsSpec,
+    HostFirmwareComponentsStatus, HostFirmwareSettings, HostFirmwareSettingsSpec,
+    HostFirmwareSettingsStatus, HostUpdatePolicy, HostUpdatePolicySpec,
+};
 pub use hardware::{
     Bios, Cpu, DiskType, Firmware, HardwareData, HardwareDataSpec, HardwareDetails,
     HardwareSystemVendor, Lldp, Nic, Storage, Vlan,
@@ -31,6 +79,14 @@ pub use host::{
     InlineUserData, InspectionMode, NetworkInterface, OperationHistory, OperationMetric,
     OperationalStatus, ProvisionStatus, ProvisioningState, RaidConfig, RootDeviceHints,
     SoftwareRaidLevel, SoftwareRaidVolume, SwitchPortIdentifier,
+};
+pub use images::{
+    DataImage, DataImageSpec, DataImageStatus, PreprovisioningImage, PreprovisioningImageSpec,
+    PreprovisioningImageStatus,
+};
+pub use network::{
+    BareMetalSwitch, BareMetalSwitchSpec, BareMetalSwitchStatus, HostNetworkAttachment,
+    HostNetworkAttachmentSpec,
 };
 
 /// API group of every bmo resource.

@@ -1,0 +1,181 @@
+//! Claim kinds: `HostClaim` (a tenant's request for a BareMetalHost, possibly in
+//! another namespace) and `HostDeployPolicy` (which namespaces may claim the hosts of
+//! the namespace it lives in). bmo serves them; no controller acts on them yet.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ObjectReference, SecretReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::host::{CustomDeploy, Image};
+
+/// Finalizer upstream's controller keeps until the claimed host is released.
+pub const HOST_CLAIM_FINALIZER: &str = "metal3.io/hostclaim";
+/// Condition type: the claim is bound to a host.
+pub const ASSOCIATED_CONDITION: &str = "Associated";
+/// Condition type: the claim's settings were copied to the host.
+pub const SYNCHRONIZED_CONDITION: &str = "Synchronized";
+
+/// A request for a BareMetalHost that a tenant namespace makes; the host it binds is
+/// then driven through the claim.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "metal3.io",
+    version = "v1alpha1",
+    kind = "HostClaim",
+    plural = "hostclaims",
+    singular = "hostclaim",
+    namespaced,
+    status = "HostClaimStatus",
+    derive = "PartialEq",
+    doc = "A claim on a BareMetalHost (possibly in another namespace) and what to deploy on it."
+)]
+#[serde(rename_all = "camelCase", remote = "Self")]
+pub struct HostClaimSpec {
+    /// Wanted power state of the claimed host.
+    pub powered_on: bool,
+
+    /// Image to deploy on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<Image>,
+
+    /// Secret (claim's namespace) with the user data; copied to the host's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data: Option<SecretReference>,
+
+    /// Secret (claim's namespace) with the network data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_data: Option<SecretReference>,
+
+    /// Secret (claim's namespace) with extra meta data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta_data: Option<SecretReference>,
+
+    /// Deploy step of a custom deploy ramdisk instead of an image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_deploy: Option<CustomDeploy>,
+
+    /// Which hosts may be bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_selector: Option<HostSelector>,
+
+    /// The object using this claim (for example a Cluster API machine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer_ref: Option<ObjectReference>,
+
+    /// Failure domain the host must belong to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_domain: Option<String>,
+}
+
+/// Criteria a host must meet to be bound.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostSelector {
+    /// Labels the host must carry, with these values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+
+    /// Label requirements the host must meet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<HostSelectorRequirement>,
+
+    /// Namespace the host must be in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_namespace: Option<String>,
+}
+
+/// One label requirement, in the syntax of Kubernetes label selectors.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct HostSelectorRequirement {
+    /// Label key.
+    pub key: String,
+    /// `in`, `notin`, `=`, `==`, `!=`, `exists` or `!` (does not exist).
+    pub operator: String,
+    /// Values for `in`, `notin` (one or more) and `=`, `==`, `!=` (exactly one).
+    pub values: Vec<String>,
+}
+
+/// The bound host as the claim sees it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostClaimStatus {
+    /// When the status was last copied from the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_updated: Option<Time>,
+
+    /// `Associated` and `Synchronized`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+
+    /// The bound host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bare_metal_host: Option<NamespacedName>,
+
+    /// The bound host's HardwareData.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware_data: Option<NamespacedName>,
+
+    /// Power state of the bound host.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub powered_on: bool,
+}
+
+/// Namespace and name of an object.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct NamespacedName {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// Which namespaces may claim the BareMetalHosts of the namespace the policy is in.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "metal3.io",
+    version = "v1alpha1",
+    kind = "HostDeployPolicy",
+    plural = "hostdeploypolicies",
+    singular = "hostdeploypolicy",
+    namespaced,
+    status = "HostDeployPolicyStatus",
+    derive = "PartialEq",
+    doc = "Admits HostClaims from other namespaces to the BareMetalHosts of this namespace."
+)]
+#[serde(rename_all = "camelCase", remote = "Self")]
+pub struct HostDeployPolicySpec {
+    /// Namespaces whose claims are admitted; a namespace qualifies by any criterion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_claim_namespaces: Option<HostClaimNamespaces>,
+}
+
+/// Ways to name the admitted namespaces.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostClaimNamespaces {
+    /// Namespace names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    /// Regular expression a namespace name must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name_matches: Option<String>,
+    /// Labels the namespace must carry (a label without value: any value).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub has_labels: Vec<NameValuePair>,
+}
+
+/// A label name and optional value.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct NameValuePair {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+/// HostDeployPolicy has no status fields; the subresource exists as upstream's.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct HostDeployPolicyStatus {}
+
+super::spec_may_be_absent!(HostClaimSpec, HostDeployPolicySpec);

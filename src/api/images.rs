@@ -1,0 +1,165 @@
+//! Image kinds: `DataImage` (an ISO to attach to a host through the BMC's virtual
+//! media) and `PreprovisioningImage` (the deploy ramdisk or ISO built for one host).
+//!
+//! Both are named after their BareMetalHost. bmo serves them; no controller acts on
+//! them yet.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Finalizer upstream's DataImage controller keeps until the image is detached.
+pub const DATA_IMAGE_FINALIZER: &str = "dataimage.metal3.io";
+/// Condition type: the PreprovisioningImage can be used.
+pub const IMAGE_READY: &str = "Ready";
+/// Condition type: building the PreprovisioningImage failed.
+pub const IMAGE_ERROR: &str = "Error";
+
+/// An ISO to attach to the BareMetalHost of the same name as virtual media.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "metal3.io",
+    version = "v1alpha1",
+    kind = "DataImage",
+    plural = "dataimages",
+    singular = "dataimage",
+    namespaced,
+    status = "DataImageStatus",
+    derive = "PartialEq",
+    doc = "An ISO attached as virtual media to the BareMetalHost of the same name."
+)]
+#[serde(rename_all = "camelCase", remote = "Self")]
+pub struct DataImageSpec {
+    /// Where the BMC downloads the ISO from.
+    pub url: String,
+}
+
+/// What is attached now.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DataImageStatus {
+    /// When the image was last reconciled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reconciled: Option<Time>,
+
+    /// The image attached to the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attached_image: Option<AttachedImageReference>,
+
+    /// The last failure to attach or detach.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<DataImageError>,
+}
+
+/// An attached image.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct AttachedImageReference {
+    pub url: String,
+}
+
+/// Failure to attach or detach a DataImage.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct DataImageError {
+    /// Failed attempts in a row.
+    pub count: i64,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// Format of a preprovisioning image.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PreprovisioningImageFormat {
+    /// A bootable ISO.
+    Iso,
+    /// A kernel and initramfs.
+    Initrd,
+}
+
+/// The deploy image built for the BareMetalHost of the same name.
+// kube's printcolumn(...) entries repeat keys such as type_ by design.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "metal3.io",
+    version = "v1alpha1",
+    kind = "PreprovisioningImage",
+    plural = "preprovisioningimages",
+    singular = "preprovisioningimage",
+    namespaced,
+    status = "PreprovisioningImageStatus",
+    derive = "PartialEq",
+    shortname = "ppimg",
+    doc = "The deploy ramdisk or ISO for the BareMetalHost of the same name, with its network data built in.",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type=='Ready')].status",
+        description = "Whether the image can be used"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type=='Ready')].reason",
+        description = "Why the image is or is not ready"
+    )
+)]
+#[serde(rename_all = "camelCase", remote = "Self")]
+pub struct PreprovisioningImageSpec {
+    /// Secret with the network data to build into the image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_data_name: Option<String>,
+
+    /// CPU architecture the image is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
+
+    /// Formats the host can boot, in order of preference.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accept_formats: Vec<PreprovisioningImageFormat>,
+}
+
+/// The built image.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreprovisioningImageStatus {
+    /// URL of the ISO or initramfs.
+    #[serde(default, rename = "imageUrl", skip_serializing_if = "Option::is_none")]
+    pub image_url: Option<String>,
+
+    /// URL of the kernel (initrd format only).
+    #[serde(default, rename = "kernelUrl", skip_serializing_if = "Option::is_none")]
+    pub kernel_url: Option<String>,
+
+    /// Kernel command line the image needs (initrd format only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_kernel_params: Option<String>,
+
+    /// Format of the image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<PreprovisioningImageFormat>,
+
+    /// The network data Secret built in, and its resource version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_data: Option<SecretStatus>,
+
+    /// CPU architecture of the image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
+
+    /// `Ready` and `Error`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A Secret at a given version.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct SecretStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+super::spec_may_be_absent!(DataImageSpec, PreprovisioningImageSpec);
