@@ -1,5 +1,5 @@
-//! BareMetalHost fields → the provisioner's plain inputs, and inspection results back
-//! into the CRD's HardwareDetails.
+//! BareMetalHost fields → the provisioner's inputs, and DHCP lease facts added to
+//! inspected hardware details.
 
 use crate::api::host::HARDWARE_PROFILES;
 use crate::api::{self, BareMetalHost};
@@ -163,83 +163,6 @@ pub fn raid(raid: &api::RaidConfig) -> prov::RaidConfig {
                 })
                 .collect()
         }),
-    }
-}
-
-fn text(s: &str) -> Option<String> {
-    Some(s.to_owned()).filter(|s| !s.is_empty())
-}
-
-/// Inspection results as the CRD stores them. NIC speed stays absent when unknown.
-pub fn hardware_details(hw: &prov::HardwareDetails) -> api::HardwareDetails {
-    api::HardwareDetails {
-        system_vendor: Some(api::HardwareSystemVendor {
-            manufacturer: text(&hw.system_vendor.manufacturer),
-            product_name: text(&hw.system_vendor.product_name),
-            serial_number: text(&hw.system_vendor.serial_number),
-        }),
-        firmware: Some(api::Firmware {
-            bios: Some(api::Bios {
-                date: text(&hw.firmware.bios.date),
-                vendor: text(&hw.firmware.bios.vendor),
-                version: text(&hw.firmware.bios.version),
-            }),
-        }),
-        ram_mebibytes: i64::try_from(hw.ram_mebibytes).ok(),
-        nics: hw
-            .nics
-            .iter()
-            .map(|n| api::Nic {
-                name: text(&n.name),
-                model: text(&n.model),
-                mac: text(&n.mac),
-                ip: text(&n.ip),
-                speed_gbps: n.speed_gbps().and_then(|s| i64::try_from(s).ok()),
-                vlans: n
-                    .vlans
-                    .iter()
-                    .map(|v| api::Vlan {
-                        id: Some(i32::from(v.id)),
-                        name: text(&v.name),
-                    })
-                    .collect(),
-                vlan_id: Some(i32::from(n.vlan_id)).filter(|&id| id != 0),
-                pxe: n.pxe,
-                lldp: n.lldp.as_ref().map(|l| api::Lldp {
-                    switch_id: text(&l.switch_id),
-                    port_id: text(&l.port_id),
-                    switch_system_name: text(&l.switch_system_name),
-                }),
-                pci_address: text(&n.pci_address),
-                dhcp_hostname: None,
-            })
-            .collect(),
-        storage: hw
-            .storage
-            .iter()
-            .map(|d| api::Storage {
-                name: text(&d.name),
-                alternate_names: d.alternate_names.clone(),
-                rotational: d.rotational,
-                disk_type: Some(d.disk_type),
-                size_bytes: i64::try_from(d.size_bytes).ok(),
-                vendor: text(&d.vendor),
-                model: text(&d.model),
-                serial_number: text(&d.serial_number),
-                wwn: text(&d.wwn),
-                wwn_vendor_extension: text(&d.wwn_vendor_extension),
-                wwn_with_extension: text(&d.wwn_with_extension),
-                hctl: text(&d.hctl),
-            })
-            .collect(),
-        cpu: Some(api::Cpu {
-            arch: text(&hw.cpu.arch),
-            model: text(&hw.cpu.model),
-            clock_megahertz: Some(hw.cpu.clock_megahertz).filter(|&c| c > 0.0),
-            flags: hw.cpu.flags.clone(),
-            count: Some(i64::from(hw.cpu.count)).filter(|&c| c > 0),
-        }),
-        hostname: text(&hw.hostname),
     }
 }
 

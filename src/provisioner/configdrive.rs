@@ -3,6 +3,8 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::api::HardwareDetails;
+
 use super::types::{
     BootMode, ChecksumType, HostId, PrepareRequest, ProvisionRequest, RootDeviceHints,
 };
@@ -177,25 +179,21 @@ pub fn parse_document(field: &'static str, bytes: &[u8]) -> Result<Value, InputE
 }
 
 /// The default network data when none is given: every inspected NIC up with DHCP.
-pub fn default_network_data(hardware: &super::HardwareDetails) -> Value {
+pub fn default_network_data(hardware: &HardwareDetails) -> Value {
     let mut links = Vec::new();
     let mut networks = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for nic in &hardware.nics {
-        if nic.mac.is_empty() {
+        let Some(mac) = nic.mac.as_deref().filter(|m| !m.is_empty()) else {
             continue;
-        }
-        let v6 = nic.ip.contains(':');
-        let id = if nic.name.is_empty() {
-            nic.mac.clone()
-        } else {
-            nic.name.clone()
         };
-        if seen.insert(nic.mac.clone()) {
-            links.push(json!({"id": id, "type": "phy", "ethernet_mac_address": nic.mac}));
+        let v6 = nic.ip.as_deref().is_some_and(|ip| ip.contains(':'));
+        let id = nic.name.as_deref().filter(|n| !n.is_empty()).unwrap_or(mac);
+        if seen.insert(mac.to_owned()) {
+            links.push(json!({"id": id, "type": "phy", "ethernet_mac_address": mac}));
         }
         let kind = if v6 { "ipv6_dhcp" } else { "ipv4_dhcp" };
-        if seen.insert(format!("{}/{kind}", nic.mac)) {
+        if seen.insert(format!("{mac}/{kind}")) {
             networks.push(
                 json!({"id": format!("{id}-{kind}"), "type": kind, "link": id, "network_id": ""}),
             );
@@ -336,7 +334,8 @@ fn config_drive(host: &HostId, request: &ProvisionRequest) -> Result<Value, Inpu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provisioner::{HardwareDetails, Image, Nic};
+    use crate::api::Nic;
+    use crate::provisioner::Image;
 
     fn host() -> HostId {
         HostId::new("ns", "h1")
@@ -555,20 +554,20 @@ mod tests {
         req.hardware = Some(HardwareDetails {
             nics: vec![
                 Nic {
-                    name: "eno1".into(),
-                    mac: "aa:00:00:00:00:01".into(),
-                    ip: "192.0.2.1".into(),
+                    name: Some("eno1".into()),
+                    mac: Some("aa:00:00:00:00:01".into()),
+                    ip: Some("192.0.2.1".into()),
                     ..Default::default()
                 },
                 Nic {
-                    name: "eno1".into(),
-                    mac: "aa:00:00:00:00:01".into(),
-                    ip: "2001:db8::1".into(),
+                    name: Some("eno1".into()),
+                    mac: Some("aa:00:00:00:00:01".into()),
+                    ip: Some("2001:db8::1".into()),
                     ..Default::default()
                 },
                 Nic {
-                    name: "eno2".into(),
-                    mac: "aa:00:00:00:00:02".into(),
+                    name: Some("eno2".into()),
+                    mac: Some("aa:00:00:00:00:02".into()),
                     ..Default::default()
                 },
             ],

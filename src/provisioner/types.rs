@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::api::HardwareDetails;
 use crate::bmc::BmcAddress;
 use crate::credentials::Credentials;
 
@@ -163,7 +164,7 @@ pub struct ProvisionRequest {
     /// Extra meta data (JSON or YAML) merged over the generated one.
     pub meta_data: Option<Vec<u8>>,
     /// Inspected hardware, for the default network data.
-    pub hardware: Option<super::HardwareDetails>,
+    pub hardware: Option<HardwareDetails>,
 }
 
 /// A hardware RAID volume (`spec.raid.hardwareRAIDVolumes[]`).
@@ -307,7 +308,7 @@ pub enum InspectStatus {
     /// Inspection was started by this call.
     Started,
     InProgress,
-    Complete(Box<super::HardwareDetails>),
+    Complete(Box<HardwareDetails>),
 }
 
 /// Result of `prepare` (manual cleaning): the same as any other long operation's.
