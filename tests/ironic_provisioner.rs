@@ -11,15 +11,15 @@ mod support;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use bmo::api::DiskType;
+use bmo::api::{ChecksumType, DiskType, Image, ImageFormat};
 use bmo::bmc::BmcAddress;
 use bmo::credentials::{Credentials, SecretString};
 use bmo::ironic::{ClientConfig, IronicClient, PatchOp, PowerTarget, ProvisionTarget};
 use bmo::provisioner::{
-    BootMode, ChecksumType, CleaningMode, DeployRamdisk, HardwareRaidVolume, Host, HostId, Image,
-    InspectStatus, InspectionMode, IronicProvisioner, Outcome, PowerMode, PowerState,
-    PrepareRequest, ProvisionRequest, Provisioner, ProvisionerResult, ProvisionerSettings,
-    RaidConfig, RootDeviceHints,
+    BootMode, CleaningMode, DeployRamdisk, HardwareRaidVolume, Host, HostId, InspectStatus,
+    InspectionMode, IronicProvisioner, Outcome, PowerMode, PowerState, PrepareRequest,
+    ProvisionRequest, Provisioner, ProvisionerResult, ProvisionerSettings, RaidConfig,
+    RootDeviceHints,
 };
 use serde_json::{Value, json};
 use support::{PrivateIronic, Stack, eventually, unique_name};
@@ -174,8 +174,9 @@ fn image(checksum_type: ChecksumType) -> Image {
             ChecksumType::Sha512 => "cf83e1357eefb8bdf1542850d66d8007d620e4050b5715dc83f4a921d36ce9ce47d0d13c5d85f2b0ff8318d2877eec2f63b931bd47417a81a538327af927da3e".into(),
             ChecksumType::Auto => "http://127.0.0.1:1/images/ubuntu-24.04.qcow2.sha256sum".into(),
         }),
-        checksum_type,
-        disk_format: Some("qcow2".into()),
+        checksum_type: Some(checksum_type),
+        format: Some(ImageFormat::Qcow2),
+        ..Default::default()
     }
 }
 
@@ -607,7 +608,7 @@ async fn live_iso_and_secure_boot_reach_ironic() {
     let request = ProvisionRequest {
         image: Some(Image {
             url: "http://127.0.0.1:1/images/live.iso".into(),
-            disk_format: Some("live-iso".into()),
+            format: Some(ImageFormat::LiveIso),
             ..Default::default()
         }),
         instance_uuid: uuid_like(),

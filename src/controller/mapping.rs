@@ -123,20 +123,6 @@ fn enum_str<T: serde::Serialize>(value: &T) -> String {
         .unwrap_or_default()
 }
 
-pub fn image(image: &api::Image) -> prov::Image {
-    prov::Image {
-        url: image.url.clone(),
-        checksum: image.checksum.clone().filter(|c| !c.is_empty()),
-        checksum_type: match image.checksum_type {
-            Some(api::ChecksumType::Md5) => prov::ChecksumType::Md5,
-            Some(api::ChecksumType::Sha256) => prov::ChecksumType::Sha256,
-            Some(api::ChecksumType::Sha512) => prov::ChecksumType::Sha512,
-            _ => prov::ChecksumType::Auto,
-        },
-        disk_format: image.format.as_ref().map(enum_str),
-    }
-}
-
 pub fn raid(raid: &api::RaidConfig) -> prov::RaidConfig {
     prov::RaidConfig {
         hardware: raid.hardware_raid_volumes.as_ref().map(|vols| {

@@ -39,7 +39,7 @@ pub async fn provision_request<S: Store>(
             .map(|d| d.expose().as_bytes().to_vec())
     });
     Ok(ProvisionRequest {
-        image: spec.image.as_ref().map(mapping::image),
+        image: spec.image.clone(),
         custom_deploy: spec.custom_deploy.as_ref().map(|c| c.method.clone()),
         root_device_hints: spec
             .root_device_hints

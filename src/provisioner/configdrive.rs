@@ -3,11 +3,9 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::api::HardwareDetails;
+use crate::api::{ChecksumType, HardwareDetails};
 
-use super::types::{
-    BootMode, ChecksumType, HostId, PrepareRequest, ProvisionRequest, RootDeviceHints,
-};
+use super::types::{BootMode, HostId, PrepareRequest, ProvisionRequest, RootDeviceHints};
 
 /// What manual cleaning for a [`PrepareRequest`] needs from Ironic.
 #[derive(Debug, Clone, PartialEq)]
@@ -232,7 +230,7 @@ pub fn deploy_settings(
             info.insert("boot_iso".into(), json!(image.url));
         } else {
             info.insert("image_source".into(), json!(image.url));
-            if let Some(format) = &image.disk_format {
+            if let Some(format) = &image.format {
                 info.insert("image_disk_format".into(), json!(format));
             }
             match (
@@ -249,15 +247,11 @@ pub fn deploy_settings(
                                 .into(),
                     });
                 }
-                (Some(sum), ChecksumType::Auto) => {
+                (Some(sum), None | Some(ChecksumType::Auto)) => {
                     info.insert("image_checksum".into(), json!(sum));
                 }
-                (Some(sum), algo) => {
-                    let algo = match algo {
-                        ChecksumType::Md5 => "md5",
-                        ChecksumType::Sha256 => "sha256",
-                        _ => "sha512",
-                    };
+                (Some(sum), Some(algo)) => {
+                    // Serialised as the API spells it: md5, sha256, sha512.
                     info.insert("image_os_hash_algo".into(), json!(algo));
                     info.insert("image_os_hash_value".into(), json!(sum));
                 }
@@ -335,7 +329,7 @@ fn config_drive(host: &HostId, request: &ProvisionRequest) -> Result<Value, Inpu
 mod tests {
     use super::*;
     use crate::api::Nic;
-    use crate::provisioner::Image;
+    use crate::api::{Image, ImageFormat};
 
     fn host() -> HostId {
         HostId::new("ns", "h1")
@@ -449,16 +443,18 @@ mod tests {
     #[test]
     fn checksum_types_map_to_os_hash_or_image_checksum() {
         for (ty, algo) in [
-            (ChecksumType::Md5, Some("md5")),
-            (ChecksumType::Sha256, Some("sha256")),
-            (ChecksumType::Sha512, Some("sha512")),
-            (ChecksumType::Auto, None),
+            (Some(ChecksumType::Md5), Some("md5")),
+            (Some(ChecksumType::Sha256), Some("sha256")),
+            (Some(ChecksumType::Sha512), Some("sha512")),
+            (Some(ChecksumType::Auto), None),
+            (None, None),
         ] {
             let image = Image {
                 url: "http://img/x.qcow2".into(),
                 checksum: Some("abc".into()),
                 checksum_type: ty,
-                disk_format: Some("qcow2".into()),
+                format: Some(ImageFormat::Qcow2),
+                ..Default::default()
             };
             let s = deploy_settings(&host(), BootMode::Uefi, &request(image)).unwrap();
             let i = &s.instance_info;
@@ -483,7 +479,7 @@ mod tests {
     fn live_iso_boots_the_iso_without_config_drive() {
         let image = Image {
             url: "http://img/live.iso".into(),
-            disk_format: Some("live-iso".into()),
+            format: Some(ImageFormat::LiveIso),
             ..Default::default()
         };
         let s = deploy_settings(&host(), BootMode::UefiSecureBoot, &request(image)).unwrap();

@@ -405,6 +405,7 @@ impl Provisioner for FixtureProvisioner {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::api::Image;
     use crate::bmc::BmcAddress;
     use crate::credentials::{Credentials, SecretString};
     use crate::provisioner::types::*;

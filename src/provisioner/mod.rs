@@ -23,9 +23,9 @@ use std::future::Future;
 pub use fixture::{FixtureHost, FixtureOperation, FixtureProvisioner, FixtureState};
 pub use ironic::{IronicProvisioner, ProvisionerSettings};
 pub use types::{
-    BootMode, ChecksumType, CleaningMode, DeployRamdisk, HardwareRaidVolume, Host, HostId, Image,
-    InspectStatus, InspectionMode, Outcome, PowerMode, PowerState, PrepareRequest, PrepareStatus,
-    Progress, ProvisionRequest, RaidConfig, Registration, RootDeviceHints, SOFT_POWER_OFF_TIMEOUT,
+    BootMode, CleaningMode, DeployRamdisk, HardwareRaidVolume, Host, HostId, InspectStatus,
+    InspectionMode, Outcome, PowerMode, PowerState, PrepareRequest, PrepareStatus, Progress,
+    ProvisionRequest, RaidConfig, Registration, RootDeviceHints, SOFT_POWER_OFF_TIMEOUT,
     SoftwareRaidVolume,
 };
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::HardwareDetails;
+use crate::api::{HardwareDetails, Image};
 use crate::bmc::BmcAddress;
 use crate::credentials::Credentials;
 
@@ -104,35 +104,6 @@ pub struct Host {
     pub restart_on_failure: bool,
 }
 
-/// `spec.image.checksumType`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ChecksumType {
-    Md5,
-    Sha256,
-    Sha512,
-    /// Ironic works out the algorithm (or reads it from a checksum file).
-    #[default]
-    Auto,
-}
-
-/// `spec.image`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Image {
-    pub url: String,
-    /// The checksum value, or a URL of a checksum file.
-    pub checksum: Option<String>,
-    pub checksum_type: ChecksumType,
-    /// `raw`, `qcow2`, `vdi`, `vmdk` or `live-iso`.
-    pub disk_format: Option<String>,
-}
-
-impl Image {
-    pub fn is_live_iso(&self) -> bool {
-        self.disk_format.as_deref() == Some("live-iso")
-    }
-}
-
 /// `spec.rootDeviceHints`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RootDeviceHints {
@@ -151,6 +122,7 @@ pub struct RootDeviceHints {
 /// Everything `provision` (and `adopt`) needs.
 #[derive(Debug, Clone, Default)]
 pub struct ProvisionRequest {
+    /// `spec.image`.
     pub image: Option<Image>,
     /// `spec.customDeploy.method`: a deploy step of a custom ramdisk.
     pub custom_deploy: Option<String>,
