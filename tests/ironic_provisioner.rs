@@ -11,15 +11,17 @@ mod support;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use bmo::api::{ChecksumType, DiskType, Image, ImageFormat};
+use bmo::api::{
+    ChecksumType, DiskType, HardwareRaidLevel, HardwareRaidVolume, Image, ImageFormat, RaidConfig,
+    RootDeviceHints,
+};
 use bmo::bmc::BmcAddress;
 use bmo::credentials::{Credentials, SecretString};
 use bmo::ironic::{ClientConfig, IronicClient, PatchOp, PowerTarget, ProvisionTarget};
 use bmo::provisioner::{
-    BootMode, CleaningMode, DeployRamdisk, HardwareRaidVolume, Host, HostId, InspectStatus,
-    InspectionMode, IronicProvisioner, Outcome, PowerMode, PowerState, PrepareRequest,
-    ProvisionRequest, Provisioner, ProvisionerResult, ProvisionerSettings, RaidConfig,
-    RootDeviceHints,
+    BootMode, CleaningMode, DeployRamdisk, Host, HostId, InspectStatus, InspectionMode,
+    IronicProvisioner, Outcome, PowerMode, PowerState, PrepareRequest, ProvisionRequest,
+    Provisioner, ProvisionerResult, ProvisionerSettings,
 };
 use serde_json::{Value, json};
 use support::{PrivateIronic, Stack, eventually, unique_name};
@@ -215,13 +217,16 @@ async fn lifecycle(checksum_type: ChecksumType) {
         // back as the reason, every time, until the host is told to start over.
         let raid = PrepareRequest {
             raid: Some(RaidConfig {
-                hardware: Some(vec![HardwareRaidVolume {
+                hardware_raid_volumes: Some(vec![HardwareRaidVolume {
                     name: Some("root".into()),
-                    level: "1".into(),
+                    level: HardwareRaidLevel::Raid1,
                     size_gibibytes: Some(100),
-                    ..Default::default()
+                    rotational: None,
+                    number_of_physical_disks: None,
+                    controller: None,
+                    physical_disks: Vec::new(),
                 }]),
-                software: None,
+                software_raid_volumes: None,
             }),
             unprepared: true,
             ..Default::default()

@@ -101,57 +101,6 @@ pub fn host_input(
     })
 }
 
-pub fn root_device_hints(hints: &api::RootDeviceHints) -> prov::RootDeviceHints {
-    prov::RootDeviceHints {
-        device_name: hints.device_name.clone(),
-        hctl: hints.hctl.clone(),
-        model: hints.model.clone(),
-        vendor: hints.vendor.clone(),
-        serial_number: hints.serial_number.clone(),
-        min_size_gigabytes: hints.min_size_gigabytes.and_then(|v| u64::try_from(v).ok()),
-        wwn: hints.wwn.clone(),
-        wwn_with_extension: hints.wwn_with_extension.clone(),
-        wwn_vendor_extension: hints.wwn_vendor_extension.clone(),
-        rotational: hints.rotational,
-    }
-}
-
-fn enum_str<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_value(value)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
-pub fn raid(raid: &api::RaidConfig) -> prov::RaidConfig {
-    prov::RaidConfig {
-        hardware: raid.hardware_raid_volumes.as_ref().map(|vols| {
-            vols.iter()
-                .map(|v| prov::HardwareRaidVolume {
-                    name: v.name.clone(),
-                    level: enum_str(&v.level),
-                    size_gibibytes: v.size_gibibytes.and_then(|s| u64::try_from(s).ok()),
-                    rotational: v.rotational,
-                    number_of_physical_disks: v
-                        .number_of_physical_disks
-                        .and_then(|n| u32::try_from(n).ok()),
-                    controller: v.controller.clone(),
-                    physical_disks: v.physical_disks.clone(),
-                })
-                .collect()
-        }),
-        software: raid.software_raid_volumes.as_ref().map(|vols| {
-            vols.iter()
-                .map(|v| prov::SoftwareRaidVolume {
-                    level: enum_str(&v.level),
-                    size_gibibytes: v.size_gibibytes.and_then(|s| u64::try_from(s).ok()),
-                    physical_disks: v.physical_disks.iter().map(root_device_hints).collect(),
-                })
-                .collect()
-        }),
-    }
-}
-
 /// Adds what bmo's DHCP server knows to inspected NICs: each NIC whose MAC has a lease
 /// gets the hostname its DHCP client sent (`dhcpHostname`, invalid UTF-8 shown as
 /// U+FFFD) and, when inspection saw no address on it, the address bmo leased it.

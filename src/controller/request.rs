@@ -1,6 +1,5 @@
 //! Provisioner requests assembled from a host and the Secrets it names.
 
-use super::mapping;
 use super::secrets::read_data;
 use super::store::{Store, StoreError};
 use crate::api::BareMetalHost;
@@ -41,10 +40,7 @@ pub async fn provision_request<S: Store>(
     Ok(ProvisionRequest {
         image: spec.image.clone(),
         custom_deploy: spec.custom_deploy.as_ref().map(|c| c.method.clone()),
-        root_device_hints: spec
-            .root_device_hints
-            .as_ref()
-            .map(mapping::root_device_hints),
+        root_device_hints: spec.root_device_hints.clone(),
         instance_uuid: host.metadata.uid.clone().unwrap_or_default(),
         user_data,
         network_data,
@@ -60,7 +56,7 @@ pub fn prepare_request(host: &BareMetalHost) -> PrepareRequest {
         .as_ref()
         .and_then(|s| s.provisioning.raid.as_ref());
     PrepareRequest {
-        raid: host.spec.raid.as_ref().map(mapping::raid),
+        raid: host.spec.raid.clone(),
         unprepared: host.spec.raid.as_ref() != applied,
         ..Default::default()
     }

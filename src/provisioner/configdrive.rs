@@ -3,9 +3,9 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::api::{ChecksumType, HardwareDetails};
+use crate::api::{ChecksumType, HardwareDetails, RootDeviceHints};
 
-use super::types::{BootMode, HostId, PrepareRequest, ProvisionRequest, RootDeviceHints};
+use super::types::{BootMode, HostId, PrepareRequest, ProvisionRequest};
 
 /// What manual cleaning for a [`PrepareRequest`] needs from Ironic.
 #[derive(Debug, Clone, PartialEq)]
@@ -17,7 +17,7 @@ pub struct CleanPlan {
     pub steps: Vec<Value>,
 }
 
-fn size_gb(size: Option<u64>) -> Value {
+fn size_gb(size: Option<i64>) -> Value {
     size.filter(|&s| s > 0).map_or(json!("MAX"), |s| json!(s))
 }
 
@@ -28,7 +28,7 @@ pub fn clean_plan(request: &PrepareRequest) -> CleanPlan {
         steps: Vec::new(),
     };
     if let Some(raid) = &request.raid {
-        if let Some(software) = &raid.software {
+        if let Some(software) = &raid.software_raid_volumes {
             let disks: Vec<Value> = software
                 .iter()
                 .enumerate()
@@ -52,7 +52,7 @@ pub fn clean_plan(request: &PrepareRequest) -> CleanPlan {
                 plan.steps
                     .push(json!({"interface": "raid", "step": "create_configuration"}));
             }
-        } else if let Some(hardware) = &raid.hardware {
+        } else if let Some(hardware) = &raid.hardware_raid_volumes {
             let disks: Vec<Value> = hardware
                 .iter()
                 .enumerate()
@@ -71,7 +71,10 @@ pub fn clean_plan(request: &PrepareRequest) -> CleanPlan {
                     if !v.physical_disks.is_empty() {
                         d["physical_disks"] = json!(v.physical_disks);
                     }
-                    if let Some(n) = v.number_of_physical_disks {
+                    if let Some(n) = v
+                        .number_of_physical_disks
+                        .and_then(|n| u32::try_from(n).ok())
+                    {
                         d["number_of_physical_disks"] = json!(n);
                     }
                     if let Some(r) = v.rotational {
@@ -358,18 +361,22 @@ mod tests {
 
     #[test]
     fn clean_plans_for_hardware_and_software_raid_bios_and_wipe() {
-        use crate::provisioner::{HardwareRaidVolume, RaidConfig, SoftwareRaidVolume};
+        use crate::api::{
+            HardwareRaidLevel, HardwareRaidVolume, RaidConfig, SoftwareRaidLevel,
+            SoftwareRaidVolume,
+        };
         let hw = clean_plan(&PrepareRequest {
             raid: Some(RaidConfig {
-                hardware: Some(vec![HardwareRaidVolume {
+                hardware_raid_volumes: Some(vec![HardwareRaidVolume {
                     name: Some("os".into()),
-                    level: "1".into(),
+                    level: HardwareRaidLevel::Raid10,
+                    size_gibibytes: None,
                     rotational: Some(false),
+                    number_of_physical_disks: Some(2),
                     controller: Some("RAID.Integrated.1-1".into()),
                     physical_disks: vec!["Disk.Bay.0".into(), "Disk.Bay.1".into()],
-                    ..Default::default()
                 }]),
-                software: None,
+                software_raid_volumes: None,
             }),
             bios_settings: vec![("SriovGlobalEnable".into(), json!("Enabled"))],
             ..Default::default()
@@ -385,6 +392,8 @@ mod tests {
         );
         let disk = &hw.target_raid_config.as_ref().unwrap()["logical_disks"][0];
         assert_eq!(disk["size_gb"], "MAX");
+        assert_eq!(disk["raid_level"], "1+0");
+        assert_eq!(disk["number_of_physical_disks"], 2);
         assert_eq!(disk["disk_type"], "ssd");
         assert_eq!(disk["volume_name"], "os");
         assert_eq!(disk["is_root_volume"], true);
@@ -395,9 +404,10 @@ mod tests {
 
         let sw = clean_plan(&PrepareRequest {
             raid: Some(RaidConfig {
-                hardware: None,
-                software: Some(vec![SoftwareRaidVolume {
-                    level: "1".into(),
+                hardware_raid_volumes: None,
+                software_raid_volumes: Some(vec![SoftwareRaidVolume {
+                    root_volume: true,
+                    level: SoftwareRaidLevel::Raid1,
                     size_gibibytes: Some(50),
                     physical_disks: vec![
                         RootDeviceHints {
@@ -426,14 +436,15 @@ mod tests {
         );
         let disk = &sw.target_raid_config.as_ref().unwrap()["logical_disks"][0];
         assert_eq!(disk["controller"], "software");
+        assert_eq!(disk["raid_level"], "1");
         assert_eq!(disk["size_gb"], 50);
         assert_eq!(disk["physical_disks"][1]["name"], "s== /dev/sdb");
 
         // An empty list removes the RAID without creating any.
         let delete_only = clean_plan(&PrepareRequest {
             raid: Some(RaidConfig {
-                hardware: Some(vec![]),
-                software: None,
+                hardware_raid_volumes: Some(vec![]),
+                software_raid_volumes: None,
             }),
             ..Default::default()
         });

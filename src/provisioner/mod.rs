@@ -23,10 +23,9 @@ use std::future::Future;
 pub use fixture::{FixtureHost, FixtureOperation, FixtureProvisioner, FixtureState};
 pub use ironic::{IronicProvisioner, ProvisionerSettings};
 pub use types::{
-    BootMode, CleaningMode, DeployRamdisk, HardwareRaidVolume, Host, HostId, InspectStatus,
-    InspectionMode, Outcome, PowerMode, PowerState, PrepareRequest, PrepareStatus, Progress,
-    ProvisionRequest, RaidConfig, Registration, RootDeviceHints, SOFT_POWER_OFF_TIMEOUT,
-    SoftwareRaidVolume,
+    BootMode, CleaningMode, DeployRamdisk, Host, HostId, InspectStatus, InspectionMode, Outcome,
+    PowerMode, PowerState, PrepareRequest, PrepareStatus, Progress, ProvisionRequest, Registration,
+    SOFT_POWER_OFF_TIMEOUT,
 };
 
 use crate::ironic::IronicError;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::{HardwareDetails, Image};
+use crate::api::{HardwareDetails, Image, RaidConfig, RootDeviceHints};
 use crate::bmc::BmcAddress;
 use crate::credentials::Credentials;
 
@@ -104,21 +104,6 @@ pub struct Host {
     pub restart_on_failure: bool,
 }
 
-/// `spec.rootDeviceHints`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RootDeviceHints {
-    pub device_name: Option<String>,
-    pub hctl: Option<String>,
-    pub model: Option<String>,
-    pub vendor: Option<String>,
-    pub serial_number: Option<String>,
-    pub min_size_gigabytes: Option<u64>,
-    pub wwn: Option<String>,
-    pub wwn_with_extension: Option<String>,
-    pub wwn_vendor_extension: Option<String>,
-    pub rotational: Option<bool>,
-}
-
 /// Everything `provision` (and `adopt`) needs.
 #[derive(Debug, Clone, Default)]
 pub struct ProvisionRequest {
@@ -126,6 +111,7 @@ pub struct ProvisionRequest {
     pub image: Option<Image>,
     /// `spec.customDeploy.method`: a deploy step of a custom ramdisk.
     pub custom_deploy: Option<String>,
+    /// `spec.rootDeviceHints`.
     pub root_device_hints: Option<RootDeviceHints>,
     /// The BareMetalHost's `metadata.uid`: Ironic's `instance_uuid`.
     pub instance_uuid: String,
@@ -139,36 +125,11 @@ pub struct ProvisionRequest {
     pub hardware: Option<HardwareDetails>,
 }
 
-/// A hardware RAID volume (`spec.raid.hardwareRAIDVolumes[]`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HardwareRaidVolume {
-    pub name: Option<String>,
-    pub level: String,
-    pub size_gibibytes: Option<u64>,
-    pub rotational: Option<bool>,
-    pub number_of_physical_disks: Option<u32>,
-    pub controller: Option<String>,
-    pub physical_disks: Vec<String>,
-}
-
-/// A software RAID volume (`spec.raid.softwareRAIDVolumes[]`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SoftwareRaidVolume {
-    pub level: String,
-    pub size_gibibytes: Option<u64>,
-    pub physical_disks: Vec<RootDeviceHints>,
-}
-
-/// `spec.raid`: `None` lists leave that kind of RAID as it is; empty lists delete it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RaidConfig {
-    pub hardware: Option<Vec<HardwareRaidVolume>>,
-    pub software: Option<Vec<SoftwareRaidVolume>>,
-}
-
 /// What `prepare` should do (manual cleaning before the host becomes available).
 #[derive(Debug, Clone, Default)]
 pub struct PrepareRequest {
+    /// `spec.raid`: an absent list leaves that kind of RAID as it is; an empty one
+    /// deletes it.
     pub raid: Option<RaidConfig>,
     /// BIOS settings to apply, name → value.
     pub bios_settings: Vec<(String, serde_json::Value)>,
