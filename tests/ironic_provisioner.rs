@@ -19,7 +19,7 @@ use bmo::bmc::BmcAddress;
 use bmo::credentials::{Credentials, SecretString};
 use bmo::ironic::{ClientConfig, IronicClient, PatchOp, PowerTarget, ProvisionTarget};
 use bmo::provisioner::{
-    BootMode, CleaningMode, DeployRamdisk, Host, HostId, InspectStatus, InspectionMode,
+    AutomatedCleaningMode, BootMode, DeployRamdisk, Host, HostId, InspectStatus, InspectionMode,
     IronicProvisioner, Outcome, PowerMode, PowerState, PrepareRequest, ProvisionRequest,
     Provisioner, ProvisionerResult, ProvisionerSettings,
 };
@@ -62,7 +62,7 @@ fn host(name: &str, address: &str, credentials: Credentials) -> Host {
         boot_mac: Some(unique_mac()),
         boot_mode: BootMode::Uefi,
         inspection_mode: InspectionMode::Agent,
-        cleaning_mode: CleaningMode::Metadata,
+        cleaning_mode: AutomatedCleaningMode::Metadata,
         architecture: None,
         externally_provisioned: false,
         disable_power_off: false,
@@ -335,7 +335,7 @@ async fn lifecycle(checksum_type: ChecksumType) {
 
     if checksum_type == ChecksumType::Sha512 {
         // Cleaning turned off before deprovisioning is synced to Ironic first.
-        h.cleaning_mode = CleaningMode::Disabled;
+        h.cleaning_mode = AutomatedCleaningMode::Disabled;
     }
 
     drive("deprovision", Duration::from_secs(120), || {

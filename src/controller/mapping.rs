@@ -2,12 +2,12 @@
 //! inspected hardware details.
 
 use crate::api::host::HARDWARE_PROFILES;
-use crate::api::{self, BareMetalHost};
+use crate::api::{self, BareMetalHost, InspectionMode};
 use crate::bmc::{BmcAddress, parse_mac};
 use crate::credentials::Credentials;
 use crate::netboot::leases::{Lease, LeaseState};
 use crate::netboot::mac::MacAddr;
-use crate::provisioner::{self as prov, DeployRamdisk, Host, HostId};
+use crate::provisioner::{DeployRamdisk, Host, HostId};
 
 /// Why a host's spec cannot be turned into provisioner input.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -83,14 +83,11 @@ pub fn host_input(
         boot_mac,
         boot_mode: bmh.boot_mode(),
         inspection_mode: match bmh.spec.inspection_mode {
-            _ if bmh.inspection_disabled() => prov::InspectionMode::Disabled,
-            Some(api::InspectionMode::Fast) => prov::InspectionMode::Fast,
-            _ => prov::InspectionMode::Agent,
+            _ if bmh.inspection_disabled() => InspectionMode::Disabled,
+            Some(InspectionMode::Fast) => InspectionMode::Fast,
+            _ => InspectionMode::Agent,
         },
-        cleaning_mode: match bmh.spec.automated_cleaning_mode {
-            api::AutomatedCleaningMode::Disabled => prov::CleaningMode::Disabled,
-            api::AutomatedCleaningMode::Metadata => prov::CleaningMode::Metadata,
-        },
+        cleaning_mode: bmh.spec.automated_cleaning_mode,
         architecture: bmh.spec.architecture.clone().filter(|a| !a.is_empty()),
         externally_provisioned: bmh.spec.externally_provisioned,
         disable_power_off: bmh.spec.disable_power_off,

@@ -424,7 +424,7 @@ pub(crate) mod tests {
             boot_mac: None,
             boot_mode: BootMode::Uefi,
             inspection_mode: InspectionMode::Agent,
-            cleaning_mode: CleaningMode::Metadata,
+            cleaning_mode: AutomatedCleaningMode::Metadata,
             architecture: None,
             externally_provisioned: false,
             disable_power_off: false,

@@ -23,9 +23,9 @@ use std::future::Future;
 pub use fixture::{FixtureHost, FixtureOperation, FixtureProvisioner, FixtureState};
 pub use ironic::{IronicProvisioner, ProvisionerSettings};
 pub use types::{
-    BootMode, CleaningMode, DeployRamdisk, Host, HostId, InspectStatus, InspectionMode, Outcome,
-    PowerMode, PowerState, PrepareRequest, PrepareStatus, Progress, ProvisionRequest, Registration,
-    SOFT_POWER_OFF_TIMEOUT,
+    AutomatedCleaningMode, BootMode, DeployRamdisk, Host, HostId, InspectStatus, InspectionMode,
+    Outcome, PowerMode, PowerState, PrepareRequest, PrepareStatus, Progress, ProvisionRequest,
+    Registration, SOFT_POWER_OFF_TIMEOUT,
 };
 
 use crate::ironic::IronicError;

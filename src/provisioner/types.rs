@@ -4,8 +4,6 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::api::{HardwareDetails, Image, RaidConfig, RootDeviceHints};
 use crate::bmc::BmcAddress;
 use crate::credentials::Credentials;
@@ -38,30 +36,8 @@ impl fmt::Display for HostId {
     }
 }
 
-/// `spec.bootMode`, as the API has it.
-pub use crate::api::BootMode;
-
-/// `spec.inspectionMode`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum InspectionMode {
-    /// Boot the inspection ramdisk (Ironic's `agent` inspect interface).
-    #[default]
-    Agent,
-    /// Out-of-band inspection through the BMC.
-    Fast,
-    Disabled,
-}
-
-/// `spec.automatedCleaningMode`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CleaningMode {
-    /// Erase disk metadata (partition tables, file system signatures) on cleaning.
-    #[default]
-    Metadata,
-    Disabled,
-}
+/// The API's modes, used as they are.
+pub use crate::api::{AutomatedCleaningMode, BootMode, InspectionMode};
 
 /// IPA kernel/ramdisk or ISO URLs for the deploy and inspection ramdisk.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -90,8 +66,10 @@ pub struct Host {
     /// Normalised (lower case, colons); see [`crate::bmc::parse_mac`].
     pub boot_mac: Option<String>,
     pub boot_mode: BootMode,
+    /// `spec.inspectionMode` as in effect: `Agent` when unset, `Disabled` also when
+    /// the `inspect.metal3.io` annotation says so.
     pub inspection_mode: InspectionMode,
-    pub cleaning_mode: CleaningMode,
+    pub cleaning_mode: AutomatedCleaningMode,
     pub architecture: Option<String>,
     pub externally_provisioned: bool,
     pub disable_power_off: bool,
