@@ -1,5 +1,6 @@
-//! The provisioner's own inputs and results: plain data, no Kubernetes types. The
-//! host controller maps BareMetalHost fields to these.
+//! The provisioner's own inputs and results: only what the API has no type for. The
+//! spec's image, root device hints, RAID and the inspected hardware are the API's own
+//! types (`crate::api`); the host controller assembles these structs around them.
 
 use std::fmt;
 use std::time::Duration;

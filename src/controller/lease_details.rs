@@ -1,102 +1,9 @@
-//! BareMetalHost fields → the provisioner's inputs, and DHCP lease facts added to
-//! inspected hardware details.
+//! DHCP facts added to inspected hardware details: what bmo's DHCP server learned
+//! about a host's NICs (pure; the controller hands in the lease table's lookup).
 
-use crate::api::host::HARDWARE_PROFILES;
-use crate::api::{self, BareMetalHost, InspectionMode};
-use crate::bmc::{BmcAddress, parse_mac};
-use crate::credentials::Credentials;
+use crate::api;
 use crate::netboot::leases::{Lease, LeaseState};
 use crate::netboot::mac::MacAddr;
-use crate::provisioner::{DeployRamdisk, Host, HostId};
-
-/// Why a host's spec cannot be turned into provisioner input.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SpecError {
-    #[error("spec.bmc.address {address:?}: {reason}")]
-    BmcAddress { address: String, reason: String },
-    #[error(
-        "spec.bootMACAddress {mac:?} is not a MAC address (six hex pairs, e.g. 52:54:00:12:34:56)"
-    )]
-    BootMac { mac: String },
-    #[error(
-        "spec.bmc.address {address:?} needs spec.bootMACAddress (the MAC of the NIC the host boots from)"
-    )]
-    BootMacRequired { address: String },
-    #[error("spec.bmc is missing: set spec.bmc.address and spec.bmc.credentialsName")]
-    NoBmc,
-    #[error(
-        "spec.hardwareProfile {profile:?} is not a known profile ({known}); remove it and use spec.rootDeviceHints",
-        known = HARDWARE_PROFILES.join(", ")
-    )]
-    HardwareProfile { profile: String },
-}
-
-/// The provisioner's view of `host`.
-pub fn host_input(
-    bmh: &BareMetalHost,
-    credentials: Credentials,
-    credentials_changed: bool,
-    deploy_ramdisk: &DeployRamdisk,
-) -> Result<Host, SpecError> {
-    let bmc = bmh.spec.bmc.as_ref().ok_or(SpecError::NoBmc)?;
-    if let Some(profile) = bmh
-        .spec
-        .hardware_profile
-        .as_deref()
-        .filter(|p| !p.is_empty() && !HARDWARE_PROFILES.contains(p))
-    {
-        return Err(SpecError::HardwareProfile {
-            profile: profile.to_owned(),
-        });
-    }
-    let address = BmcAddress::parse(&bmc.address).map_err(|e| SpecError::BmcAddress {
-        address: crate::bmc::redact_userinfo(&bmc.address),
-        reason: e.to_string(),
-    })?;
-    let boot_mac = match bmh
-        .spec
-        .boot_mac_address
-        .as_deref()
-        .filter(|m| !m.is_empty())
-    {
-        Some(mac) => Some(parse_mac(mac).map_err(|_| SpecError::BootMac {
-            mac: mac.to_owned(),
-        })?),
-        None if address.kind.needs_boot_mac() => {
-            return Err(SpecError::BootMacRequired {
-                address: bmc.address.clone(),
-            });
-        }
-        None => None,
-    };
-    let status = bmh.status.clone().unwrap_or_default();
-    Ok(Host {
-        id: HostId::new(
-            bmh.metadata.namespace.clone().unwrap_or_default(),
-            bmh.metadata.name.clone().unwrap_or_default(),
-        ),
-        provisioning_id: Some(status.provisioning.id.clone()).filter(|id| !id.is_empty()),
-        bmc: address,
-        credentials,
-        credentials_changed,
-        disable_certificate_verification: bmc.disable_certificate_verification,
-        boot_mac,
-        boot_mode: bmh.boot_mode(),
-        inspection_mode: match bmh.spec.inspection_mode {
-            _ if bmh.inspection_disabled() => InspectionMode::Disabled,
-            Some(InspectionMode::Fast) => InspectionMode::Fast,
-            _ => InspectionMode::Agent,
-        },
-        cleaning_mode: bmh.spec.automated_cleaning_mode,
-        architecture: bmh.spec.architecture.clone().filter(|a| !a.is_empty()),
-        externally_provisioned: bmh.spec.externally_provisioned,
-        disable_power_off: bmh.spec.disable_power_off,
-        deploy_ramdisk: deploy_ramdisk.clone(),
-        restart_on_failure: false,
-        // Reading preprovisioningNetworkDataName is not wired yet.
-        preprovisioning_network_data: None,
-    })
-}
 
 /// Adds what bmo's DHCP server knows to inspected NICs: each NIC whose MAC has a lease
 /// gets the hostname its DHCP client sent (`dhcpHostname`, invalid UTF-8 shown as
@@ -104,7 +11,7 @@ pub fn host_input(
 /// MACs are compared as addresses, so letter case and `-` separators do not matter.
 /// A lease without a hostname leaves an earlier `dhcpHostname` in place. Returns
 /// whether anything changed.
-pub fn add_lease_details(
+pub fn add(
     details: &mut api::HardwareDetails,
     lease_of: impl Fn(&MacAddr) -> Option<Lease>,
 ) -> bool {
@@ -199,7 +106,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        assert!(add_lease_details(&mut details, lookup));
+        assert!(add(&mut details, lookup));
         let got: Vec<(Option<&str>, Option<&str>)> = details
             .nics
             .iter()
@@ -217,10 +124,7 @@ mod tests {
                 (None, None),
             ]
         );
-        assert!(
-            !add_lease_details(&mut details, lookup),
-            "a second pass changes nothing"
-        );
+        assert!(!add(&mut details, lookup), "a second pass changes nothing");
         let json = serde_json::to_value(&details.nics[0]).unwrap();
         assert_eq!(json["dhcpHostname"], "node-\u{fffd}-a");
         assert!(
@@ -246,7 +150,7 @@ mod tests {
             LeaseState::Bound,
             None,
         );
-        assert!(!add_lease_details(&mut details, |_| Some(l.clone())));
+        assert!(!add(&mut details, |_| Some(l.clone())));
         assert_eq!(details.nics[0].dhcp_hostname.as_deref(), Some("earlier"));
     }
 }
