@@ -11,14 +11,17 @@ mod support;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use bmo::api::{
+    ChecksumType, DiskType, HardwareRaidLevel, HardwareRaidVolume, Image, ImageFormat, RaidConfig,
+    RootDeviceHints,
+};
 use bmo::bmc::BmcAddress;
 use bmo::credentials::{Credentials, SecretString};
 use bmo::ironic::{ClientConfig, IronicClient, PatchOp, PowerTarget, ProvisionTarget};
 use bmo::provisioner::{
-    BootMode, ChecksumType, CleaningMode, DeployRamdisk, DiskType, HardwareRaidVolume, Host,
-    HostId, Image, InspectStatus, InspectionMode, IronicProvisioner, Outcome, PowerMode,
-    PowerState, PrepareRequest, ProvisionRequest, Provisioner, ProvisionerResult,
-    ProvisionerSettings, RaidConfig, RootDeviceHints,
+    AutomatedCleaningMode, BootMode, DeployRamdisk, Host, HostId, InspectStatus, InspectionMode,
+    IronicProvisioner, Outcome, PowerMode, PowerState, PrepareRequest, ProvisionRequest,
+    Provisioner, ProvisionerResult, ProvisionerSettings,
 };
 use serde_json::{Value, json};
 use support::{PrivateIronic, Stack, eventually, unique_name};
@@ -59,7 +62,7 @@ fn host(name: &str, address: &str, credentials: Credentials) -> Host {
         boot_mac: Some(unique_mac()),
         boot_mode: BootMode::Uefi,
         inspection_mode: InspectionMode::Agent,
-        cleaning_mode: CleaningMode::Metadata,
+        cleaning_mode: AutomatedCleaningMode::Metadata,
         architecture: None,
         externally_provisioned: false,
         disable_power_off: false,
@@ -173,8 +176,9 @@ fn image(checksum_type: ChecksumType) -> Image {
             ChecksumType::Sha512 => "cf83e1357eefb8bdf1542850d66d8007d620e4050b5715dc83f4a921d36ce9ce47d0d13c5d85f2b0ff8318d2877eec2f63b931bd47417a81a538327af927da3e".into(),
             ChecksumType::Auto => "http://127.0.0.1:1/images/ubuntu-24.04.qcow2.sha256sum".into(),
         }),
-        checksum_type,
-        disk_format: Some("qcow2".into()),
+        checksum_type: Some(checksum_type),
+        format: Some(ImageFormat::Qcow2),
+        ..Default::default()
     }
 }
 
@@ -213,13 +217,16 @@ async fn lifecycle(checksum_type: ChecksumType) {
         // back as the reason, every time, until the host is told to start over.
         let raid = PrepareRequest {
             raid: Some(RaidConfig {
-                hardware: Some(vec![HardwareRaidVolume {
+                hardware_raid_volumes: Some(vec![HardwareRaidVolume {
                     name: Some("root".into()),
-                    level: "1".into(),
+                    level: HardwareRaidLevel::Raid1,
                     size_gibibytes: Some(100),
-                    ..Default::default()
+                    rotational: None,
+                    number_of_physical_disks: None,
+                    controller: None,
+                    physical_disks: Vec::new(),
                 }]),
-                software: None,
+                software_raid_volumes: None,
             }),
             unprepared: true,
             ..Default::default()
@@ -328,7 +335,7 @@ async fn lifecycle(checksum_type: ChecksumType) {
 
     if checksum_type == ChecksumType::Sha512 {
         // Cleaning turned off before deprovisioning is synced to Ironic first.
-        h.cleaning_mode = CleaningMode::Disabled;
+        h.cleaning_mode = AutomatedCleaningMode::Disabled;
     }
 
     drive("deprovision", Duration::from_secs(120), || {
@@ -503,47 +510,55 @@ async fn inspection_maps_a_dell_inventory_that_ironic_processed() {
     assert_eq!(node.provision_state(), "manageable");
     assert_eq!(node.properties["cpu_arch"], "x86_64", "Ironic's hooks ran");
 
-    assert_eq!(hw.system_vendor.manufacturer, "Dell Inc.");
-    assert_eq!(hw.system_vendor.product_name, "PowerEdge R650");
-    assert_eq!(hw.system_vendor.serial_number, "7XK1234");
-    assert_eq!(hw.firmware.bios.vendor, "Dell Inc.");
-    assert_eq!(hw.firmware.bios.version, "1.10.2");
-    assert_eq!(hw.firmware.bios.date, "02/14/2024");
-    assert_eq!(hw.hostname, "r650-rack3-u17");
-    assert_eq!(hw.ram_mebibytes, 262144);
-    assert_eq!(hw.cpu.arch, "x86_64");
-    assert_eq!(hw.cpu.count, 128);
-    assert_eq!(hw.cpu.clock_megahertz, 2000.0);
-    assert_eq!(hw.cpu.flags, vec!["aes", "avx512f", "vmx"]);
+    let some = |s: &str| Some(s.to_owned());
+    let vendor = hw.system_vendor.clone().unwrap();
+    assert_eq!(vendor.manufacturer, some("Dell Inc."));
+    assert_eq!(vendor.product_name, some("PowerEdge R650"));
+    assert_eq!(vendor.serial_number, some("7XK1234"));
+    let bios = hw.firmware.clone().and_then(|f| f.bios).unwrap();
+    assert_eq!(bios.vendor, some("Dell Inc."));
+    assert_eq!(bios.version, some("1.10.2"));
+    assert_eq!(bios.date, some("02/14/2024"));
+    assert_eq!(hw.hostname, some("r650-rack3-u17"));
+    assert_eq!(hw.ram_mebibytes, Some(262144));
+    let cpu = hw.cpu.clone().unwrap();
+    assert_eq!(cpu.arch, some("x86_64"));
+    assert_eq!(cpu.count, Some(128));
+    assert_eq!(cpu.clock_megahertz, Some(2000.0));
+    assert_eq!(cpu.flags, vec!["aes", "avx512f", "vmx"]);
     // eno12399np0 twice (IPv4, IPv6), eno12409np1 once.
     assert_eq!(hw.nics.len(), 3, "{:?}", hw.nics);
-    let boot: Vec<_> = hw.nics.iter().filter(|n| n.mac == mac).collect();
+    let boot: Vec<_> = hw.nics.iter().filter(|n| n.mac == some(&mac)).collect();
     assert_eq!(boot.len(), 2);
-    assert_eq!(boot[0].name, "eno12399np0");
-    assert_eq!(boot[0].ip, "192.0.2.41");
-    assert_eq!(boot[1].ip, "2001:db8::41");
-    assert_eq!(boot[0].speed_gbps(), Some(25));
-    assert_eq!(boot[0].model, "0x14e4 0x16d7");
-    assert_eq!(boot[0].pci_address, "0000:31:00.0");
+    assert_eq!(boot[0].name, some("eno12399np0"));
+    assert_eq!(boot[0].ip, some("192.0.2.41"));
+    assert_eq!(boot[1].ip, some("2001:db8::41"));
+    assert_eq!(boot[0].speed_gbps, Some(25));
+    assert_eq!(boot[0].model, some("0x14e4 0x16d7"));
+    assert_eq!(boot[0].pci_address, some("0000:31:00.0"));
     let lldp = boot[0]
         .lldp
         .as_ref()
         .expect("LLDP passed through plugin_data");
-    assert_eq!(lldp.switch_system_name, "tor-rack3");
-    let other = hw.nics.iter().find(|n| n.name == "eno12409np1").unwrap();
-    assert_eq!(other.speed_gbps(), None, "no speed reported, none invented");
-    assert_eq!(other.ip, "");
+    assert_eq!(lldp.switch_system_name, some("tor-rack3"));
+    let other = hw
+        .nics
+        .iter()
+        .find(|n| n.name == some("eno12409np1"))
+        .unwrap();
+    assert_eq!(other.speed_gbps, None, "no speed reported, none invented");
+    assert_eq!(other.ip, None);
     assert_eq!(hw.storage.len(), 2);
     assert_eq!(
         hw.storage[0].name,
-        "/dev/disk/by-path/pci-0000:c3:00.0-nvme-1"
+        some("/dev/disk/by-path/pci-0000:c3:00.0-nvme-1")
     );
-    assert_eq!(hw.storage[0].disk_type, DiskType::Nvme);
-    assert_eq!(hw.storage[0].size_bytes, 1600321314816);
-    assert_eq!(hw.storage[0].serial_number, "PHAB1234001");
-    assert_eq!(hw.storage[1].name, "/dev/sda");
-    assert_eq!(hw.storage[1].disk_type, DiskType::Ssd);
-    assert_eq!(hw.storage[1].hctl, "0:0:0:0");
+    assert_eq!(hw.storage[0].disk_type, Some(DiskType::Nvme));
+    assert_eq!(hw.storage[0].size_bytes, Some(1600321314816));
+    assert_eq!(hw.storage[0].serial_number, some("PHAB1234001"));
+    assert_eq!(hw.storage[1].name, some("/dev/sda"));
+    assert_eq!(hw.storage[1].disk_type, Some(DiskType::Ssd));
+    assert_eq!(hw.storage[1].hctl, some("0:0:0:0"));
 
     drive("delete", Duration::from_secs(30), || p.delete(&h)).await;
 }
@@ -561,21 +576,22 @@ async fn inspection_maps_a_small_server_inventory() {
     let InspectStatus::Complete(hw) = status else {
         panic!("{status:?}")
     };
-    assert_eq!(hw.system_vendor.manufacturer, "Supermicro");
-    assert_eq!(hw.firmware.bios.vendor, "American Megatrends Inc.");
-    assert_eq!(hw.firmware.bios.date, "06/24/2022");
-    assert_eq!(hw.ram_mebibytes, 32768);
-    assert_eq!(hw.cpu.clock_megahertz, 3400.0);
-    assert_eq!(hw.nics.len(), 2);
+    let some = |s: &str| Some(s.to_owned());
     assert_eq!(
-        hw.nics[0].speed_gbps(),
-        Some(1),
-        "1000 Mbps is 1 Gbps, not 0"
+        hw.system_vendor.clone().unwrap().manufacturer,
+        some("Supermicro")
     );
-    assert_eq!(hw.nics[0].name, "enp3s0");
-    assert_eq!(hw.storage[0].disk_type, DiskType::Hdd);
+    let bios = hw.firmware.clone().and_then(|f| f.bios).unwrap();
+    assert_eq!(bios.vendor, some("American Megatrends Inc."));
+    assert_eq!(bios.date, some("06/24/2022"));
+    assert_eq!(hw.ram_mebibytes, Some(32768));
+    assert_eq!(hw.cpu.clone().unwrap().clock_megahertz, Some(3400.0));
+    assert_eq!(hw.nics.len(), 2);
+    assert_eq!(hw.nics[0].speed_gbps, Some(1), "1000 Mbps is 1 Gbps, not 0");
+    assert_eq!(hw.nics[0].name, some("enp3s0"));
+    assert_eq!(hw.storage[0].disk_type, Some(DiskType::Hdd));
     assert!(hw.storage[0].rotational);
-    assert_eq!(hw.hostname, "sm-edge-07");
+    assert_eq!(hw.hostname, some("sm-edge-07"));
 
     // A refresh starts a new inspection.
     let again = p.inspect(&h, true).await.expect("re-inspect");
@@ -597,7 +613,7 @@ async fn live_iso_and_secure_boot_reach_ironic() {
     let request = ProvisionRequest {
         image: Some(Image {
             url: "http://127.0.0.1:1/images/live.iso".into(),
-            disk_format: Some("live-iso".into()),
+            format: Some(ImageFormat::LiveIso),
             ..Default::default()
         }),
         instance_uuid: uuid_like(),

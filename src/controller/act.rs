@@ -10,7 +10,7 @@ use super::request::{prepare_request, provision_request};
 use super::save::Extras;
 use super::state_machine::{CallResult, Operation};
 use super::store::Store;
-use super::{Context, ReconcileError, host_labels, mapping, store_err};
+use super::{Context, ReconcileError, host_labels, store_err};
 
 /// A provisioner outcome as the state machine sees it.
 pub fn call_result<T>(outcome: &Outcome<T>) -> CallResult {
@@ -45,7 +45,7 @@ pub async fn call<P: Provisioner, S: Store>(
         Operation::Inspect { refresh } => {
             let outcome = p.inspect(phost, refresh).await?;
             if let InspectStatus::Complete(details) = &outcome.value {
-                let mut details = mapping::hardware_details(details);
+                let mut details = details.as_ref().clone();
                 ctx.add_lease_details(&mut details);
                 extras.hardware = Some(details);
             }

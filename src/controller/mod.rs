@@ -14,7 +14,7 @@ pub mod act;
 pub mod capacity;
 pub mod conditions;
 pub mod discovery;
-pub mod mapping;
+pub mod lease_details;
 pub mod request;
 mod run;
 pub mod save;
@@ -174,7 +174,7 @@ impl<P: Provisioner, S: Store> Context<P, S> {
     /// anything changed.
     fn add_lease_details(&self, details: &mut crate::api::HardwareDetails) -> bool {
         match &self.leases {
-            Some(leases) => mapping::add_lease_details(details, |mac| leases.get(mac)),
+            Some(leases) => lease_details::add(details, |mac| leases.get(mac)),
             None => false,
         }
     }
@@ -289,7 +289,7 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
     if credentials_changed && previous_version.is_some() {
         ctx.metrics.count(metrics::Event::CredentialsUpdated);
     }
-    let phost = match mapping::host_input(
+    let phost = match request::host_input(
         host,
         loaded.credentials,
         credentials_changed,

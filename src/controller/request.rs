@@ -1,11 +1,105 @@
-//! Provisioner requests assembled from a host and the Secrets it names.
+//! Provisioner inputs assembled from a BareMetalHost: the [`Host`] every call takes,
+//! and the provision and prepare requests (with the Secrets they name). The spec's
+//! image, root device hints and RAID go in as the API has them; only what needs
+//! checking or resolving (BMC address, boot MAC, inspection mode) is parsed here, once.
 
-use super::mapping;
 use super::secrets::read_data;
 use super::store::{Store, StoreError};
-use crate::api::BareMetalHost;
+use crate::api::host::HARDWARE_PROFILES;
+use crate::api::{BareMetalHost, InspectionMode};
+use crate::bmc::{BmcAddress, parse_mac};
+use crate::credentials::Credentials;
 use crate::metrics::Metrics;
-use crate::provisioner::{PrepareRequest, ProvisionRequest};
+use crate::provisioner::{DeployRamdisk, Host, HostId, PrepareRequest, ProvisionRequest};
+
+/// Why a host's spec cannot be turned into provisioner input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("spec.bmc.address {address:?}: {reason}")]
+    BmcAddress { address: String, reason: String },
+    #[error(
+        "spec.bootMACAddress {mac:?} is not a MAC address (six hex pairs, e.g. 52:54:00:12:34:56)"
+    )]
+    BootMac { mac: String },
+    #[error(
+        "spec.bmc.address {address:?} needs spec.bootMACAddress (the MAC of the NIC the host boots from)"
+    )]
+    BootMacRequired { address: String },
+    #[error("spec.bmc is missing: set spec.bmc.address and spec.bmc.credentialsName")]
+    NoBmc,
+    #[error(
+        "spec.hardwareProfile {profile:?} is not a known profile ({known}); remove it and use spec.rootDeviceHints",
+        known = HARDWARE_PROFILES.join(", ")
+    )]
+    HardwareProfile { profile: String },
+}
+
+/// The provisioner's view of `host`.
+pub fn host_input(
+    bmh: &BareMetalHost,
+    credentials: Credentials,
+    credentials_changed: bool,
+    deploy_ramdisk: &DeployRamdisk,
+) -> Result<Host, SpecError> {
+    let bmc = bmh.spec.bmc.as_ref().ok_or(SpecError::NoBmc)?;
+    if let Some(profile) = bmh
+        .spec
+        .hardware_profile
+        .as_deref()
+        .filter(|p| !p.is_empty() && !HARDWARE_PROFILES.contains(p))
+    {
+        return Err(SpecError::HardwareProfile {
+            profile: profile.to_owned(),
+        });
+    }
+    let address = BmcAddress::parse(&bmc.address).map_err(|e| SpecError::BmcAddress {
+        address: crate::bmc::redact_userinfo(&bmc.address),
+        reason: e.to_string(),
+    })?;
+    let boot_mac = match bmh
+        .spec
+        .boot_mac_address
+        .as_deref()
+        .filter(|m| !m.is_empty())
+    {
+        Some(mac) => Some(parse_mac(mac).map_err(|_| SpecError::BootMac {
+            mac: mac.to_owned(),
+        })?),
+        None if address.kind.needs_boot_mac() => {
+            return Err(SpecError::BootMacRequired {
+                address: bmc.address.clone(),
+            });
+        }
+        None => None,
+    };
+    let status = bmh.status.clone().unwrap_or_default();
+    Ok(Host {
+        id: HostId::new(
+            bmh.metadata.namespace.clone().unwrap_or_default(),
+            bmh.metadata.name.clone().unwrap_or_default(),
+        ),
+        provisioning_id: Some(status.provisioning.id.clone()).filter(|id| !id.is_empty()),
+        bmc: address,
+        credentials,
+        credentials_changed,
+        disable_certificate_verification: bmc.disable_certificate_verification,
+        boot_mac,
+        boot_mode: bmh.boot_mode(),
+        inspection_mode: match bmh.spec.inspection_mode {
+            _ if bmh.inspection_disabled() => InspectionMode::Disabled,
+            Some(InspectionMode::Fast) => InspectionMode::Fast,
+            _ => InspectionMode::Agent,
+        },
+        cleaning_mode: bmh.spec.automated_cleaning_mode,
+        architecture: bmh.spec.architecture.clone().filter(|a| !a.is_empty()),
+        externally_provisioned: bmh.spec.externally_provisioned,
+        disable_power_off: bmh.spec.disable_power_off,
+        deploy_ramdisk: deploy_ramdisk.clone(),
+        restart_on_failure: false,
+        // Reading preprovisioningNetworkDataName is not wired yet.
+        preprovisioning_network_data: None,
+    })
+}
 
 /// Input for provision/adopt: image, hints and the config-drive data.
 pub async fn provision_request<S: Store>(
@@ -39,12 +133,9 @@ pub async fn provision_request<S: Store>(
             .map(|d| d.expose().as_bytes().to_vec())
     });
     Ok(ProvisionRequest {
-        image: spec.image.as_ref().map(mapping::image),
+        image: spec.image.clone(),
         custom_deploy: spec.custom_deploy.as_ref().map(|c| c.method.clone()),
-        root_device_hints: spec
-            .root_device_hints
-            .as_ref()
-            .map(mapping::root_device_hints),
+        root_device_hints: spec.root_device_hints.clone(),
         instance_uuid: host.metadata.uid.clone().unwrap_or_default(),
         user_data,
         network_data,
@@ -60,7 +151,7 @@ pub fn prepare_request(host: &BareMetalHost) -> PrepareRequest {
         .as_ref()
         .and_then(|s| s.provisioning.raid.as_ref());
     PrepareRequest {
-        raid: host.spec.raid.as_ref().map(mapping::raid),
+        raid: host.spec.raid.clone(),
         unprepared: host.spec.raid.as_ref() != applied,
         ..Default::default()
     }

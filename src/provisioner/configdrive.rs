@@ -3,9 +3,9 @@
 
 use serde_json::{Map, Value, json};
 
-use super::types::{
-    BootMode, ChecksumType, HostId, PrepareRequest, ProvisionRequest, RootDeviceHints,
-};
+use crate::api::{ChecksumType, HardwareDetails, RootDeviceHints};
+
+use super::types::{BootMode, HostId, PrepareRequest, ProvisionRequest};
 
 /// What manual cleaning for a [`PrepareRequest`] needs from Ironic.
 #[derive(Debug, Clone, PartialEq)]
@@ -17,7 +17,7 @@ pub struct CleanPlan {
     pub steps: Vec<Value>,
 }
 
-fn size_gb(size: Option<u64>) -> Value {
+fn size_gb(size: Option<i64>) -> Value {
     size.filter(|&s| s > 0).map_or(json!("MAX"), |s| json!(s))
 }
 
@@ -28,7 +28,7 @@ pub fn clean_plan(request: &PrepareRequest) -> CleanPlan {
         steps: Vec::new(),
     };
     if let Some(raid) = &request.raid {
-        if let Some(software) = &raid.software {
+        if let Some(software) = &raid.software_raid_volumes {
             let disks: Vec<Value> = software
                 .iter()
                 .enumerate()
@@ -52,7 +52,7 @@ pub fn clean_plan(request: &PrepareRequest) -> CleanPlan {
                 plan.steps
                     .push(json!({"interface": "raid", "step": "create_configuration"}));
             }
-        } else if let Some(hardware) = &raid.hardware {
+        } else if let Some(hardware) = &raid.hardware_raid_volumes {
             let disks: Vec<Value> = hardware
                 .iter()
                 .enumerate()
@@ -71,7 +71,10 @@ pub fn clean_plan(request: &PrepareRequest) -> CleanPlan {
                     if !v.physical_disks.is_empty() {
                         d["physical_disks"] = json!(v.physical_disks);
                     }
-                    if let Some(n) = v.number_of_physical_disks {
+                    if let Some(n) = v
+                        .number_of_physical_disks
+                        .and_then(|n| u32::try_from(n).ok())
+                    {
                         d["number_of_physical_disks"] = json!(n);
                     }
                     if let Some(r) = v.rotational {
@@ -177,25 +180,21 @@ pub fn parse_document(field: &'static str, bytes: &[u8]) -> Result<Value, InputE
 }
 
 /// The default network data when none is given: every inspected NIC up with DHCP.
-pub fn default_network_data(hardware: &super::HardwareDetails) -> Value {
+pub fn default_network_data(hardware: &HardwareDetails) -> Value {
     let mut links = Vec::new();
     let mut networks = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for nic in &hardware.nics {
-        if nic.mac.is_empty() {
+        let Some(mac) = nic.mac.as_deref().filter(|m| !m.is_empty()) else {
             continue;
-        }
-        let v6 = nic.ip.contains(':');
-        let id = if nic.name.is_empty() {
-            nic.mac.clone()
-        } else {
-            nic.name.clone()
         };
-        if seen.insert(nic.mac.clone()) {
-            links.push(json!({"id": id, "type": "phy", "ethernet_mac_address": nic.mac}));
+        let v6 = nic.ip.as_deref().is_some_and(|ip| ip.contains(':'));
+        let id = nic.name.as_deref().filter(|n| !n.is_empty()).unwrap_or(mac);
+        if seen.insert(mac.to_owned()) {
+            links.push(json!({"id": id, "type": "phy", "ethernet_mac_address": mac}));
         }
         let kind = if v6 { "ipv6_dhcp" } else { "ipv4_dhcp" };
-        if seen.insert(format!("{}/{kind}", nic.mac)) {
+        if seen.insert(format!("{mac}/{kind}")) {
             networks.push(
                 json!({"id": format!("{id}-{kind}"), "type": kind, "link": id, "network_id": ""}),
             );
@@ -234,7 +233,7 @@ pub fn deploy_settings(
             info.insert("boot_iso".into(), json!(image.url));
         } else {
             info.insert("image_source".into(), json!(image.url));
-            if let Some(format) = &image.disk_format {
+            if let Some(format) = &image.format {
                 info.insert("image_disk_format".into(), json!(format));
             }
             match (
@@ -251,15 +250,11 @@ pub fn deploy_settings(
                                 .into(),
                     });
                 }
-                (Some(sum), ChecksumType::Auto) => {
+                (Some(sum), None | Some(ChecksumType::Auto)) => {
                     info.insert("image_checksum".into(), json!(sum));
                 }
-                (Some(sum), algo) => {
-                    let algo = match algo {
-                        ChecksumType::Md5 => "md5",
-                        ChecksumType::Sha256 => "sha256",
-                        _ => "sha512",
-                    };
+                (Some(sum), Some(algo)) => {
+                    // Serialised as the API spells it: md5, sha256, sha512.
                     info.insert("image_os_hash_algo".into(), json!(algo));
                     info.insert("image_os_hash_value".into(), json!(sum));
                 }
@@ -336,7 +331,8 @@ fn config_drive(host: &HostId, request: &ProvisionRequest) -> Result<Value, Inpu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provisioner::{HardwareDetails, Image, Nic};
+    use crate::api::Nic;
+    use crate::api::{Image, ImageFormat};
 
     fn host() -> HostId {
         HostId::new("ns", "h1")
@@ -365,18 +361,22 @@ mod tests {
 
     #[test]
     fn clean_plans_for_hardware_and_software_raid_bios_and_wipe() {
-        use crate::provisioner::{HardwareRaidVolume, RaidConfig, SoftwareRaidVolume};
+        use crate::api::{
+            HardwareRaidLevel, HardwareRaidVolume, RaidConfig, SoftwareRaidLevel,
+            SoftwareRaidVolume,
+        };
         let hw = clean_plan(&PrepareRequest {
             raid: Some(RaidConfig {
-                hardware: Some(vec![HardwareRaidVolume {
+                hardware_raid_volumes: Some(vec![HardwareRaidVolume {
                     name: Some("os".into()),
-                    level: "1".into(),
+                    level: HardwareRaidLevel::Raid10,
+                    size_gibibytes: None,
                     rotational: Some(false),
+                    number_of_physical_disks: Some(2),
                     controller: Some("RAID.Integrated.1-1".into()),
                     physical_disks: vec!["Disk.Bay.0".into(), "Disk.Bay.1".into()],
-                    ..Default::default()
                 }]),
-                software: None,
+                software_raid_volumes: None,
             }),
             bios_settings: vec![("SriovGlobalEnable".into(), json!("Enabled"))],
             ..Default::default()
@@ -392,6 +392,8 @@ mod tests {
         );
         let disk = &hw.target_raid_config.as_ref().unwrap()["logical_disks"][0];
         assert_eq!(disk["size_gb"], "MAX");
+        assert_eq!(disk["raid_level"], "1+0");
+        assert_eq!(disk["number_of_physical_disks"], 2);
         assert_eq!(disk["disk_type"], "ssd");
         assert_eq!(disk["volume_name"], "os");
         assert_eq!(disk["is_root_volume"], true);
@@ -402,9 +404,10 @@ mod tests {
 
         let sw = clean_plan(&PrepareRequest {
             raid: Some(RaidConfig {
-                hardware: None,
-                software: Some(vec![SoftwareRaidVolume {
-                    level: "1".into(),
+                hardware_raid_volumes: None,
+                software_raid_volumes: Some(vec![SoftwareRaidVolume {
+                    root_volume: true,
+                    level: SoftwareRaidLevel::Raid1,
                     size_gibibytes: Some(50),
                     physical_disks: vec![
                         RootDeviceHints {
@@ -433,14 +436,15 @@ mod tests {
         );
         let disk = &sw.target_raid_config.as_ref().unwrap()["logical_disks"][0];
         assert_eq!(disk["controller"], "software");
+        assert_eq!(disk["raid_level"], "1");
         assert_eq!(disk["size_gb"], 50);
         assert_eq!(disk["physical_disks"][1]["name"], "s== /dev/sdb");
 
         // An empty list removes the RAID without creating any.
         let delete_only = clean_plan(&PrepareRequest {
             raid: Some(RaidConfig {
-                hardware: Some(vec![]),
-                software: None,
+                hardware_raid_volumes: Some(vec![]),
+                software_raid_volumes: None,
             }),
             ..Default::default()
         });
@@ -450,16 +454,18 @@ mod tests {
     #[test]
     fn checksum_types_map_to_os_hash_or_image_checksum() {
         for (ty, algo) in [
-            (ChecksumType::Md5, Some("md5")),
-            (ChecksumType::Sha256, Some("sha256")),
-            (ChecksumType::Sha512, Some("sha512")),
-            (ChecksumType::Auto, None),
+            (Some(ChecksumType::Md5), Some("md5")),
+            (Some(ChecksumType::Sha256), Some("sha256")),
+            (Some(ChecksumType::Sha512), Some("sha512")),
+            (Some(ChecksumType::Auto), None),
+            (None, None),
         ] {
             let image = Image {
                 url: "http://img/x.qcow2".into(),
                 checksum: Some("abc".into()),
                 checksum_type: ty,
-                disk_format: Some("qcow2".into()),
+                format: Some(ImageFormat::Qcow2),
+                ..Default::default()
             };
             let s = deploy_settings(&host(), BootMode::Uefi, &request(image)).unwrap();
             let i = &s.instance_info;
@@ -484,7 +490,7 @@ mod tests {
     fn live_iso_boots_the_iso_without_config_drive() {
         let image = Image {
             url: "http://img/live.iso".into(),
-            disk_format: Some("live-iso".into()),
+            format: Some(ImageFormat::LiveIso),
             ..Default::default()
         };
         let s = deploy_settings(&host(), BootMode::UefiSecureBoot, &request(image)).unwrap();
@@ -555,20 +561,20 @@ mod tests {
         req.hardware = Some(HardwareDetails {
             nics: vec![
                 Nic {
-                    name: "eno1".into(),
-                    mac: "aa:00:00:00:00:01".into(),
-                    ip: "192.0.2.1".into(),
+                    name: Some("eno1".into()),
+                    mac: Some("aa:00:00:00:00:01".into()),
+                    ip: Some("192.0.2.1".into()),
                     ..Default::default()
                 },
                 Nic {
-                    name: "eno1".into(),
-                    mac: "aa:00:00:00:00:01".into(),
-                    ip: "2001:db8::1".into(),
+                    name: Some("eno1".into()),
+                    mac: Some("aa:00:00:00:00:01".into()),
+                    ip: Some("2001:db8::1".into()),
                     ..Default::default()
                 },
                 Nic {
-                    name: "eno2".into(),
-                    mac: "aa:00:00:00:00:02".into(),
+                    name: Some("eno2".into()),
+                    mac: Some("aa:00:00:00:00:02".into()),
                     ..Default::default()
                 },
             ],

@@ -10,7 +10,8 @@ use super::types::{
     DeployRamdisk, Host, InspectStatus, Outcome, PowerMode, PowerState, PrepareRequest,
     PrepareStatus, Progress, ProvisionRequest, Registration,
 };
-use super::{HardwareDetails, Provisioner, ProvisionerError, ProvisionerResult};
+use super::{Provisioner, ProvisionerError, ProvisionerResult, hardware};
+use crate::api::HardwareDetails;
 
 const POLL: Duration = Duration::from_millis(1);
 
@@ -62,6 +63,7 @@ pub struct FixtureProvisioner {
     failures: Mutex<HashMap<(String, FixtureOperation), String>>,
     /// Calls an operation takes from start to done.
     pub steps: u32,
+    /// What inspection reports; by default what an empty inventory gives.
     pub hardware: HardwareDetails,
 }
 
@@ -77,7 +79,7 @@ impl FixtureProvisioner {
             hosts: Mutex::default(),
             failures: Mutex::default(),
             steps,
-            hardware: HardwareDetails::default(),
+            hardware: hardware::from_inventory(&serde_json::Value::Null),
         }
     }
 
@@ -403,6 +405,7 @@ impl Provisioner for FixtureProvisioner {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::api::Image;
     use crate::bmc::BmcAddress;
     use crate::credentials::{Credentials, SecretString};
     use crate::provisioner::types::*;
@@ -421,7 +424,7 @@ pub(crate) mod tests {
             boot_mac: None,
             boot_mode: BootMode::Uefi,
             inspection_mode: InspectionMode::Agent,
-            cleaning_mode: CleaningMode::Metadata,
+            cleaning_mode: AutomatedCleaningMode::Metadata,
             architecture: None,
             externally_provisioned: false,
             disable_power_off: false,

@@ -1,110 +1,14 @@
-//! Inspection results: what Ironic's `/v1/nodes/{id}/inventory` says, as plain structs
-//! the controller converts to the CRD's HardwareDetails.
+//! Inspection results: Ironic's `/v1/nodes/{id}/inventory` answer (or, when there is
+//! none, the node's properties) read into the CRD's [`HardwareDetails`], as
+//! `status.hardware` and the HardwareData resource store them.
 
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct HardwareDetails {
-    pub system_vendor: SystemVendor,
-    pub firmware: Firmware,
-    pub ram_mebibytes: u64,
-    pub nics: Vec<Nic>,
-    pub storage: Vec<Storage>,
-    pub cpu: Cpu,
-    pub hostname: String,
-}
+use crate::api::{
+    Bios, Cpu, DiskType, Firmware, HardwareDetails, HardwareSystemVendor, Lldp, Nic, Storage, Vlan,
+};
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SystemVendor {
-    pub manufacturer: String,
-    pub product_name: String,
-    pub serial_number: String,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Firmware {
-    pub bios: Bios,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Bios {
-    pub date: String,
-    pub vendor: String,
-    pub version: String,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Vlan {
-    pub id: u16,
-    pub name: String,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Lldp {
-    pub switch_id: String,
-    pub port_id: String,
-    pub switch_system_name: String,
-}
-
-/// One NIC address family: a NIC with both IPv4 and IPv6 gives two entries.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Nic {
-    /// The name the ramdisk reported (e.g. `eno1`); never made up.
-    pub name: String,
-    /// `"<vendor> <product>"` as reported (PCI ids).
-    pub model: String,
-    pub mac: String,
-    pub ip: String,
-    /// The reported link speed; `None` when the ramdisk did not report one.
-    pub speed_mbps: Option<u64>,
-    pub vlans: Vec<Vlan>,
-    pub vlan_id: u16,
-    pub pxe: bool,
-    pub lldp: Option<Lldp>,
-    pub pci_address: String,
-}
-
-impl Nic {
-    /// Speed in whole Gbps as the CRD has it: rounded, but a link slower than
-    /// 1 Gbps is 1, never 0 (0 would read as "no link").
-    pub fn speed_gbps(&self) -> Option<u64> {
-        self.speed_mbps
-            .filter(|&mbps| mbps > 0)
-            .map(|mbps| ((mbps + 500) / 1000).max(1))
-    }
-}
-
-/// The kind of disk, as the API has it.
-pub use crate::api::DiskType;
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Storage {
-    /// `by_path` when the ramdisk reported one, else the device name.
-    pub name: String,
-    pub alternate_names: Vec<String>,
-    pub rotational: bool,
-    pub disk_type: DiskType,
-    pub size_bytes: u64,
-    pub vendor: String,
-    pub model: String,
-    pub serial_number: String,
-    pub wwn: String,
-    pub wwn_vendor_extension: String,
-    pub wwn_with_extension: String,
-    pub hctl: String,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Cpu {
-    pub arch: String,
-    pub model: String,
-    pub clock_megahertz: f64,
-    /// Sorted.
-    pub flags: Vec<String>,
-    pub count: u32,
-}
-
+/// A string field, trimmed (numbers as written); empty when absent.
 fn s(v: &Value, key: &str) -> String {
     match v.get(key) {
         Some(Value::String(s)) => s.trim().to_owned(),
@@ -113,6 +17,16 @@ fn s(v: &Value, key: &str) -> String {
     }
 }
 
+/// A string field as the CRD has it: absent when empty.
+fn text(v: &Value, key: &str) -> Option<String> {
+    non_empty(s(v, key))
+}
+
+fn non_empty(s: String) -> Option<String> {
+    Some(s).filter(|s| !s.is_empty())
+}
+
+/// A whole number, also from a float or a numeric string (rounded).
 fn u(v: &Value, key: &str) -> Option<u64> {
     match v.get(key)? {
         Value::Number(n) => n
@@ -123,122 +37,177 @@ fn u(v: &Value, key: &str) -> Option<u64> {
     }
 }
 
-impl HardwareDetails {
-    /// Maps Ironic's `GET /v1/nodes/{id}/inventory` answer (`{inventory, plugin_data}`).
-    pub fn from_ironic_inventory(doc: &Value) -> Self {
-        let inv = doc.get("inventory").unwrap_or(&Value::Null);
-        let plugin = doc.get("plugin_data").unwrap_or(&Value::Null);
-        let vendor = inv.get("system_vendor").unwrap_or(&Value::Null);
-        let fw = vendor.get("firmware").unwrap_or(&Value::Null);
-        let cpu = inv.get("cpu").unwrap_or(&Value::Null);
-        let mut flags: Vec<String> = cpu
-            .get("flags")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default();
-        flags.sort();
-        flags.dedup();
-        let clock = match cpu.get("frequency") {
-            Some(Value::Number(n)) => n.as_f64().unwrap_or_default(),
-            Some(Value::String(s)) => s.trim().parse().unwrap_or_default(),
-            _ => 0.0,
-        };
-        let empty = Vec::new();
-        let nics = inv
-            .get("interfaces")
-            .and_then(Value::as_array)
-            .unwrap_or(&empty)
-            .iter()
-            .flat_map(|iface| nic_entries(iface, plugin))
-            .collect();
-        let storage = inv
-            .get("disks")
-            .and_then(Value::as_array)
-            .unwrap_or(&empty)
-            .iter()
-            .map(storage_entry)
-            .collect();
-        Self {
-            system_vendor: SystemVendor {
-                manufacturer: s(vendor, "manufacturer"),
-                product_name: s(vendor, "product_name"),
-                serial_number: s(vendor, "serial_number"),
-            },
-            firmware: Firmware {
-                bios: Bios {
-                    date: s(fw, "build_date"),
-                    vendor: s(fw, "vendor"),
-                    version: s(fw, "version"),
-                },
-            },
-            ram_mebibytes: inv
-                .get("memory")
+/// A VLAN ID, capped at 4094 (0 when absent).
+fn vlan(v: &Value, key: &str) -> i32 {
+    i32::from(u(v, key).unwrap_or_default().min(4094) as u16)
+}
+
+/// Link speed in whole Gbps as the CRD has it: rounded, but a link slower than
+/// 1 Gbps is 1, never 0 (0 would read as "no link"); unknown stays unknown.
+fn speed_gbps(mbps: Option<u64>) -> Option<i64> {
+    mbps.filter(|&mbps| mbps > 0)
+        .map(|mbps| (mbps.saturating_add(500) / 1000).max(1))
+        .and_then(|gbps| i64::try_from(gbps).ok())
+}
+
+/// Reads Ironic's `GET /v1/nodes/{id}/inventory` answer (`{inventory, plugin_data}`).
+/// Vendor, firmware, memory and CPU are always present (possibly empty), as upstream
+/// stores them.
+pub fn from_inventory(doc: &Value) -> HardwareDetails {
+    let inv = doc.get("inventory").unwrap_or(&Value::Null);
+    let plugin = doc.get("plugin_data").unwrap_or(&Value::Null);
+    let vendor = inv.get("system_vendor").unwrap_or(&Value::Null);
+    let fw = vendor.get("firmware").unwrap_or(&Value::Null);
+    let cpu = inv.get("cpu").unwrap_or(&Value::Null);
+    let mut flags: Vec<String> = cpu
+        .get("flags")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    flags.sort();
+    flags.dedup();
+    let clock: f64 = match cpu.get("frequency") {
+        Some(Value::Number(n)) => n.as_f64().unwrap_or_default(),
+        Some(Value::String(s)) => s.trim().parse().unwrap_or_default(),
+        _ => 0.0,
+    };
+    let empty = Vec::new();
+    let nics = inv
+        .get("interfaces")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty)
+        .iter()
+        .flat_map(|iface| nic_entries(iface, plugin))
+        .collect();
+    let storage = inv
+        .get("disks")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty)
+        .iter()
+        .map(storage_entry)
+        .collect();
+    HardwareDetails {
+        system_vendor: Some(HardwareSystemVendor {
+            manufacturer: text(vendor, "manufacturer"),
+            product_name: text(vendor, "product_name"),
+            serial_number: text(vendor, "serial_number"),
+        }),
+        firmware: Some(Firmware {
+            bios: Some(Bios {
+                date: text(fw, "build_date"),
+                vendor: text(fw, "vendor"),
+                version: text(fw, "version"),
+            }),
+        }),
+        ram_mebibytes: i64::try_from(
+            inv.get("memory")
                 .and_then(|m| u(m, "physical_mb"))
                 .unwrap_or_default(),
-            nics,
-            storage,
-            cpu: Cpu {
-                arch: s(cpu, "architecture"),
-                model: s(cpu, "model_name"),
-                clock_megahertz: clock.round(),
-                flags,
-                count: u(cpu, "count").unwrap_or_default() as u32,
-            },
-            hostname: s(inv, "hostname"),
-        }
-    }
-
-    /// One line for the log: what the host is, never the raw inventory.
-    pub fn summary(&self) -> String {
-        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-        let disks: Vec<String> = self
-            .storage
-            .iter()
-            .map(|d| format!("{:.0} GiB {:?}", gib(d.size_bytes), d.disk_type))
-            .collect();
-        let mut macs: Vec<&str> = self.nics.iter().map(|n| n.mac.as_str()).collect();
-        macs.dedup();
-        let vendor = format!(
-            "{} {}",
-            self.system_vendor.manufacturer, self.system_vendor.product_name
-        );
-        format!(
-            "{}; {} CPU(s) {} {}; {} MiB RAM; disks: {}; {} NIC(s); firmware {} {} ({}); hostname {}",
-            vendor.trim(),
-            self.cpu.count,
-            self.cpu.arch,
-            self.cpu.model,
-            self.ram_mebibytes,
-            if disks.is_empty() {
-                "none".to_owned()
-            } else {
-                disks.join(", ")
-            },
-            macs.len(),
-            self.firmware.bios.vendor,
-            self.firmware.bios.version,
-            self.firmware.bios.date,
-            if self.hostname.is_empty() {
-                "(none)"
-            } else {
-                &self.hostname
-            },
         )
+        .ok(),
+        nics,
+        storage,
+        cpu: Some(Cpu {
+            arch: text(cpu, "architecture"),
+            model: text(cpu, "model_name"),
+            clock_megahertz: Some(clock.round()).filter(|&c| c > 0.0),
+            flags,
+            count: cpu_count(u(cpu, "count")),
+        }),
+        hostname: text(inv, "hostname"),
     }
 }
 
+fn cpu_count(count: Option<u64>) -> Option<i64> {
+    Some(i64::from(count.unwrap_or_default() as u32)).filter(|&c| c > 0)
+}
+
+/// What out-of-band and fake inspection leave: no inventory, only the node's
+/// `properties` (`cpu_arch`, `cpus`, `memory_mb`).
+pub fn from_properties(properties: &Map<String, Value>) -> HardwareDetails {
+    let mut details = from_inventory(&Value::Null);
+    details.cpu = Some(Cpu {
+        arch: properties
+            .get("cpu_arch")
+            .and_then(Value::as_str)
+            .filter(|a| !a.is_empty())
+            .map(str::to_owned),
+        count: cpu_count(properties.get("cpus").and_then(Value::as_u64)),
+        ..Default::default()
+    });
+    details.ram_mebibytes = i64::try_from(
+        properties
+            .get("memory_mb")
+            .and_then(Value::as_u64)
+            .unwrap_or_default(),
+    )
+    .ok();
+    details
+}
+
+/// One line for the log: what the host is, never the raw inventory.
+pub fn summary(details: &HardwareDetails) -> String {
+    let or_empty = |s: &Option<String>| s.clone().unwrap_or_default();
+    let gib = |b: i64| b as f64 / (1u64 << 30) as f64;
+    let disks: Vec<String> = details
+        .storage
+        .iter()
+        .map(|d| {
+            format!(
+                "{:.0} GiB {:?}",
+                gib(d.size_bytes.unwrap_or_default()),
+                d.disk_type.unwrap_or_default()
+            )
+        })
+        .collect();
+    let mut macs: Vec<Option<&str>> = details.nics.iter().map(|n| n.mac.as_deref()).collect();
+    macs.dedup();
+    let vendor = details.system_vendor.clone().unwrap_or_default();
+    let vendor = format!(
+        "{} {}",
+        or_empty(&vendor.manufacturer),
+        or_empty(&vendor.product_name)
+    );
+    let bios = details
+        .firmware
+        .as_ref()
+        .and_then(|f| f.bios.clone())
+        .unwrap_or_default();
+    let cpu = details.cpu.clone().unwrap_or_default();
+    format!(
+        "{}; {} CPU(s) {} {}; {} MiB RAM; disks: {}; {} NIC(s); firmware {} {} ({}); hostname {}",
+        vendor.trim(),
+        cpu.count.unwrap_or_default(),
+        or_empty(&cpu.arch),
+        or_empty(&cpu.model),
+        details.ram_mebibytes.unwrap_or_default(),
+        if disks.is_empty() {
+            "none".to_owned()
+        } else {
+            disks.join(", ")
+        },
+        macs.len(),
+        or_empty(&bios.vendor),
+        or_empty(&bios.version),
+        or_empty(&bios.date),
+        details.hostname.as_deref().unwrap_or("(none)"),
+    )
+}
+
+/// One entry per address family the interface has (one without an address when it
+/// has none).
 fn nic_entries(iface: &Value, plugin: &Value) -> Vec<Nic> {
     let name = s(iface, "name");
     let lldp_doc = plugin.get("parsed_lldp").and_then(|p| p.get(&name));
     let lldp = lldp_doc.map(|l| Lldp {
-        switch_id: s(l, "switch_chassis_id"),
-        port_id: s(l, "switch_port_id"),
-        switch_system_name: s(l, "switch_system_name"),
+        switch_id: text(l, "switch_chassis_id"),
+        port_id: text(l, "switch_port_id"),
+        switch_system_name: text(l, "switch_system_name"),
     });
     let vlans = lldp_doc
         .and_then(|l| l.get("switch_port_vlans"))
@@ -246,16 +215,15 @@ fn nic_entries(iface: &Value, plugin: &Value) -> Vec<Nic> {
         .map(|a| {
             a.iter()
                 .map(|v| Vlan {
-                    id: u(v, "id").unwrap_or_default().min(4094) as u16,
-                    name: s(v, "name"),
+                    id: Some(vlan(v, "id")),
+                    name: text(v, "name"),
                 })
                 .collect()
         })
         .unwrap_or_default();
     let vlan_id = lldp_doc
-        .and_then(|l| u(l, "switch_port_untagged_vlan_id"))
-        .unwrap_or_default()
-        .min(4094) as u16;
+        .map(|l| vlan(l, "switch_port_untagged_vlan_id"))
+        .filter(|&id| id != 0);
     let pxe = plugin
         .get("all_interfaces")
         .and_then(|a| a.get(&name))
@@ -266,27 +234,30 @@ fn nic_entries(iface: &Value, plugin: &Value) -> Vec<Nic> {
         .trim()
         .to_owned();
     let base = Nic {
-        name,
-        model,
-        mac: s(iface, "mac_address").to_ascii_lowercase(),
-        ip: String::new(),
-        speed_mbps: u(iface, "speed_mbps").filter(|&m| m > 0),
+        name: non_empty(name),
+        model: non_empty(model),
+        mac: non_empty(s(iface, "mac_address").to_ascii_lowercase()),
+        ip: None,
+        speed_gbps: speed_gbps(u(iface, "speed_mbps")),
         vlans,
         vlan_id,
         pxe,
         lldp,
-        pci_address: s(iface, "pci_address"),
+        pci_address: text(iface, "pci_address"),
+        dhcp_hostname: None,
     };
     let ips: Vec<String> = ["ipv4_address", "ipv6_address"]
         .iter()
-        .map(|k| s(iface, k))
-        .filter(|ip| !ip.is_empty())
+        .filter_map(|k| text(iface, k))
         .collect();
     if ips.is_empty() {
         return vec![base];
     }
     ips.into_iter()
-        .map(|ip| Nic { ip, ..base.clone() })
+        .map(|ip| Nic {
+            ip: Some(ip),
+            ..base.clone()
+        })
         .collect()
 }
 
@@ -309,18 +280,18 @@ fn storage_entry(disk: &Value) -> Storage {
         alternate_names.push(by_path.clone());
     }
     Storage {
-        name: if by_path.is_empty() { dev } else { by_path },
+        name: non_empty(if by_path.is_empty() { dev } else { by_path }),
         alternate_names,
         rotational,
-        disk_type,
-        size_bytes: u(disk, "size").unwrap_or_default(),
-        vendor: s(disk, "vendor"),
-        model: s(disk, "model"),
-        serial_number: s(disk, "serial"),
-        wwn: s(disk, "wwn"),
-        wwn_vendor_extension: s(disk, "wwn_vendor_extension"),
-        wwn_with_extension: s(disk, "wwn_with_extension"),
-        hctl: s(disk, "hctl"),
+        disk_type: Some(disk_type),
+        size_bytes: i64::try_from(u(disk, "size").unwrap_or_default()).ok(),
+        vendor: text(disk, "vendor"),
+        model: text(disk, "model"),
+        serial_number: text(disk, "serial"),
+        wwn: text(disk, "wwn"),
+        wwn_vendor_extension: text(disk, "wwn_vendor_extension"),
+        wwn_with_extension: text(disk, "wwn_with_extension"),
+        hctl: text(disk, "hctl"),
     }
 }
 
@@ -360,43 +331,64 @@ mod tests {
                     "switch_port_untagged_vlan_id": 100}}
             }
         });
-        let hw = HardwareDetails::from_ironic_inventory(&doc);
+        let hw = from_inventory(&doc);
         assert_eq!(hw.nics.len(), 4, "eno1 twice (v4 + v6), eno2, eno3");
-        assert_eq!(hw.nics[0].ip, "192.0.2.5");
-        assert_eq!(hw.nics[1].ip, "2001:db8::5");
-        assert_eq!(hw.nics[0].mac, "aa:bb:cc:00:00:01");
-        assert_eq!(hw.nics[0].speed_gbps(), Some(25));
-        assert_eq!(hw.nics[2].speed_gbps(), Some(1), "100 Mbps is not 0");
-        assert_eq!(hw.nics[3].speed_gbps(), None, "unknown speed stays unknown");
-        assert!(hw.nics[0].pxe && !hw.nics[2].pxe);
-        assert_eq!(hw.nics[0].model, "0x8086 0x1572");
-        assert_eq!(hw.nics[0].vlan_id, 100);
-        assert_eq!(hw.nics[0].lldp.as_ref().unwrap().port_id, "Ethernet1/7");
-        assert_eq!(hw.nics[2].name, "eno2");
-        assert_eq!(hw.cpu.clock_megahertz, 2400.0);
-        assert_eq!(hw.cpu.flags, vec!["aes", "vmx"]);
-        assert_eq!(hw.cpu.count, 32);
-        assert_eq!(hw.ram_mebibytes, 131072);
-        assert_eq!(
-            hw.storage[0].name,
-            "/dev/disk/by-path/pci-0000:00:17.0-ata-1"
-        );
+        let cpu = hw.cpu.as_ref().unwrap();
+        assert_eq!(cpu.clock_megahertz, Some(2400.0));
+        assert_eq!(cpu.flags, vec!["aes", "vmx"]);
         assert_eq!(hw.storage[0].alternate_names[0], "/dev/sda");
-        assert_eq!(hw.storage[0].disk_type, DiskType::Ssd);
-        assert_eq!(hw.storage[1].disk_type, DiskType::Nvme);
-        assert_eq!(hw.storage[2].disk_type, DiskType::Hdd);
-        assert_eq!(hw.firmware.bios.version, "1.9.2");
-        assert_eq!(hw.firmware.bios.date, "2023-05-04");
-        assert_eq!(hw.system_vendor.product_name, "PowerEdge R650");
-        assert_eq!(hw.hostname, "node-1.example.com");
-        let summary = hw.summary();
+        // The whole document as status.hardware stores it: absent rather than empty
+        // strings, speeds in whole Gbps (100 Mbps is 1, unknown stays absent).
+        assert_eq!(
+            serde_json::to_value(&hw).unwrap(),
+            json!({
+                "systemVendor": {"manufacturer": "Dell Inc.", "productName": "PowerEdge R650", "serialNumber": "ABC123"},
+                "firmware": {"bios": {"date": "2023-05-04", "vendor": "Dell Inc.", "version": "1.9.2"}},
+                "ramMebibytes": 131072,
+                "nics": [
+                    {"name": "eno1", "model": "0x8086 0x1572", "mac": "aa:bb:cc:00:00:01", "ip": "192.0.2.5",
+                     "speedGbps": 25, "vlans": [{"id": 100, "name": "prov"}], "vlanId": 100, "pxe": true,
+                     "lldp": {"switchID": "00:11:22:33:44:55", "portID": "Ethernet1/7", "switchSystemName": "tor-1"},
+                     "pciAddress": "0000:3b:00.0"},
+                    {"name": "eno1", "model": "0x8086 0x1572", "mac": "aa:bb:cc:00:00:01", "ip": "2001:db8::5",
+                     "speedGbps": 25, "vlans": [{"id": 100, "name": "prov"}], "vlanId": 100, "pxe": true,
+                     "lldp": {"switchID": "00:11:22:33:44:55", "portID": "Ethernet1/7", "switchSystemName": "tor-1"},
+                     "pciAddress": "0000:3b:00.0"},
+                    {"name": "eno2", "mac": "aa:bb:cc:00:00:02", "speedGbps": 1},
+                    {"name": "eno3", "mac": "aa:bb:cc:00:00:03"}
+                ],
+                "storage": [
+                    {"name": "/dev/disk/by-path/pci-0000:00:17.0-ata-1",
+                     "alternateNames": ["/dev/sda", "/dev/disk/by-path/pci-0000:00:17.0-ata-1"],
+                     "type": "SSD", "sizeBytes": 480103981056u64, "serialNumber": "S1", "hctl": "0:0:0:0"},
+                    {"name": "/dev/nvme0n1", "alternateNames": ["/dev/nvme0n1"], "type": "NVME", "sizeBytes": 1000204886016u64},
+                    {"name": "/dev/sdb", "alternateNames": ["/dev/sdb"], "rotational": true, "type": "HDD", "sizeBytes": 4000787030016u64}
+                ],
+                "cpu": {"arch": "x86_64", "model": "Intel Xeon", "clockMegahertz": 2400.0, "flags": ["aes", "vmx"], "count": 32},
+                "hostname": "node-1.example.com"
+            })
+        );
+        let summary = summary(&hw);
         assert!(summary.contains("Dell Inc. PowerEdge R650"), "{summary}");
         assert!(summary.contains("3 NIC(s)"), "{summary}");
+        assert!(summary.contains("447 GiB Ssd"), "{summary}");
     }
 
     #[test]
-    fn an_empty_inventory_maps_to_empty_details() {
-        let hw = HardwareDetails::from_ironic_inventory(&json!({}));
-        assert_eq!(hw, HardwareDetails::default());
+    fn an_empty_inventory_keeps_vendor_firmware_memory_and_cpu() {
+        assert_eq!(
+            serde_json::to_value(from_inventory(&json!({}))).unwrap(),
+            json!({"systemVendor": {}, "firmware": {"bios": {}}, "ramMebibytes": 0, "cpu": {}})
+        );
+        assert_eq!(
+            serde_json::to_value(from_properties(
+                json!({"cpu_arch": "x86_64", "cpus": 2, "memory_mb": 4096})
+                    .as_object()
+                    .unwrap()
+            ))
+            .unwrap(),
+            json!({"systemVendor": {}, "firmware": {"bios": {}}, "ramMebibytes": 4096,
+                   "cpu": {"arch": "x86_64", "count": 2}})
+        );
     }
 }

@@ -7,8 +7,10 @@
 //! and, on failure, one human sentence. [`IronicProvisioner`] is the real
 //! implementation; [`FixtureProvisioner`] is an in-memory one for state-machine tests.
 //!
-//! Nothing here knows Kubernetes types: the controller maps BareMetalHost fields to
-//! [`Host`], [`ProvisionRequest`] and [`PrepareRequest`], and [`HardwareDetails`] back.
+//! The provisioner speaks the API's data types (`crate::api`): inspection returns the
+//! CRD's `HardwareDetails`, and requests carry the spec's image, root device hints and
+//! RAID as they are. The controller assembles [`Host`], [`ProvisionRequest`] and
+//! [`PrepareRequest`] from a BareMetalHost; nothing here reads Kubernetes objects.
 
 mod configdrive;
 mod fixture;
@@ -19,15 +21,11 @@ mod types;
 use std::future::Future;
 
 pub use fixture::{FixtureHost, FixtureOperation, FixtureProvisioner, FixtureState};
-pub use hardware::{
-    Bios, Cpu, DiskType, Firmware, HardwareDetails, Lldp, Nic, Storage, SystemVendor, Vlan,
-};
 pub use ironic::{IronicProvisioner, ProvisionerSettings};
 pub use types::{
-    BootMode, ChecksumType, CleaningMode, DeployRamdisk, HardwareRaidVolume, Host, HostId, Image,
-    InspectStatus, InspectionMode, Outcome, PowerMode, PowerState, PrepareRequest, PrepareStatus,
-    Progress, ProvisionRequest, RaidConfig, Registration, RootDeviceHints, SOFT_POWER_OFF_TIMEOUT,
-    SoftwareRaidVolume,
+    AutomatedCleaningMode, BootMode, DeployRamdisk, Host, HostId, InspectStatus, InspectionMode,
+    Outcome, PowerMode, PowerState, PrepareRequest, PrepareStatus, Progress, ProvisionRequest,
+    Registration, SOFT_POWER_OFF_TIMEOUT,
 };
 
 use crate::ironic::IronicError;

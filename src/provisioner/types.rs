@@ -1,11 +1,11 @@
-//! The provisioner's own inputs and results: plain data, no Kubernetes types. The
-//! host controller maps BareMetalHost fields to these.
+//! The provisioner's own inputs and results: only what the API has no type for. The
+//! spec's image, root device hints, RAID and the inspected hardware are the API's own
+//! types (`crate::api`); the host controller assembles these structs around them.
 
 use std::fmt;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
+use crate::api::{HardwareDetails, Image, RaidConfig, RootDeviceHints};
 use crate::bmc::BmcAddress;
 use crate::credentials::Credentials;
 
@@ -37,30 +37,8 @@ impl fmt::Display for HostId {
     }
 }
 
-/// `spec.bootMode`, as the API has it.
-pub use crate::api::BootMode;
-
-/// `spec.inspectionMode`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum InspectionMode {
-    /// Boot the inspection ramdisk (Ironic's `agent` inspect interface).
-    #[default]
-    Agent,
-    /// Out-of-band inspection through the BMC.
-    Fast,
-    Disabled,
-}
-
-/// `spec.automatedCleaningMode`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CleaningMode {
-    /// Erase disk metadata (partition tables, file system signatures) on cleaning.
-    #[default]
-    Metadata,
-    Disabled,
-}
+/// The API's modes, used as they are.
+pub use crate::api::{AutomatedCleaningMode, BootMode, InspectionMode};
 
 /// IPA kernel/ramdisk or ISO URLs for the deploy and inspection ramdisk.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -89,8 +67,10 @@ pub struct Host {
     /// Normalised (lower case, colons); see [`crate::bmc::parse_mac`].
     pub boot_mac: Option<String>,
     pub boot_mode: BootMode,
+    /// `spec.inspectionMode` as in effect: `Agent` when unset, `Disabled` also when
+    /// the `inspect.metal3.io` annotation says so.
     pub inspection_mode: InspectionMode,
-    pub cleaning_mode: CleaningMode,
+    pub cleaning_mode: AutomatedCleaningMode,
     pub architecture: Option<String>,
     pub externally_provisioned: bool,
     pub disable_power_off: bool,
@@ -103,56 +83,14 @@ pub struct Host {
     pub restart_on_failure: bool,
 }
 
-/// `spec.image.checksumType`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ChecksumType {
-    Md5,
-    Sha256,
-    Sha512,
-    /// Ironic works out the algorithm (or reads it from a checksum file).
-    #[default]
-    Auto,
-}
-
-/// `spec.image`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Image {
-    pub url: String,
-    /// The checksum value, or a URL of a checksum file.
-    pub checksum: Option<String>,
-    pub checksum_type: ChecksumType,
-    /// `raw`, `qcow2`, `vdi`, `vmdk` or `live-iso`.
-    pub disk_format: Option<String>,
-}
-
-impl Image {
-    pub fn is_live_iso(&self) -> bool {
-        self.disk_format.as_deref() == Some("live-iso")
-    }
-}
-
-/// `spec.rootDeviceHints`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RootDeviceHints {
-    pub device_name: Option<String>,
-    pub hctl: Option<String>,
-    pub model: Option<String>,
-    pub vendor: Option<String>,
-    pub serial_number: Option<String>,
-    pub min_size_gigabytes: Option<u64>,
-    pub wwn: Option<String>,
-    pub wwn_with_extension: Option<String>,
-    pub wwn_vendor_extension: Option<String>,
-    pub rotational: Option<bool>,
-}
-
 /// Everything `provision` (and `adopt`) needs.
 #[derive(Debug, Clone, Default)]
 pub struct ProvisionRequest {
+    /// `spec.image`.
     pub image: Option<Image>,
     /// `spec.customDeploy.method`: a deploy step of a custom ramdisk.
     pub custom_deploy: Option<String>,
+    /// `spec.rootDeviceHints`.
     pub root_device_hints: Option<RootDeviceHints>,
     /// The BareMetalHost's `metadata.uid`: Ironic's `instance_uuid`.
     pub instance_uuid: String,
@@ -163,39 +101,14 @@ pub struct ProvisionRequest {
     /// Extra meta data (JSON or YAML) merged over the generated one.
     pub meta_data: Option<Vec<u8>>,
     /// Inspected hardware, for the default network data.
-    pub hardware: Option<super::HardwareDetails>,
-}
-
-/// A hardware RAID volume (`spec.raid.hardwareRAIDVolumes[]`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HardwareRaidVolume {
-    pub name: Option<String>,
-    pub level: String,
-    pub size_gibibytes: Option<u64>,
-    pub rotational: Option<bool>,
-    pub number_of_physical_disks: Option<u32>,
-    pub controller: Option<String>,
-    pub physical_disks: Vec<String>,
-}
-
-/// A software RAID volume (`spec.raid.softwareRAIDVolumes[]`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SoftwareRaidVolume {
-    pub level: String,
-    pub size_gibibytes: Option<u64>,
-    pub physical_disks: Vec<RootDeviceHints>,
-}
-
-/// `spec.raid`: `None` lists leave that kind of RAID as it is; empty lists delete it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RaidConfig {
-    pub hardware: Option<Vec<HardwareRaidVolume>>,
-    pub software: Option<Vec<SoftwareRaidVolume>>,
+    pub hardware: Option<HardwareDetails>,
 }
 
 /// What `prepare` should do (manual cleaning before the host becomes available).
 #[derive(Debug, Clone, Default)]
 pub struct PrepareRequest {
+    /// `spec.raid`: an absent list leaves that kind of RAID as it is; an empty one
+    /// deletes it.
     pub raid: Option<RaidConfig>,
     /// BIOS settings to apply, name → value.
     pub bios_settings: Vec<(String, serde_json::Value)>,
@@ -307,7 +220,7 @@ pub enum InspectStatus {
     /// Inspection was started by this call.
     Started,
     InProgress,
-    Complete(Box<super::HardwareDetails>),
+    Complete(Box<HardwareDetails>),
 }
 
 /// Result of `prepare` (manual cleaning): the same as any other long operation's.

@@ -1,12 +1,10 @@
 //! Inspection: started in `manageable`, read back as hardware details when done.
 
-use serde_json::Value;
-
 use super::{IronicProvisioner, last_error};
 use crate::bmc::BmcType;
 use crate::ironic::{PatchOp, ProvisionRequest as Req, ProvisionState, ProvisionTarget};
 use crate::provisioner::types::{Host, InspectStatus, InspectionMode, Outcome};
-use crate::provisioner::{HardwareDetails, ProvisionerResult};
+use crate::provisioner::{ProvisionerResult, hardware};
 
 impl IronicProvisioner {
     pub(super) async fn inspect_node(
@@ -84,32 +82,11 @@ impl IronicProvisioner {
                     .await
                     .map_err(|e| Self::ironic_err(host, e))?;
                 let details = match doc {
-                    Some(doc) => HardwareDetails::from_ironic_inventory(&doc),
+                    Some(doc) => hardware::from_inventory(&doc),
                     // Out-of-band and fake inspection leave no inventory, only properties.
-                    None => HardwareDetails {
-                        cpu: crate::provisioner::Cpu {
-                            arch: node
-                                .properties
-                                .get("cpu_arch")
-                                .and_then(Value::as_str)
-                                .unwrap_or_default()
-                                .to_owned(),
-                            count: node
-                                .properties
-                                .get("cpus")
-                                .and_then(Value::as_u64)
-                                .unwrap_or_default() as u32,
-                            ..Default::default()
-                        },
-                        ram_mebibytes: node
-                            .properties
-                            .get("memory_mb")
-                            .and_then(Value::as_u64)
-                            .unwrap_or_default(),
-                        ..Default::default()
-                    },
+                    None => hardware::from_properties(&node.properties),
                 };
-                tracing::info!(host = %host.id, "inspection complete: {}", details.summary());
+                tracing::info!(host = %host.id, "inspection complete: {}", hardware::summary(&details));
                 Ok(Outcome::done(InspectStatus::Complete(Box::new(details))))
             }
             _ => Self::unexpected(&node, InspectStatus::InProgress, "inspect the host"),

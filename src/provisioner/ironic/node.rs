@@ -5,7 +5,7 @@ use reqwest::StatusCode;
 
 use super::{IronicProvisioner, sentence};
 use crate::ironic::{IronicError, Node, PatchOp, ProvisionRequest as Req};
-use crate::provisioner::types::{CleaningMode, Host, Outcome, PowerState};
+use crate::provisioner::types::{AutomatedCleaningMode, Host, Outcome, PowerState};
 use crate::provisioner::{ProvisionerError, ProvisionerResult};
 
 impl IronicProvisioner {
@@ -109,7 +109,7 @@ impl IronicProvisioner {
         host: &Host,
         node: &Node,
     ) -> Result<(), IronicError> {
-        let wanted = host.cleaning_mode == CleaningMode::Metadata;
+        let wanted = host.cleaning_mode == AutomatedCleaningMode::Metadata;
         if node.automated_clean != Some(wanted) {
             self.patch(host, node, &[PatchOp::set("/automated_clean", wanted)])
                 .await?;

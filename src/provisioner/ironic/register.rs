@@ -9,7 +9,9 @@ use crate::ironic::{
     Node, NodeCreate, PatchOp, ProvisionRequest as Req, ProvisionState, ProvisionTarget,
 };
 use crate::provisioner::configdrive;
-use crate::provisioner::types::{CleaningMode, Host, InspectionMode, Outcome, Registration};
+use crate::provisioner::types::{
+    AutomatedCleaningMode, Host, InspectionMode, Outcome, Registration,
+};
 use crate::provisioner::{ProvisionerError, ProvisionerResult};
 
 impl IronicProvisioner {
@@ -323,7 +325,7 @@ impl IronicProvisioner {
             vendor_interface: i.vendor.map(Into::into),
             bios_interface: i.bios.map(Into::into),
             firmware_interface: i.firmware.map(Into::into),
-            automated_clean: Some(host.cleaning_mode == CleaningMode::Metadata),
+            automated_clean: Some(host.cleaning_mode == AutomatedCleaningMode::Metadata),
             disable_power_off: host.disable_power_off.then_some(true),
             network_data,
         };
