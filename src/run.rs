@@ -148,7 +148,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     };
 
     // Provisioning network services (src/netboot): started when switched on; the
-    // handle (address, lease table, deploy image URLs) is for the host controller.
+    // handle (address, lease table, known hosts, deploy image URLs) is for the host
+    // controller.
     let netboot = if config.netboot.any_service() {
         let leases = crate::netboot::leases::LeaseTable::open(&config.netboot.lease_file)
             .map_err(crate::netboot::NetbootError::from)?;
@@ -172,6 +173,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     if let Some(netboot) = &netboot {
         ctx = ctx
             .with_leases(netboot.leases.clone())
+            .with_known_hosts(netboot.known_hosts.clone())
             .with_deploy_images(netboot.deploy_images());
     }
     let ctx = Arc::new(ctx);

@@ -23,7 +23,8 @@ use bmo::api::{BareMetalHost, HardwareData, OperationalStatus, ProvisioningState
 use bmo::controller::discovery::{self, DiscoverySettings};
 use bmo::controller::{Context, ControllerSettings};
 use bmo::ironic::NodeCreate;
-use bmo::netboot::config::{DhcpMode, NetbootConfig};
+use bmo::netboot::config::{DhcpIgnore, DhcpMode, NetbootConfig};
+use bmo::netboot::hosts::HostDirectory;
 use bmo::netboot::leases::{LeaseState, LeaseTable};
 use bmo::netboot::mac::MacAddr;
 use bmo::provisioner::{DeployRamdisk, IronicProvisioner, ProvisionerSettings};
@@ -79,6 +80,8 @@ fn dhcp_config(dir: &Path, interface: &str) -> NetbootConfig {
 /// bmo's DHCP server on a thread inside the server namespace; stopped (and its
 /// lease table flushed to disk) on drop.
 struct DhcpServer {
+    /// The server's known hosts, for the host controller to attach its hosts to.
+    known_hosts: HostDirectory,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -86,7 +89,7 @@ struct DhcpServer {
 impl DhcpServer {
     fn start(ns: NsRef, cfg: NetbootConfig, leases: LeaseTable) -> DhcpServer {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<HostDirectory, String>>();
         let thread = std::thread::spawn(move || {
             ns.enter();
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -101,7 +104,7 @@ impl DhcpServer {
                         return;
                     }
                 };
-                let _ = ready_tx.send(Ok(()));
+                let _ = ready_tx.send(Ok(nb.known_hosts.clone()));
                 let _ = stopped.await;
                 nb.shutdown().await.expect("lease table saved at shutdown");
             });
@@ -109,8 +112,9 @@ impl DhcpServer {
         let ready = ready_rx
             .recv_timeout(Duration::from_secs(30))
             .expect("DHCP server thread answers");
-        ready.expect("DHCP server starts in the server namespace");
+        let known_hosts = ready.expect("DHCP server starts in the server namespace");
         DhcpServer {
+            known_hosts,
             stop: Some(stop),
             thread: Some(thread),
         }
@@ -169,6 +173,20 @@ fn dhclient(ns: &NsRef, dir: &Path, iface: &str, hostname: &[u8]) -> ChildGuard 
 /// One busybox udhcpc exchange on `iface` sending `hostname`; panics unless it got
 /// a lease.
 async fn udhcpc(ns: &NsRef, iface: &str, hostname: &str) {
+    if let Err(out) = try_udhcpc(ns, iface, hostname, 5, 2).await {
+        panic!("udhcpc on {iface} got no lease: {out}");
+    }
+}
+
+/// One busybox udhcpc exchange on `iface` sending `hostname`, with `tries`
+/// DISCOVERs `pause_secs` apart; its output when it got no lease.
+async fn try_udhcpc(
+    ns: &NsRef,
+    iface: &str,
+    hostname: &str,
+    tries: u32,
+    pause_secs: u32,
+) -> Result<(), String> {
     let out = tokio::process::Command::new("ip")
         .args([
             "netns",
@@ -180,9 +198,9 @@ async fn udhcpc(ns: &NsRef, iface: &str, hostname: &str) {
             "-q",
             "-n",
             "-t",
-            "5",
+            &tries.to_string(),
             "-T",
-            "2",
+            &pause_secs.to_string(),
             "-i",
             iface,
             "-s",
@@ -193,12 +211,15 @@ async fn udhcpc(ns: &NsRef, iface: &str, hostname: &str) {
         .output()
         .await
         .expect("run udhcpc");
-    assert!(
-        out.status.success(),
-        "udhcpc on {iface} got no lease: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
 }
 
 async fn bound_lease(leases: &LeaseTable, mac: &MacAddr) -> bmo::netboot::leases::Lease {
@@ -232,6 +253,16 @@ struct Site {
 
 impl Site {
     async fn start(prefix: &str, leases: LeaseTable) -> Site {
+        Self::start_knowing(prefix, leases, None).await
+    }
+
+    /// Like [`Site::start`]; with `known_hosts`, the controller makes its hosts known
+    /// to that DHCP server.
+    async fn start_knowing(
+        prefix: &str,
+        leases: LeaseTable,
+        known_hosts: Option<HostDirectory>,
+    ) -> Site {
         let stack = Stack::get();
         let client = stack.kube_client().await;
         bmo::api::install::install(&client, Duration::from_secs(60))
@@ -262,7 +293,11 @@ impl Site {
                 ..Default::default()
             },
         };
-        let ctx = Arc::new(Context::new(client.clone(), provisioner, settings).with_leases(leases));
+        let mut ctx = Context::new(client.clone(), provisioner, settings).with_leases(leases);
+        if let Some(hosts) = known_hosts {
+            ctx = ctx.with_known_hosts(hosts);
+        }
+        let ctx = Arc::new(ctx);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let controller = tokio::spawn(bmo::controller::run(ctx, async move {
             let _ = stopped.await;
@@ -579,6 +614,154 @@ async fn dhcp_hostnames_of_a_hosts_nics_show_in_its_status_after_inspection() {
         ironic.get_node(&node.uuid).await.expect("Ironic").is_none(),
         "deleting the host removed its Ironic node"
     );
+}
+
+/// The DHCP hostname of the NIC with `mac` in `name`'s status, if any.
+async fn status_dhcp_hostname(
+    hosts: &Api<BareMetalHost>,
+    name: &str,
+    mac: &MacAddr,
+) -> Result<Option<String>, String> {
+    let host = hosts.get(name).await.map_err(|e| e.to_string())?;
+    let nics = host
+        .status
+        .and_then(|s| s.hardware)
+        .map(|hw| hw.nics)
+        .unwrap_or_default();
+    Ok(nics
+        .into_iter()
+        .find(|n| n.mac.as_deref().and_then(|m| m.parse().ok()) == Some(*mac))
+        .and_then(|n| n.dhcp_hostname))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn known_only_dhcp_answers_a_hosts_boot_mac_without_dhcp_hosts_and_its_hostname_shows_at_once()
+ {
+    require(&["busybox", "ip"]);
+    let log = captured_log();
+    let (mac0, mac1) = (parse_mac(&unique_mac()), parse_mac(&unique_mac()));
+    let net = two_client_net(&mac0, &mac1);
+    let dir = TempDir::new("netboot-known");
+    // No DHCP_HOSTS: the only known hosts are the controller's BareMetalHosts.
+    let mut cfg = dhcp_config(dir.path(), "br0");
+    cfg.dhcp_ignore = Some(DhcpIgnore::Unknown);
+    let leases = LeaseTable::in_memory();
+    let server = DhcpServer::start(net.server.handle(), cfg, leases.clone());
+    let site =
+        Site::start_knowing("nb-known", leases.clone(), Some(server.known_hosts.clone())).await;
+    let client = net.client.handle();
+
+    // No host has the MAC yet: the request is recorded (hostname included), not
+    // answered.
+    let refused = try_udhcpc(&client, "cli0", "before-known", 2, 1).await;
+    assert!(refused.is_err(), "an unknown MAC got a lease");
+    let seen = leases.get(&mac0).expect("the unknown client is recorded");
+    assert_eq!(
+        (seen.ip, seen.hostname.as_deref()),
+        (None, Some("before-known")),
+        "recorded, never given an address"
+    );
+
+    // A host booting from that MAC, with inspection disabled and its NICs given by
+    // annotation, so that it settles in `available` with the NIC in its status.
+    let name = "known-host";
+    support::create_bmc_secret(
+        &site.client,
+        &site.ns,
+        &format!("{name}-bmc"),
+        "admin",
+        "password",
+    )
+    .await;
+    let details = json!({"nics": [{"name": "eno1", "mac": mac0.to_string()}]});
+    site.create_host(json!({
+        "apiVersion": "metal3.io/v1alpha1",
+        "kind": "BareMetalHost",
+        "metadata": {"name": name, "annotations": {
+            "inspect.metal3.io": "disabled",
+            "inspect.metal3.io/hardwaredetails": details.to_string(),
+        }},
+        "spec": {
+            "online": false,
+            "bootMACAddress": mac0.to_string().to_uppercase(),
+            "automatedCleaningMode": "disabled",
+            "bmc": {"address": format!("fake://{name}"), "credentialsName": format!("{name}-bmc")},
+        }
+    }))
+    .await;
+    let hosts = site.hosts();
+    support::wait_for_state(
+        &hosts,
+        name,
+        ProvisioningState::Available,
+        Duration::from_secs(90),
+    )
+    .await;
+    // The hostname of the unanswered request is in the status too.
+    eventually(
+        "the recorded DHCP hostname in the status",
+        Duration::from_secs(10),
+        || async {
+            match status_dhcp_hostname(&hosts, name, &mac0).await? {
+                Some(h) if h == "before-known" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    // Nothing shows from outside that the last reconcile of the settling host is
+    // over; give it this long, well below the one-minute poll of a settled host.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // Now the MAC is known: answered, with an address from DHCP_RANGE; the new
+    // hostname wakes the host and reaches its status within seconds.
+    let started = std::time::Instant::now();
+    udhcpc(&client, "cli0", "known-node").await;
+    let exchanged = started.elapsed();
+    let lease = bound_lease(&leases, &mac0).await;
+    let ip = lease.ip.expect("leased address");
+    assert!(
+        (u32::from(std::net::Ipv4Addr::new(10, 77, 0, 50))
+            ..=u32::from(std::net::Ipv4Addr::new(10, 77, 0, 60)))
+            .contains(&u32::from(ip)),
+        "{ip} is from DHCP_RANGE"
+    );
+    eventually(
+        "the new DHCP hostname in the status",
+        Duration::from_secs(10),
+        || async {
+            match status_dhcp_hostname(&hosts, name, &mac0).await? {
+                Some(h) if h == "known-node" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "timing: udhcpc's exchange took {:.2} s; the hostname was in the status {:.2} s after it began",
+        exchanged.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    let logged = log.text();
+    assert!(
+        logged
+            .lines()
+            .any(|l| l.contains("DHCP lease bound for a known host")
+                && l.contains(&mac0.to_string())
+                && l.contains(&format!("{}/{name}", site.ns))),
+        "the lease is logged with the host's namespace/name:\n{logged}"
+    );
+
+    // The other MAC, on no host, is still not answered.
+    assert!(
+        try_udhcpc(&client, "cli1", "stranger", 2, 1).await.is_err(),
+        "a MAC on no host got a lease"
+    );
+    assert_ne!(leases.get(&mac1).map(|l| l.state), Some(LeaseState::Bound));
+
+    site.delete_host(name).await;
+    site.stop().await;
+    server.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,6 +26,8 @@ fn policy(proxy: bool) -> Policy {
         dns: None,
         lease_secs: 600,
         http_base: "http://10.0.0.1:6180".into(),
+        hosts: Default::default(),
+        known_only: false,
     }
 }
 

@@ -14,6 +14,7 @@ pub mod act;
 pub mod capacity;
 pub mod conditions;
 pub mod discovery;
+pub mod known_hosts;
 pub mod lease_details;
 pub mod request;
 mod run;
@@ -36,6 +37,7 @@ use tracing::Instrument;
 use crate::api::BareMetalHost;
 use crate::metrics::{self, HostLabels, Metrics};
 use crate::netboot::DeployImages;
+use crate::netboot::hosts::HostDirectory;
 use crate::netboot::leases::LeaseTable;
 use crate::provisioner::{DeployRamdisk, Provisioner, ProvisionerError};
 use capacity::Slots;
@@ -110,6 +112,9 @@ pub struct Context<P, S = KubeStore> {
     /// bmo's own IPA kernel and ramdisk URLs, for what `DEPLOY_KERNEL_URL` and
     /// `DEPLOY_RAMDISK_URL` leave unset; they follow the provisioning IP.
     pub deploy_images: Option<DeployImages>,
+    /// bmo's DHCP server's known hosts, when it runs: the controller attaches the
+    /// BareMetalHosts it watches.
+    pub known_hosts: Option<HostDirectory>,
     slots: Slots,
 }
 
@@ -131,6 +136,7 @@ impl<P: Provisioner, S: Store> Context<P, S> {
             metrics: Arc::new(Metrics::new()),
             leases: None,
             deploy_images: None,
+            known_hosts: None,
             slots: Slots::default(),
         }
     }
@@ -152,6 +158,13 @@ impl<P: Provisioner, S: Store> Context<P, S> {
     /// host is reconciled again when their address changes.
     pub fn with_deploy_images(mut self, images: DeployImages) -> Self {
         self.deploy_images = Some(images);
+        self
+    }
+
+    /// Makes the BareMetalHosts known to bmo's DHCP server through `hosts` while
+    /// the controller runs.
+    pub fn with_known_hosts(mut self, hosts: HostDirectory) -> Self {
+        self.known_hosts = Some(hosts);
         self
     }
 

@@ -14,6 +14,7 @@ use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
 use kube::{Api, ResourceExt};
 use tokio::sync::broadcast;
 
+use super::known_hosts::ClusterHosts;
 use super::store::Store;
 use super::{Context, ReconcileError, backoff, reconcile};
 use crate::api::BareMetalHost;
@@ -85,9 +86,17 @@ pub async fn run<P: Provisioner + 'static>(
             None => (Api::all(client.clone()), Api::all(client.clone())),
         };
     let (reader, writer) = reflector::store();
+    // The watched hosts, by MAC: bmo's DHCP server knows them, and a DHCP exchange
+    // wakes the hosts with the client's MAC.
+    let cluster_hosts = Arc::new(ClusterHosts::new(reader.clone()));
+    if let Some(directory) = &ctx.known_hosts {
+        directory.attach(cluster_hosts.clone());
+    }
+    let counted = cluster_hosts.clone();
     let host_changes = watcher(hosts, watcher::Config::default())
         .backoff(WatchBackoff::default())
         .reflect(writer)
+        .inspect(move |_| counted.changed())
         .applied_objects()
         .predicate_filter(host_change_predicate(), Default::default());
     let known_hosts = reader.clone();
@@ -101,9 +110,8 @@ pub async fn run<P: Provisioner + 'static>(
     });
     // A DHCP exchange of a host's NIC (hostname, leased address) wakes that host, so
     // the hardware details show it at once rather than at the next steady poll.
-    let hosts_seen = reader.clone();
     let dhcp_clients = lease_clients(ctx.leases.as_ref())
-        .flat_map(move |mac| futures::stream::iter(hosts_with_mac(&hosts_seen.state(), &mac)));
+        .flat_map(move |mac| futures::stream::iter(cluster_hosts.hosts_with(&mac)));
     let reconciling = Controller::for_stream(host_changes, reader)
         .reconcile_all_on(address_changes)
         .reconcile_on(dhcp_clients)
@@ -187,23 +195,16 @@ fn lease_clients(leases: Option<&LeaseTable>) -> impl futures::Stream<Item = Mac
     })
 }
 
-/// The hosts that boot from `mac` or have a NIC with it.
+/// The hosts that boot from `mac` or have a NIC with it (what the index of
+/// [`ClusterHosts`] answers).
+#[cfg(test)]
 pub(super) fn hosts_with_mac(
     hosts: &[Arc<BareMetalHost>],
     mac: &MacAddr,
 ) -> Vec<ObjectRef<BareMetalHost>> {
-    let is_mac = |m: &str| m.parse::<MacAddr>().is_ok_and(|m| m == *mac);
-    hosts
-        .iter()
-        .filter(|h| {
-            h.spec.boot_mac_address.as_deref().is_some_and(is_mac)
-                || h.status
-                    .as_ref()
-                    .and_then(|s| s.hardware.as_ref())
-                    .is_some_and(|hw| hw.nics.iter().any(|n| n.mac.as_deref().is_some_and(is_mac)))
-        })
-        .map(|h| ObjectRef::from_obj(h.as_ref()))
-        .collect()
+    super::known_hosts::index_by_mac(hosts)
+        .remove(mac)
+        .unwrap_or_default()
 }
 
 /// The changes that wake a host: its generation (spec, deletion), annotations and

@@ -180,6 +180,11 @@ pub struct NetbootConfig {
     #[arg(long, env = "DHCP_HOSTS")]
     pub dhcp_hosts: Option<DhcpHosts>,
 
+    /// `tag:!known`: answer known hosts only (`DHCP_HOSTS` entries and the MACs of
+    /// BareMetalHosts); others are recorded, not answered.
+    #[arg(long, env = "DHCP_IGNORE")]
+    pub dhcp_ignore: Option<DhcpIgnore>,
+
     /// Router (option 3) handed out in full mode.
     #[arg(long, env = "GATEWAY_IP")]
     pub gateway_ip: Option<Ipv4Addr>,
@@ -216,6 +221,27 @@ pub struct NetbootConfig {
 pub enum NetbootConfigError {
     #[error("BMO_DHCP_MODE=full needs DHCP_RANGE={RANGE_FORM}")]
     FullWithoutRange,
+}
+
+/// `DHCP_IGNORE`: which clients are not answered. ironic-image hands the value to
+/// dnsmasq's `dhcp-ignore`; bmo understands the one form metal3 deployments use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DhcpIgnore {
+    /// `tag:!known`: every client that is not a known host.
+    Unknown,
+}
+
+impl FromStr for DhcpIgnore {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "tag:!known" => Ok(DhcpIgnore::Unknown),
+            other => Err(format!(
+                "DHCP_IGNORE {other:?}: bmo understands only tag:!known (answer known hosts only: DHCP_HOSTS entries and BareMetalHosts' MACs)"
+            )),
+        }
+    }
 }
 
 /// `DHCP_HOSTS`: fixed addresses, `;`-separated `MAC,IP` pairs.
@@ -301,6 +327,15 @@ mod tests {
         ] {
             let e = bad.parse::<DhcpHosts>().expect_err(bad);
             assert!(e.contains("DHCP_HOSTS") && e.contains("MAC,IP"), "{e}");
+        }
+    }
+
+    #[test]
+    fn dhcp_ignore_is_tag_not_known_or_an_error_naming_the_variable() {
+        assert_eq!(" tag:!known ".parse(), Ok(DhcpIgnore::Unknown));
+        for bad in ["tag:known", "tag:!foo", ""] {
+            let e = bad.parse::<DhcpIgnore>().expect_err(bad);
+            assert!(e.contains("DHCP_IGNORE") && e.contains("tag:!known"), "{e}");
         }
     }
 

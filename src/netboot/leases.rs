@@ -158,7 +158,6 @@ struct Inner {
     leases: BTreeMap<MacAddr, Lease>,
     /// Address → holder, for allocation.
     by_ip: HashMap<Ipv4Addr, MacAddr>,
-    reservations: HashMap<MacAddr, Ipv4Addr>,
     /// Bumped on each change; the writer compares it with what it wrote.
     generation: u64,
     /// Where the next scan for a free address starts.
@@ -167,13 +166,13 @@ struct Inner {
 
 impl Inner {
     /// Drops about a tenth of the table (at least one record): the longest-unseen
-    /// records that hold no live lease and have no reservation. In batches, so a
+    /// records that hold no live lease. In batches, so a
     /// flood of new MACs costs one scan per batch, not one per packet.
     fn make_room(&mut self, now: u64) {
         let mut candidates: Vec<(u64, MacAddr)> = self
             .leases
             .values()
-            .filter(|l| !l.is_live(now) && !self.reservations.contains_key(&l.mac))
+            .filter(|l| !l.is_live(now))
             .map(|l| (l.last_seen_unix, l.mac))
             .collect();
         let batch = (self.limits.max_leases / 10).max(1).min(candidates.len());
@@ -382,22 +381,6 @@ impl LeaseTable {
         removed
     }
 
-    // ------------------------------------------------------------ reservations
-
-    /// Gives `mac` the fixed address `ip` (a known bootMACAddress).
-    pub fn reserve(&self, mac: MacAddr, ip: Ipv4Addr) {
-        self.lock().reservations.insert(mac, ip);
-    }
-
-    /// Removes a fixed address.
-    pub fn unreserve(&self, mac: &MacAddr) {
-        self.lock().reservations.remove(mac);
-    }
-
-    pub fn reservation(&self, mac: &MacAddr) -> Option<Ipv4Addr> {
-        self.lock().reservations.get(mac).copied()
-    }
-
     // ------------------------------------------------------- used by DHCP only
 
     /// Records that `mac` was seen, with what it said about itself. False when `mac`
@@ -450,27 +433,25 @@ impl LeaseTable {
         true
     }
 
-    /// Picks the address for `mac` in `start..=end`: its reservation, its current
-    /// address, the address it asked for, or the lowest free one.
+    /// Picks the address for `mac` in `start..=end`: its fixed address, its current
+    /// address, the address it asked for, or the lowest free one. `reserved_for`
+    /// names the MAC an address is fixed for (the DHCP server's known hosts), which
+    /// no other client is given.
     pub(crate) fn allocate(
         &self,
         mac: MacAddr,
+        fixed: Option<Ipv4Addr>,
         requested: Option<Ipv4Addr>,
-        start: Ipv4Addr,
-        end: Ipv4Addr,
+        (start, end): (Ipv4Addr, Ipv4Addr),
+        reserved_for: &dyn Fn(Ipv4Addr) -> Option<MacAddr>,
     ) -> Option<Ipv4Addr> {
+        if fixed.is_some() {
+            return fixed;
+        }
         let now = now_unix();
         let inner = self.lock();
-        if let Some(ip) = inner.reservations.get(&mac) {
-            return Some(*ip);
-        }
         let in_range = |ip: Ipv4Addr| (u32::from(start)..=u32::from(end)).contains(&u32::from(ip));
-        let reserved_by_other = |ip: Ipv4Addr| {
-            inner
-                .reservations
-                .iter()
-                .any(|(m, r)| *r == ip && *m != mac)
-        };
+        let reserved_by_other = |ip: Ipv4Addr| reserved_for(ip).is_some_and(|m| m != mac);
         let free = |ip: Ipv4Addr| {
             !reserved_by_other(ip)
                 && match inner.by_ip.get(&ip) {
@@ -526,17 +507,20 @@ impl LeaseTable {
         found
     }
 
-    /// Whether `ip` may be acknowledged to `mac` (not held by another live lease).
-    pub(crate) fn may_bind(&self, mac: MacAddr, ip: Ipv4Addr) -> bool {
-        let now = now_unix();
-        let inner = self.lock();
-        if inner
-            .reservations
-            .iter()
-            .any(|(m, r)| *r == ip && *m != mac)
-        {
+    /// Whether `ip` may be acknowledged to `mac`: not fixed for another MAC
+    /// (`reserved_for`, as in [`LeaseTable::allocate`]) and not held by another live
+    /// lease.
+    pub(crate) fn may_bind(
+        &self,
+        mac: MacAddr,
+        ip: Ipv4Addr,
+        reserved_for: &dyn Fn(Ipv4Addr) -> Option<MacAddr>,
+    ) -> bool {
+        if reserved_for(ip).is_some_and(|m| m != mac) {
             return false;
         }
+        let now = now_unix();
+        let inner = self.lock();
         // A REQUEST wins over another client's mere offer.
         match inner.by_ip.get(&ip) {
             Some(holder) if *holder != mac => inner.leases.get(holder).is_none_or(|l| {
@@ -709,39 +693,57 @@ mod tests {
         MacAddr([0x52, 0x54, 0, 0, 0, n])
     }
 
+    /// No address is fixed for anyone.
+    fn none_fixed(_: Ipv4Addr) -> Option<MacAddr> {
+        None
+    }
+
     #[test]
     fn allocation_skips_live_leases_and_reservations() {
         let t = LeaseTable::in_memory();
         let (start, end) = ("10.0.0.10".parse().unwrap(), "10.0.0.12".parse().unwrap());
-        t.reserve(mac(9), "10.0.0.10".parse().unwrap());
+        let fixed: Ipv4Addr = "10.0.0.10".parse().unwrap();
+        let reserved_for = |ip: Ipv4Addr| (ip == fixed).then_some(mac(9));
         t.see(mac(1), Sighting::default(), false);
-        let a = t.allocate(mac(1), None, start, end).unwrap();
+        let a = t
+            .allocate(mac(1), None, None, (start, end), &reserved_for)
+            .unwrap();
         assert_eq!(a.to_string(), "10.0.0.11");
         t.assign(mac(1), a, LeaseState::Bound, 60);
         t.see(mac(2), Sighting::default(), false);
         assert_eq!(
-            t.allocate(mac(2), Some(a), start, end).unwrap().to_string(),
+            t.allocate(mac(2), None, Some(a), (start, end), &reserved_for)
+                .unwrap()
+                .to_string(),
             "10.0.0.12"
         );
         assert_eq!(
-            t.allocate(mac(1), None, start, end),
+            t.allocate(mac(1), None, None, (start, end), &reserved_for),
             Some(a),
             "a client keeps its address"
         );
         assert_eq!(
-            t.allocate(mac(9), None, start, end).unwrap().to_string(),
+            t.allocate(mac(9), Some(fixed), None, (start, end), &reserved_for)
+                .unwrap()
+                .to_string(),
             "10.0.0.10"
         );
         t.assign(mac(2), "10.0.0.12".parse().unwrap(), LeaseState::Bound, 60);
         t.see(mac(3), Sighting::default(), false);
         assert_eq!(
-            t.allocate(mac(3), None, start, end),
+            t.allocate(mac(3), None, None, (start, end), &reserved_for),
             None,
             "range exhausted"
         );
+        assert!(
+            !t.may_bind(mac(3), fixed, &reserved_for),
+            "a fixed address is never bound to another MAC"
+        );
         t.release(mac(2));
         assert_eq!(
-            t.allocate(mac(3), None, start, end).unwrap().to_string(),
+            t.allocate(mac(3), None, None, (start, end), &reserved_for)
+                .unwrap()
+                .to_string(),
             "10.0.0.12"
         );
     }
@@ -753,13 +755,17 @@ mod tests {
         // Two flooding MACs hold every address with offers they never request.
         for n in 1..=2 {
             t.see(mac(n), Sighting::default(), false);
-            let ip = t.allocate(mac(n), None, start, end).unwrap();
+            let ip = t
+                .allocate(mac(n), None, None, (start, end), &none_fixed)
+                .unwrap();
             t.assign(mac(n), ip, LeaseState::Offered, 30);
         }
         // A real client still gets an offer, and its REQUEST beats the offer.
         t.see(mac(7), Sighting::default(), false);
-        let ip = t.allocate(mac(7), None, start, end).expect("an offer");
-        assert!(t.may_bind(mac(7), ip));
+        let ip = t
+            .allocate(mac(7), None, None, (start, end), &none_fixed)
+            .expect("an offer");
+        assert!(t.may_bind(mac(7), ip, &none_fixed));
         t.assign(mac(7), ip, LeaseState::Bound, 60);
         let loser = (1..=2)
             .map(|n| t.get(&mac(n)).unwrap())
@@ -768,8 +774,11 @@ mod tests {
         assert_eq!(loser.ip, None);
         // A bound lease is never taken by a later client.
         t.see(mac(8), Sighting::default(), false);
-        assert_ne!(t.allocate(mac(8), None, start, end), Some(ip));
-        assert!(!t.may_bind(mac(8), ip));
+        assert_ne!(
+            t.allocate(mac(8), None, None, (start, end), &none_fixed),
+            Some(ip)
+        );
+        assert!(!t.may_bind(mac(8), ip, &none_fixed));
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod address;
 pub mod config;
 pub mod dhcp;
 pub mod files;
+pub mod hosts;
 pub mod http;
 pub mod http_server;
 pub mod ipxe;
@@ -26,6 +27,7 @@ use address::{AddressError, Choice, Selector};
 use config::{DhcpMode, NetbootConfig};
 use dhcp::policy::{Mode, Policy};
 use files::{Loaders, TftpFiles};
+use hosts::{HostDirectory, StaticHosts};
 use http::HttpState;
 use leases::{LeaseError, LeaseTable};
 use slots::Slots;
@@ -76,6 +78,9 @@ pub struct Netboot {
     pub tftp_addr: Option<SocketAddr>,
     /// TFTP transfers running (when TFTP is on).
     pub tftp_sessions: Option<Slots>,
+    /// The hosts DHCP knows (`DHCP_HOSTS`); the host controller attaches the
+    /// cluster's BareMetalHosts to it.
+    pub known_hosts: HostDirectory,
     http_port: u16,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -141,6 +146,7 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
     let choice = address::wait_for_address(&selector, cfg.provisioning.wait()).await?;
     tracing::info!(address = %choice, "provisioning IP");
     let address = address::follow(selector, choice.clone(), FOLLOW_INTERVAL);
+    let known_hosts = HostDirectory::new(StaticHosts::new(cfg.dhcp_hosts.as_ref()));
     leases.set_limits(cfg.lease_limits());
     leases.spawn_writer();
     let mut tasks = vec![tokio::spawn(prune_leases(leases.clone()))];
@@ -235,9 +241,6 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
                 ));
             }
         };
-        for (mac, ip) in cfg.dhcp_hosts.iter().flat_map(|h| &h.0) {
-            leases.reserve(*mac, *ip);
-        }
         let policy = Policy {
             mode: mode.clone(),
             server_ip,
@@ -246,6 +249,8 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
             dns: cfg.dns_ip,
             lease_secs: cfg.dhcp_lease_secs,
             http_base: choice.http_base(http_port),
+            hosts: known_hosts.clone(),
+            known_only: cfg.dhcp_ignore == Some(config::DhcpIgnore::Unknown),
         };
         let mut ports = vec![(67u16, false)];
         if matches!(mode, Mode::Proxy) {
@@ -268,7 +273,7 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
                 proxy_port,
             )));
         }
-        tracing::info!(mode = ?cfg.dhcp_mode, %interface, %server_ip, "serving DHCP");
+        tracing::info!(mode = ?cfg.dhcp_mode, %interface, %server_ip, known_hosts_only = policy.known_only, "serving DHCP");
     }
 
     Ok(Netboot {
@@ -277,6 +282,7 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
         http_addr,
         tftp_addr,
         tftp_sessions,
+        known_hosts,
         http_port,
         tasks,
     })

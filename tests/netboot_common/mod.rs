@@ -363,6 +363,7 @@ pub fn config(dir: &Path) -> NetbootConfig {
         dhcp_mode: DhcpMode::Off,
         dhcp_range: None,
         dhcp_hosts: None,
+        dhcp_ignore: None,
         gateway_ip: None,
         dns_ip: None,
         dhcp_lease_secs: 600,

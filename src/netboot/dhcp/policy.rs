@@ -8,6 +8,7 @@ use dhcproto::v4::OptionCode;
 use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
 
 use super::packet::ClientRequest;
+use crate::netboot::hosts::{HostDirectory, KnownHost, KnownHosts};
 use crate::netboot::leases::{LeaseState, LeaseTable, Sighting};
 
 /// Seconds an offered address is held for the client's REQUEST. When the range is
@@ -92,6 +93,11 @@ pub struct Policy {
     pub lease_secs: u32,
     /// `http://IP:PORT` of bmo's HTTP server.
     pub http_base: String,
+    /// The known hosts: fixed addresses, names for the logs.
+    pub hosts: HostDirectory,
+    /// Answer known hosts only (`DHCP_IGNORE=tag:!known`); others are recorded, not
+    /// answered.
+    pub known_only: bool,
 }
 
 /// Where a reply goes.
@@ -158,11 +164,20 @@ impl Policy {
             tracing::debug!(mac = %req.mac, "lease table full of live leases; new client not answered (BMO_DHCP_MAX_LEASES)");
             return None;
         }
-        let boot = boot_for(req, &self.http_base);
-        match &self.mode {
-            Mode::Proxy => self.answer_proxy(req, boot, on_proxy_port),
-            Mode::Full { range } => self.answer_full(req, boot, leases, range),
+        let known = self.hosts.lookup(&req.mac);
+        if self.known_only && known.is_none() {
+            tracing::debug!(mac = %req.mac, "not a known host; not answered (DHCP_IGNORE=tag:!known)");
+            return None;
         }
+        let boot = boot_for(req, &self.http_base);
+        let reply = match &self.mode {
+            Mode::Proxy => self.answer_proxy(req, boot, on_proxy_port),
+            Mode::Full { range } => self.answer_full(req, known.as_ref(), boot, leases, range),
+        };
+        if let (Some(host), Some((reply, _))) = (&known, &reply) {
+            log_known(req, host, reply);
+        }
+        reply
     }
 
     fn answer_proxy(
@@ -194,14 +209,22 @@ impl Policy {
     fn answer_full(
         &self,
         req: &ClientRequest,
+        known: Option<&KnownHost>,
         boot: Option<Boot>,
         leases: &LeaseTable,
         range: &Range,
     ) -> Option<(Message, Destination)> {
+        let fixed = known.and_then(|h| h.fixed_ip);
+        let reserved_for = |ip| self.hosts.reserved_for(ip);
         match req.msg_type {
             MessageType::Discover => {
-                let Some(ip) = leases.allocate(req.mac, req.requested_ip, range.start, range.end)
-                else {
+                let Some(ip) = leases.allocate(
+                    req.mac,
+                    fixed,
+                    req.requested_ip,
+                    (range.start, range.end),
+                    &reserved_for,
+                ) else {
                     tracing::warn!(mac = %req.mac, "DHCP range exhausted; no offer made (widen DHCP_RANGE)");
                     return None;
                 };
@@ -232,9 +255,8 @@ impl Policy {
                 let ok = wanted.filter(|ip| {
                     let in_range =
                         (u32::from(range.start)..=u32::from(range.end)).contains(&u32::from(*ip));
-                    let reserved = leases.reservation(&req.mac);
-                    (reserved == Some(*ip) || (reserved.is_none() && in_range))
-                        && leases.may_bind(req.mac, *ip)
+                    (fixed == Some(*ip) || (fixed.is_none() && in_range))
+                        && leases.may_bind(req.mac, *ip, &reserved_for)
                 });
                 match ok {
                     Some(ip) => {
@@ -358,6 +380,24 @@ impl Policy {
     }
 }
 
+/// Logs an answer to a known host with the host's name: a lease bound or boot
+/// options given (offers and refusals stay at debug level).
+fn log_known(req: &ClientRequest, host: &KnownHost, reply: &Message) {
+    let ty = reply.opts().msg_type();
+    match (ty, reply.yiaddr().is_unspecified()) {
+        (Some(MessageType::Ack), false) => {
+            tracing::info!(mac = %req.mac, ip = %reply.yiaddr(), host = %host.name, "DHCP lease bound for a known host");
+        }
+        // Proxy mode's offer and acknowledgement, an INFORM's answer.
+        (Some(MessageType::Offer | MessageType::Ack), true) => {
+            tracing::info!(mac = %req.mac, host = %host.name, "boot options given to a known host");
+        }
+        _ => {
+            tracing::debug!(mac = %req.mac, host = %host.name, reply = ?ty, "DHCP answer to a known host");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,6 +413,8 @@ mod tests {
             dns: None,
             lease_secs: 600,
             http_base: "http://10.9.0.1:6180".into(),
+            hosts: HostDirectory::default(),
+            known_only: false,
         }
     }
 
@@ -493,6 +535,62 @@ mod tests {
         assert!(
             leases.get(&"09:09:09:09:09:08".parse().unwrap()).is_some(),
             "still recorded"
+        );
+    }
+
+    #[test]
+    fn known_only_answers_dhcp_hosts_and_attached_hosts_and_records_the_rest() {
+        use crate::netboot::hosts::StaticHosts;
+
+        struct Cluster;
+        impl KnownHosts for Cluster {
+            fn lookup(&self, mac: &crate::netboot::mac::MacAddr) -> Option<KnownHost> {
+                (mac.0 == [2, 0, 0, 0, 0, 2]).then(|| KnownHost {
+                    name: "ns/booting".into(),
+                    fixed_ip: None,
+                })
+            }
+        }
+        let fixed: crate::netboot::config::DhcpHosts =
+            "02:00:00:00:00:01,10.9.0.200;02:00:00:00:00:04,10.9.0.15"
+                .parse()
+                .unwrap();
+        let mut p = policy(full());
+        p.hosts = HostDirectory::new(StaticHosts::new(Some(&fixed)));
+        p.known_only = true;
+        let leases = LeaseTable::in_memory();
+        let offer = |p: &Policy, mac: [u8; 6], extra: &[(u8, &[u8])]| {
+            p.answer(
+                &parse_request(&discover(mac, extra)).unwrap(),
+                &leases,
+                false,
+            )
+            .map(|(m, _)| m.yiaddr().to_string())
+        };
+
+        assert_eq!(
+            offer(&p, [2, 0, 0, 0, 0, 1], &[]).as_deref(),
+            Some("10.9.0.200"),
+            "DHCP_HOSTS: its fixed address, outside the range"
+        );
+        assert_eq!(offer(&p, [2, 0, 0, 0, 0, 2], &[]), None, "not attached yet");
+        p.hosts.attach(std::sync::Arc::new(Cluster));
+        assert_eq!(
+            offer(&p, [2, 0, 0, 0, 0, 2], &[]).as_deref(),
+            Some("10.9.0.10"),
+            "a cluster host: an address from the range"
+        );
+        assert_eq!(offer(&p, [2, 0, 0, 0, 0, 3], &[]), None, "unknown");
+        assert!(
+            leases.get(&"02:00:00:00:00:03".parse().unwrap()).is_some(),
+            "an unknown client is still recorded (discovery sees it)"
+        );
+
+        p.known_only = false;
+        assert_eq!(
+            offer(&p, [2, 0, 0, 0, 0, 3], &[(50, &[10, 9, 0, 15])]).as_deref(),
+            Some("10.9.0.11"),
+            "answered without known-only, but never with another host's fixed address"
         );
     }
 
