@@ -13,6 +13,7 @@
 pub mod act;
 pub mod capacity;
 pub mod conditions;
+mod context;
 pub mod discovery;
 pub mod known_hosts;
 pub mod lease_details;
@@ -35,15 +36,12 @@ use kube::runtime::controller::Action;
 use tracing::Instrument;
 
 use crate::api::BareMetalHost;
-use crate::metrics::{self, HostLabels, Metrics};
-use crate::netboot::DeployImages;
-use crate::netboot::hosts::HostDirectory;
-use crate::netboot::leases::LeaseTable;
-use crate::provisioner::{DeployRamdisk, Provisioner, ProvisionerError};
-use capacity::Slots;
+use crate::metrics::{self, HostLabels};
+use crate::provisioner::{self, DeployRamdisk, Provisioner, ProvisionerError};
+pub use context::Context;
 pub use run::run;
 use save::{Extras, save};
-use state_machine::{AfterRegistration, CallResult, CredentialsCheck, Facts, Gate, Step};
+use state_machine::{CallResult, CredentialsCheck, Facts, Gate, RegistrationCheck, Step};
 pub use store::{FIELD_MANAGER, KubeStore, SECRET_LABEL, Store, StoreError};
 
 /// Provisioning attempts for one image before bmo stops retrying.
@@ -99,100 +97,6 @@ fn store_err(host: &BareMetalHost) -> impl FnOnce(StoreError) -> ReconcileError 
     }
 }
 
-/// What every reconcile shares.
-pub struct Context<P, S = KubeStore> {
-    pub provisioner: P,
-    pub store: S,
-    pub settings: ControllerSettings,
-    /// What `/metrics` exports.
-    pub metrics: Arc<Metrics>,
-    /// What bmo's DHCP server learned, when it runs: NICs in the hardware details get
-    /// their DHCP hostname and leased address from it.
-    pub leases: Option<LeaseTable>,
-    /// bmo's own IPA kernel and ramdisk URLs, for what `DEPLOY_KERNEL_URL` and
-    /// `DEPLOY_RAMDISK_URL` leave unset; they follow the provisioning IP.
-    pub deploy_images: Option<DeployImages>,
-    /// bmo's DHCP server's known hosts, when it runs: the controller attaches the
-    /// BareMetalHosts it watches.
-    pub known_hosts: Option<HostDirectory>,
-    slots: Slots,
-}
-
-impl<P: Provisioner> Context<P> {
-    /// A context writing to the cluster `client` talks to, with events from no
-    /// named instance (`bmo run` names it with `POD_NAME`, through [`Self::with_store`]).
-    pub fn new(client: kube::Client, provisioner: P, settings: ControllerSettings) -> Self {
-        Self::with_store(KubeStore::new(client, None), provisioner, settings)
-    }
-}
-
-impl<P: Provisioner, S: Store> Context<P, S> {
-    /// A context writing through `store`.
-    pub fn with_store(store: S, provisioner: P, settings: ControllerSettings) -> Self {
-        Self {
-            provisioner,
-            store,
-            settings,
-            metrics: Arc::new(Metrics::new()),
-            leases: None,
-            deploy_images: None,
-            known_hosts: None,
-            slots: Slots::default(),
-        }
-    }
-
-    /// Counts into `metrics` (shared with the `/metrics` endpoint) instead of a
-    /// registry of its own.
-    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
-        self.metrics = metrics;
-        self
-    }
-
-    /// Fills hardware details from `leases` (bmo's DHCP server's lease table).
-    pub fn with_leases(mut self, leases: LeaseTable) -> Self {
-        self.leases = Some(leases);
-        self
-    }
-
-    /// Points nodes at `images` unless the settings name a kernel and ramdisk; every
-    /// host is reconciled again when their address changes.
-    pub fn with_deploy_images(mut self, images: DeployImages) -> Self {
-        self.deploy_images = Some(images);
-        self
-    }
-
-    /// Makes the BareMetalHosts known to bmo's DHCP server through `hosts` while
-    /// the controller runs.
-    pub fn with_known_hosts(mut self, hosts: HostDirectory) -> Self {
-        self.known_hosts = Some(hosts);
-        self
-    }
-
-    /// The deploy ramdisk as of now: the settings, else bmo's own images on the
-    /// provisioning IP in use.
-    fn deploy_ramdisk(&self) -> DeployRamdisk {
-        let mut ramdisk = self.settings.deploy_ramdisk.clone();
-        if let Some(images) = &self.deploy_images {
-            ramdisk
-                .kernel_url
-                .get_or_insert_with(|| images.kernel_url());
-            ramdisk
-                .ramdisk_url
-                .get_or_insert_with(|| images.ramdisk_url());
-        }
-        ramdisk
-    }
-
-    /// Adds lease details (DHCP hostname, leased address) to `details`; whether
-    /// anything changed.
-    fn add_lease_details(&self, details: &mut crate::api::HardwareDetails) -> bool {
-        match &self.leases {
-            Some(leases) => lease_details::add(details, |mac| leases.get(mac)),
-            None => false,
-        }
-    }
-}
-
 /// `2^min(count, 9)` minutes less up to half of it, capped at `max`.
 pub fn backoff(error_count: i64, max: Duration) -> Duration {
     let exp = u32::try_from(error_count.clamp(0, 9)).unwrap_or(9);
@@ -233,7 +137,8 @@ async fn reconcile<P: Provisioner, S: Store>(
     }
 }
 
-/// One reconcile of `host`: load, decide, act, store.
+/// One reconcile of `host`: load, then ask [`state_machine::next`] for a step and
+/// carry it out until one saves or waits.
 pub async fn reconcile_host<P: Provisioner, S: Store>(
     host: &BareMetalHost,
     ctx: &Context<P, S>,
@@ -260,27 +165,100 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
         Gate::Released | Gate::Paused => return Ok(Next::OnChange),
         Gate::Proceed => {}
     }
-    let name = host.namespaced_name();
-    let state = host.provisioning_state();
-    let deleting = host.metadata.deletion_timestamp.is_some();
-    // A DHCP exchange after inspection (a renewal, the provisioned OS) reaches the
-    // stored hardware details on the next reconcile; nothing else changes.
-    if !deleting
-        && let Some(mut details) = host.status.as_ref().and_then(|s| s.hardware.clone())
-        && ctx.add_lease_details(&mut details)
-    {
-        tracing::info!("NIC DHCP details updated from the lease table");
-        ctx.store
-            .apply_hardware_data(host, &details)
-            .await
-            .map_err(store_err(host))?;
-        let extras = Extras {
-            hardware: Some(details),
+    let Loaded {
+        mut facts,
+        phost,
+        lease_details,
+        credentials_version,
+    } = load(host, ctx).await?;
+    let mut registration = Extras::default();
+    loop {
+        let step = state_machine::next(host, &facts);
+        tracing::debug!(?step, state = %host.provisioning_state(), "next step");
+        let reached = || Extras {
+            provisioner_reached: facts.registration.is_some(),
             ..Default::default()
         };
-        return save(host, ctx, Default::default(), extras).await;
+        match step {
+            Step::SaveLeaseDetails => {
+                tracing::info!("NIC DHCP details updated from the lease table");
+                let Some(details) = lease_details else {
+                    return Ok(Next::After(Duration::ZERO));
+                };
+                ctx.store
+                    .apply_hardware_data(host, &details)
+                    .await
+                    .map_err(store_err(host))?;
+                let extras = Extras {
+                    hardware: Some(details),
+                    ..Default::default()
+                };
+                return save(host, ctx, Default::default(), extras).await;
+            }
+            Step::CheckRegistration => {
+                let Ok(phost) = &phost else {
+                    return Ok(Next::After(state_machine::STEADY_POLL));
+                };
+                let outcome = ctx.provisioner.register(phost).await?;
+                if !outcome.is_done() {
+                    ctx.metrics.count(metrics::Event::HostRegistrationRequired);
+                }
+                let result = act::call_result(&outcome);
+                registration = Extras {
+                    provisioning_id: outcome.value.provisioning_id.clone(),
+                    credentials: Some((credentials_version.clone(), result == CallResult::Done)),
+                    provisioner_reached: true,
+                    ..Default::default()
+                };
+                facts.power = state_machine::observed_power(host, outcome.value.power);
+                facts.registration = Some(RegistrationCheck {
+                    result,
+                    deployed: outcome.value.deployed,
+                });
+            }
+            Step::SaveRegistration(update) => return save(host, ctx, update, registration).await,
+            Step::Readopt => {
+                let Ok(phost) = &phost else {
+                    return Ok(Next::After(state_machine::STEADY_POLL));
+                };
+                facts.adoption = Some(act::adopt(host, ctx, phost).await?);
+            }
+            Step::Transition(update) => return save(host, ctx, update, reached()).await,
+            Step::Wait(after) => {
+                if host.metadata.deletion_timestamp.is_some()
+                    && state_machine::delete_delayed_by_detach(host)
+                {
+                    ctx.metrics.count(metrics::Event::DeleteDelayedForDetached);
+                }
+                return Ok(Next::After(after));
+            }
+            Step::Call(op) => {
+                let Ok(phost) = phost else {
+                    return Ok(Next::After(state_machine::STEADY_POLL));
+                };
+                return call(host, ctx, op, phost).await;
+            }
+        }
     }
+}
 
+/// What a reconcile reads before its first step.
+struct Loaded {
+    facts: Facts,
+    /// The host as the provisioner takes it, or why the spec gives none.
+    phost: Result<provisioner::Host, String>,
+    /// The stored hardware details with the lease table's NIC details, when those
+    /// changed them.
+    lease_details: Option<crate::api::HardwareDetails>,
+    /// The BMC Secret's resourceVersion.
+    credentials_version: Option<String>,
+}
+
+/// Reads the BMC Secret, the lease table and the slots into the facts of a reconcile.
+async fn load<P: Provisioner, S: Store>(
+    host: &BareMetalHost,
+    ctx: &Context<P, S>,
+) -> Result<Loaded, ReconcileError> {
     let loaded = match secrets::load_credentials(host, &ctx.store).await {
         Ok(loaded) => loaded,
         Err(e) => {
@@ -302,125 +280,72 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
     if credentials_changed && previous_version.is_some() {
         ctx.metrics.count(metrics::Event::CredentialsUpdated);
     }
-    let phost = match request::host_input(
+    let phost = request::host_input(
         host,
         loaded.credentials,
         credentials_changed,
         &ctx.deploy_ramdisk(),
-    ) {
-        Ok(h) => Some(h),
-        Err(e) => match state_machine::spec_error(host, e.to_string()) {
-            Some(update) => return save(host, ctx, update, Extras::default()).await,
-            None => None,
-        },
-    };
-
-    let mut facts = Facts {
+    )
+    .map_err(|e| e.to_string());
+    let lease_details = host
+        .status
+        .as_ref()
+        .and_then(|s| s.hardware.clone())
+        .and_then(|mut details| ctx.add_lease_details(&mut details).then_some(details));
+    let facts = Facts {
         credentials: loaded.check,
         power: None,
-        has_capacity: ctx
-            .slots
-            .has_capacity(&name, state, ctx.settings.provisioning_limit),
+        has_capacity: ctx.slots.has_capacity(
+            &host.namespaced_name(),
+            host.provisioning_state(),
+            ctx.settings.provisioning_limit,
+        ),
         reboot: state_machine::reboot_request(host),
+        spec_problem: phost.as_ref().err().cloned(),
+        lease_details_changed: lease_details.is_some(),
+        registration: None,
+        adoption: None,
     };
+    Ok(Loaded {
+        facts,
+        phost,
+        lease_details,
+        credentials_version: loaded.version,
+    })
+}
 
-    // Registration is checked on every reconcile: it re-creates a vanished node and
-    // sends changed credentials.
-    let mut provisioner_reached = false;
-    if let Some(phost) = phost.as_ref()
-        && state_machine::needs_registration(host)
-        && facts.credentials == CredentialsCheck::Valid
+/// Makes the provisioner call `op` and saves what it leads to.
+async fn call<P: Provisioner, S: Store>(
+    host: &BareMetalHost,
+    ctx: &Context<P, S>,
+    op: state_machine::Operation,
+    mut phost: provisioner::Host,
+) -> Result<Next, ReconcileError> {
+    let name = host.namespaced_name();
+    let state = host.provisioning_state();
+    phost.restart_on_failure = state_machine::restart_on_failure(host, op);
+    if matches!(
+        op,
+        state_machine::Operation::Provision | state_machine::Operation::Deprovision
+    ) {
+        ctx.slots.claim(&name, state);
+    }
+    let (result, mut extras) = act::call(host, ctx, op, &phost).await?;
+    extras.provisioner_reached = true;
+    if matches!(op, state_machine::Operation::Inspect { .. })
+        && matches!(result, CallResult::InProgress { .. })
     {
-        let outcome = ctx.provisioner.register(phost).await?;
-        provisioner_reached = true;
-        if !outcome.is_done() {
-            ctx.metrics.count(metrics::Event::HostRegistrationRequired);
-        }
-        let result = act::call_result(&outcome);
-        match state_machine::after_registration(host, &result, outcome.value.deployed) {
-            AfterRegistration::Save(update) => {
-                let extras = Extras {
-                    provisioning_id: outcome.value.provisioning_id.clone(),
-                    credentials: Some((loaded.version, result == CallResult::Done)),
-                    provisioner_reached: true,
-                    ..Default::default()
-                };
-                return save(host, ctx, update, extras).await;
-            }
-            AfterRegistration::Adopt => {
-                let adopted = act::adopt(host, ctx, phost).await?;
-                if let Some(update) = state_machine::after_adoption(host, &adopted) {
-                    let extras = Extras {
-                        provisioner_reached,
-                        ..Default::default()
-                    };
-                    return save(host, ctx, update, extras).await;
-                }
-            }
-            AfterRegistration::Proceed => {}
-        }
-        facts.power = state_machine::observed_power(host, outcome.value.power);
+        ctx.slots.claim(&name, state);
     }
-
-    let step = match (state_machine::plan(host, &facts), &phost) {
-        (Step::Call(op), None) => state_machine::without_provisioner(op),
-        (step, _) => step,
-    };
-    tracing::debug!(?step, %state, "planned");
-    let reached = || Extras {
-        provisioner_reached,
-        ..Default::default()
-    };
-    match step {
-        Step::Transition(update) => save(host, ctx, update, reached()).await,
-        Step::Wait(after) => {
-            if deleting && state_machine::delete_delayed_by_detach(host) {
-                ctx.metrics.count(metrics::Event::DeleteDelayedForDetached);
-            }
-            // The provisioner answers again: say so, though nothing else changed.
-            if provisioner_reached
-                && host
-                    .status
-                    .as_ref()
-                    .is_some_and(|s| conditions::unreachable(s).is_some())
-            {
-                let update = state_machine::Update {
-                    requeue: state_machine::Requeue::After(after),
-                    ..Default::default()
-                };
-                return save(host, ctx, update, reached()).await;
-            }
-            Ok(Next::After(after))
-        }
-        Step::Call(op) => {
-            let Some(mut phost) = phost else {
-                return Ok(Next::After(state_machine::STEADY_POLL));
-            };
-            phost.restart_on_failure = state_machine::restart_on_failure(host, op);
-            if matches!(
-                op,
-                state_machine::Operation::Provision | state_machine::Operation::Deprovision
-            ) {
-                ctx.slots.claim(&name, state);
-            }
-            let (result, mut extras) = act::call(host, ctx, op, &phost).await?;
-            extras.provisioner_reached = true;
-            if matches!(op, state_machine::Operation::Inspect { .. })
-                && matches!(result, CallResult::InProgress { .. })
-            {
-                ctx.slots.claim(&name, state);
-            }
-            let update = state_machine::after(host, op, &result);
-            if let Some(next) = update.state {
-                ctx.slots.claim(&name, next);
-            }
-            if let Some(details) = &extras.hardware {
-                ctx.store
-                    .apply_hardware_data(host, details)
-                    .await
-                    .map_err(store_err(host))?;
-            }
-            save(host, ctx, update, extras).await
-        }
+    let update = state_machine::after(host, op, &result);
+    if let Some(next) = update.state {
+        ctx.slots.claim(&name, next);
     }
+    if let Some(details) = &extras.hardware {
+        ctx.store
+            .apply_hardware_data(host, details)
+            .await
+            .map_err(store_err(host))?;
+    }
+    save(host, ctx, update, extras).await
 }

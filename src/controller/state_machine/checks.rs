@@ -1,14 +1,10 @@
 //! What every reconcile decides before the state's own step: whether to touch the host
 //! at all (paused, finalizer), spec errors, which reboot the annotations ask for, and
-//! what the every-reconcile registration check leads to.
-
-use std::time::Duration;
+//! which power a registration check saw.
 
 use kube::ResourceExt;
 
-use super::{
-    CallResult, ErrorChange, Operation, RebootRequest, Requeue, Step, Update, after, status,
-};
+use super::{ErrorChange, Operation, RebootRequest, Requeue, Update, status};
 use crate::api::host::{FINALIZER, PAUSED_ANNOTATION, REBOOT_ANNOTATION_PREFIX};
 use crate::api::{BareMetalHost, ErrorType, ProvisioningState as State};
 use crate::provisioner::PowerState;
@@ -91,43 +87,6 @@ pub fn reboot_request(host: &BareMetalHost) -> Option<RebootRequest> {
     found
 }
 
-/// Where the every-reconcile registration check leads.
-#[derive(Debug, Clone, PartialEq)]
-pub enum AfterRegistration {
-    /// Save this update (with the credentials as tried) and stop here.
-    Save(Update),
-    /// The host counts as provisioned but its record is not deployed (it vanished and
-    /// was re-created): adopt it, then go on.
-    Adopt,
-    /// Registered and in order: go on with the state's own step.
-    Proceed,
-}
-
-pub fn after_registration(
-    host: &BareMetalHost,
-    result: &CallResult,
-    deployed: bool,
-) -> AfterRegistration {
-    let state = host.provisioning_state();
-    if *result != CallResult::Done || state == State::Registering {
-        return AfterRegistration::Save(after(host, Operation::Register, result));
-    }
-    // A registration error (credentials, BMC access) is over once registration works.
-    if status(host).error_type == Some(ErrorType::Registration) {
-        return AfterRegistration::Save(after(host, Operation::Register, &CallResult::Done));
-    }
-    if matches!(state, State::Provisioned | State::ExternallyProvisioned) && !deployed {
-        return AfterRegistration::Adopt;
-    }
-    AfterRegistration::Proceed
-}
-
-/// The adoption started by [`AfterRegistration::Adopt`] reported `result`: `Some`
-/// update to save while it is not done.
-pub fn after_adoption(host: &BareMetalHost, result: &CallResult) -> Option<Update> {
-    (*result != CallResult::Done).then(|| after(host, Operation::Adopt, result))
-}
-
 /// The power a registration saw, as a fact for planning: only stable states manage
 /// power.
 pub fn observed_power(host: &BareMetalHost, power: PowerState) -> Option<bool> {
@@ -140,16 +99,6 @@ pub fn observed_power(host: &BareMetalHost, power: PowerState) -> Option<bool> {
         PowerState::On => Some(true),
         PowerState::Off => Some(false),
         PowerState::Unknown => None,
-    }
-}
-
-/// The step instead of `op` when the host's spec gives no provisioner view (no usable
-/// BMC details): deletion has nothing to remove in the provisioner and lets the host
-/// go; anything else waits for the spec to be fixed.
-pub fn without_provisioner(op: Operation) -> Step {
-    match op {
-        Operation::Delete | Operation::PowerOff { .. } => Step::Transition(release()),
-        _ => Step::Wait(Duration::from_secs(60)),
     }
 }
 

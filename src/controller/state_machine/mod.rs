@@ -1,12 +1,16 @@
 //! The host lifecycle as pure functions: no I/O, no clock, no randomness.
 //!
-//! [`plan`] looks at a host and what the reconciler learned about it ([`Facts`]) and
-//! names the one thing to do now ([`Step`]). When that is a provisioner call, the
-//! reconciler makes it and hands the result to [`after`], which says how the status
-//! changes ([`Update`]). The reconciler only loads, calls and saves.
+//! [`next`] looks at a host and what the reconciler learned about it so far
+//! ([`Facts`]) and names the one thing to do now ([`Step`]): a spec error, the
+//! registration check every registered host gets, what that check leads to, and then
+//! the state's own step ([`plan`]). When a step asks the provisioner, the reconciler
+//! makes the call and either adds its answer to the facts and asks again (the
+//! registration check, re-adoption) or hands the result to [`after`], which says how
+//! the status changes ([`Update`]). The reconciler only loads, calls and saves.
 
 mod apply;
 mod checks;
+mod next;
 
 use std::time::Duration;
 
@@ -17,9 +21,9 @@ use crate::api::{
 
 pub use apply::apply;
 pub use checks::{
-    AfterRegistration, Gate, after_adoption, after_registration, gate, observed_power,
-    reboot_request, release, restart_on_failure, spec_error, without_provisioner,
+    Gate, gate, observed_power, reboot_request, release, restart_on_failure, spec_error,
 };
+pub use next::{RegistrationCheck, next};
 
 /// How often a host in a stable state is looked at (power, changes).
 pub const STEADY_POLL: Duration = Duration::from_secs(60);
@@ -38,6 +42,16 @@ pub struct Facts {
     pub has_capacity: bool,
     /// A reboot is asked for by annotation: `Some(hard)` while one is present.
     pub reboot: Option<RebootRequest>,
+    /// Why the spec gives the provisioner no usable view of the host (a bad BMC
+    /// address, an unknown hardware profile); `None` when it does.
+    pub spec_problem: Option<String>,
+    /// NICs' DHCP hostnames or leased addresses (bmo's lease table) changed the
+    /// stored hardware details.
+    pub lease_details_changed: bool,
+    /// What the registration check reported, once it was made in this reconcile.
+    pub registration: Option<RegistrationCheck>,
+    /// What re-adopting the host reported, once it was made in this reconcile.
+    pub adoption: Option<CallResult>,
 }
 
 /// A `reboot.metal3.io[/suffix]` annotation.
@@ -109,6 +123,16 @@ impl Operation {
 /// The one thing to do now.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
+    /// Store the hardware details with the lease table's NIC details, and say so.
+    SaveLeaseDetails,
+    /// Check the host's registration with the provisioner (it re-creates a vanished
+    /// record and sends changed credentials), then ask again.
+    CheckRegistration,
+    /// Save what the registration check found, with the credentials as tried.
+    SaveRegistration(Update),
+    /// The host counts as provisioned but its record is not deployed (it vanished and
+    /// was re-created): adopt it with its image, then ask again.
+    Readopt,
     /// Change the status only (no hardware involved), then look again at once.
     Transition(Update),
     /// Ask the provisioner.

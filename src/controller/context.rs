@@ -1,0 +1,107 @@
+//! What every reconcile of the host controller shares: the provisioner, the store,
+//! the settings and the handles to what netboot learns at run time.
+
+use std::sync::Arc;
+
+use super::capacity::Slots;
+use super::lease_details;
+use super::{ControllerSettings, KubeStore, Store};
+use crate::metrics::Metrics;
+use crate::netboot::DeployImages;
+use crate::netboot::hosts::HostDirectory;
+use crate::netboot::leases::LeaseTable;
+use crate::provisioner::{DeployRamdisk, Provisioner};
+
+/// What every reconcile shares.
+pub struct Context<P, S = KubeStore> {
+    pub provisioner: P,
+    pub store: S,
+    pub settings: ControllerSettings,
+    /// What `/metrics` exports.
+    pub metrics: Arc<Metrics>,
+    /// What bmo's DHCP server learned, when it runs: NICs in the hardware details get
+    /// their DHCP hostname and leased address from it.
+    pub leases: Option<LeaseTable>,
+    /// bmo's own IPA kernel and ramdisk URLs, for what `DEPLOY_KERNEL_URL` and
+    /// `DEPLOY_RAMDISK_URL` leave unset; they follow the provisioning IP.
+    pub deploy_images: Option<DeployImages>,
+    /// bmo's DHCP server's known hosts, when it runs: the controller attaches the
+    /// BareMetalHosts it watches.
+    pub known_hosts: Option<HostDirectory>,
+    pub(super) slots: Slots,
+}
+
+impl<P: Provisioner> Context<P> {
+    /// A context writing to the cluster `client` talks to, with events from no
+    /// named instance (`bmo run` names it with `POD_NAME`, through [`Self::with_store`]).
+    pub fn new(client: kube::Client, provisioner: P, settings: ControllerSettings) -> Self {
+        Self::with_store(KubeStore::new(client, None), provisioner, settings)
+    }
+}
+
+impl<P: Provisioner, S: Store> Context<P, S> {
+    /// A context writing through `store`.
+    pub fn with_store(store: S, provisioner: P, settings: ControllerSettings) -> Self {
+        Self {
+            provisioner,
+            store,
+            settings,
+            metrics: Arc::new(Metrics::new()),
+            leases: None,
+            deploy_images: None,
+            known_hosts: None,
+            slots: Slots::default(),
+        }
+    }
+
+    /// Counts into `metrics` (shared with the `/metrics` endpoint) instead of a
+    /// registry of its own.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Fills hardware details from `leases` (bmo's DHCP server's lease table).
+    pub fn with_leases(mut self, leases: LeaseTable) -> Self {
+        self.leases = Some(leases);
+        self
+    }
+
+    /// Points nodes at `images` unless the settings name a kernel and ramdisk; every
+    /// host is reconciled again when their address changes.
+    pub fn with_deploy_images(mut self, images: DeployImages) -> Self {
+        self.deploy_images = Some(images);
+        self
+    }
+
+    /// Makes the BareMetalHosts known to bmo's DHCP server through `hosts` while
+    /// the controller runs.
+    pub fn with_known_hosts(mut self, hosts: HostDirectory) -> Self {
+        self.known_hosts = Some(hosts);
+        self
+    }
+
+    /// The deploy ramdisk as of now: the settings, else bmo's own images on the
+    /// provisioning IP in use.
+    pub(super) fn deploy_ramdisk(&self) -> DeployRamdisk {
+        let mut ramdisk = self.settings.deploy_ramdisk.clone();
+        if let Some(images) = &self.deploy_images {
+            ramdisk
+                .kernel_url
+                .get_or_insert_with(|| images.kernel_url());
+            ramdisk
+                .ramdisk_url
+                .get_or_insert_with(|| images.ramdisk_url());
+        }
+        ramdisk
+    }
+
+    /// Adds lease details (DHCP hostname, leased address) to `details`; whether
+    /// anything changed.
+    pub(super) fn add_lease_details(&self, details: &mut crate::api::HardwareDetails) -> bool {
+        match &self.leases {
+            Some(leases) => lease_details::add(details, |mac| leases.get(mac)),
+            None => false,
+        }
+    }
+}
