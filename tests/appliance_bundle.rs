@@ -2,10 +2,12 @@
 //! docs/install.md: `scripts/build-bundle` with an agent kernel and ramdisk (the
 //! stack's IPA build when `BMO_IPA_DIR` names one), then, in a network namespace with
 //! no route out (only the stack's two ports are forwarded in), the install steps into
-//! an empty root, the image load, the kustomization applied, the systemd files
-//! installed, and the unit's `ExecStart` run with its `EnvironmentFile` as systemd
-//! would. That bmo serves the agent's files at its detected address, hands Ironic
-//! those URLs and provisions a fake-hardware host.
+//! an empty root, the image load, the kustomization applied, and the systemd blocks run
+//! under a real systemd: PID 1 of a container in that namespace, with the installed
+//! binary, /etc/bmo and /shared mounted where the guide puts them. `systemctl enable
+//! --now bmo` returns once bmo is ready (the unit is Type=notify), with the unit's
+//! hardening and dynamic user in force. That bmo serves the agent's files at its
+//! detected address, hands Ironic those URLs and provisions a fake-hardware host.
 
 // Tests may panic on what they set up themselves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -15,31 +17,22 @@ mod netboot_common;
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use appliance_common::{
-    Forwarder, INSTALL_PATHS, ROOT, doc_script, image, run, run_script, stack_addresses,
+    Forwarder, INSTALL_PATHS, ROOT, doc_script, image, podman, run, run_script, stack_addresses,
     stack_path, under_root, wait_for,
 };
 use bmo::api::{BareMetalHost, ProvisioningState};
 use kube::Api;
-use netboot_common::{Netns, TempDir, spawn};
+use netboot_common::{Netns, TempDir};
 use support::{Stack, create_fake_host, eventually, new_namespace};
 
 /// The provisioning address inside the test's namespace (a veth pair whose both ends
 /// are there).
 const PROVISIONING_IP: &str = "10.78.0.1";
 const BUNDLE: &str = concat!("bmo-", env!("CARGO_PKG_VERSION"), "-x86_64");
-/// The settings of `bmo run` that name paths, with their defaults: the test moves them
-/// under its root too.
-const PATH_SETTINGS: &[(&str, &str)] = &[
-    ("BMO_HTTP_ROOT", "/shared/html"),
-    ("BMO_IMAGES_DIR", "/shared/html/images"),
-    ("BMO_TFTP_ROOT", "/shared/tftpboot"),
-    ("BMO_IPXE_DIR", "/shared/custom_ipxe_firmware"),
-    ("BMO_LEASE_FILE", "/var/lib/bmo/leases.json"),
-];
 const AGENT_FILES: [&str; 2] = [
     "ironic-python-agent.kernel",
     "ironic-python-agent.initramfs",
@@ -83,13 +76,96 @@ fn env_file_vars(text: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The value of `key=` in the [Service] section of a unit file.
-fn unit_setting(unit: &str, key: &str) -> String {
-    unit.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}=")))
-        .unwrap_or_else(|| panic!("the unit has no {key}="))
-        .trim()
-        .to_owned()
+/// A container whose PID 1 is systemd (the stack's `BMO_SYSTEMD_ROOT` image), in the
+/// network namespace `ns`; removed when dropped.
+struct SystemdMachine {
+    name: String,
+}
+
+impl SystemdMachine {
+    fn start(stack: &Stack, ns: &str, mounts: &[(PathBuf, &str)]) -> Self {
+        let tarball = stack
+            .var("BMO_SYSTEMD_ROOT")
+            .map(PathBuf::from)
+            .expect("the stack's env names BMO_SYSTEMD_ROOT (tests/env/systemd-root-build)");
+        let tag = tarball.file_stem().unwrap().to_string_lossy().into_owned();
+        let image = format!("localhost/bmo-systemd-root:{tag}");
+        if !podman(&["image", "exists", &image])
+            .status()
+            .unwrap()
+            .success()
+        {
+            run(&mut podman(&["import", tarball.to_str().unwrap(), &image]));
+        }
+        let name = format!("bmo-systemd-{}", std::process::id());
+        let _ = podman(&["rm", "-f", &name]).output();
+        let mut cmd = podman(&[
+            "run",
+            "-d",
+            "--name",
+            &name,
+            // systemd sets up the unit's mount namespaces and dynamic user.
+            "--privileged",
+            "--systemd=always",
+            "--runtime",
+            "/usr/sbin/runc",
+            "--ulimit",
+            "nofile=20000:20000",
+            "--ulimit",
+            "nproc=4096:4096",
+            "--network",
+            &format!("ns:/var/run/netns/{ns}"),
+        ]);
+        for (from, to) in mounts {
+            cmd.args(["-v", &format!("{}:{to}", from.display())]);
+        }
+        run(cmd.args([image.as_str(), "/sbin/init"]));
+        let machine = Self { name };
+        wait_for("systemd to boot", Duration::from_secs(60), || {
+            let out = machine.exec(None, "systemctl is-system-running");
+            let state = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            match state.as_str() {
+                "running" | "degraded" => Ok(()),
+                _ => Err(state),
+            }
+        });
+        machine
+    }
+
+    /// `sh -e -c SCRIPT` in the container, in `dir` when given.
+    fn exec(&self, dir: Option<&str>, script: &str) -> std::process::Output {
+        let mut cmd = podman(&["exec"]);
+        if let Some(dir) = dir {
+            cmd.args(["-w", dir]);
+        }
+        cmd.args([self.name.as_str(), "sh", "-e", "-c", script])
+            .output()
+            .expect("run podman exec")
+    }
+
+    /// Like [`Self::exec`], panicking with the output and bmo's journal on failure.
+    fn sh(&self, dir: Option<&str>, script: &str) -> String {
+        let out = self.exec(dir, script);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{script}\n{stdout}{}\njournal: {}",
+            String::from_utf8_lossy(&out.stderr),
+            self.journal()
+        );
+        stdout
+    }
+
+    fn journal(&self) -> String {
+        let out = self.exec(None, "journalctl -u bmo --no-pager -n 40");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for SystemdMachine {
+    fn drop(&mut self) {
+        let _ = podman(&["rm", "-f", "-t", "5", &self.name]).output();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -174,16 +250,31 @@ async fn bundle_installs_offline_and_its_bmo_serves_the_agent_and_provisions() {
     assert!(loaded.contains(appliance_common::IMAGE), "{loaded}");
     run_script(Some(ns), &bundle, &block("pod-kubelet"), &admin);
 
-    // The systemd way, with a self-contained kubeconfig and the site's settings.
+    // The systemd way, with a self-contained kubeconfig and the site's settings, under
+    // systemd as PID 1 of a container in the namespace. The install block put the
+    // binary and the agent's files under the test's root; they are mounted where the
+    // guide installs them, and so is /etc/bmo, which the test edits from outside.
     let flat =
         run(Command::new("kubectl")
             .envs(admin)
             .args(["config", "view", "--flatten", "--raw"]));
     std::fs::write(bundle.join("KUBECONFIG-FOR-BMO"), flat).unwrap();
-    run_script(Some(ns), &bundle, &block("systemd-install"), &admin);
+    let etc_bmo = root.join("etc/bmo");
+    std::fs::create_dir_all(&etc_bmo).unwrap();
+    let machine = SystemdMachine::start(
+        stack,
+        ns,
+        &[
+            (root.join("usr/local/bin"), "/usr/local/bin:ro"),
+            (etc_bmo.clone(), "/etc/bmo"),
+            (root.join("shared"), "/shared"),
+            (bundle.clone(), "/bundle:ro"),
+        ],
+    );
+    machine.sh(Some("/bundle"), &doc_script("systemd-install"));
     let client = stack.kube_client().await;
     let watch = new_namespace(&client, "bundle").await;
-    let env_path = root.join("etc/bmo/bmo.env");
+    let env_path = etc_bmo.join("bmo.env");
     let example = std::fs::read_to_string(&env_path).expect("installed bmo.env");
     assert!(
         !env_file_vars(&example)
@@ -191,27 +282,24 @@ async fn bundle_installs_offline_and_its_bmo_serves_the_agent_and_provisions() {
             .any(|(k, _)| k.starts_with("DEPLOY_")),
         "the env example sets DEPLOY_*_URL"
     );
-    let mut edited = under_root(&example, &root, INSTALL_PATHS);
-    let mut site_settings = vec![
-        (
-            "IRONIC_ENDPOINT".to_owned(),
-            stack.ironic_endpoint.to_string(),
-        ),
-        (
-            "METAL3_AUTH_ROOT_DIR".to_owned(),
-            stack
-                .var("METAL3_AUTH_ROOT_DIR")
-                .unwrap_or_default()
-                .to_owned(),
-        ),
-        ("WATCH_NAMESPACE".to_owned(), watch.clone()),
-        ("PROVISIONING_INTERFACE".to_owned(), "prov0".to_owned()),
+    // Ironic's auth files (none with noauth) where the service can read them: the
+    // stack's are under /tmp, which the unit makes private.
+    let auth = etc_bmo.join("ironic-auth");
+    std::fs::create_dir_all(&auth).unwrap();
+    if let Some(stack_auth) = stack
+        .var("METAL3_AUTH_ROOT_DIR")
+        .filter(|d| Path::new(d).is_dir())
+    {
+        run(Command::new("cp").args(["-rT", stack_auth, auth.to_str().unwrap()]));
+        run(Command::new("chmod").args(["-R", "a+rX", auth.to_str().unwrap()]));
+    }
+    let mut edited = example.clone();
+    let site_settings = [
+        ("IRONIC_ENDPOINT", stack.ironic_endpoint.to_string()),
+        ("METAL3_AUTH_ROOT_DIR", "/etc/bmo/ironic-auth".to_owned()),
+        ("WATCH_NAMESPACE", watch.clone()),
+        ("PROVISIONING_INTERFACE", "prov0".to_owned()),
     ];
-    site_settings.extend(
-        PATH_SETTINGS
-            .iter()
-            .map(|(k, default)| (k.to_string(), under_root(default, &root, INSTALL_PATHS))),
-    );
     for (key, value) in &site_settings {
         edited = edited
             .lines()
@@ -222,33 +310,15 @@ async fn bundle_installs_offline_and_its_bmo_serves_the_agent_and_provisions() {
     }
     edited.push('\n');
     std::fs::write(&env_path, edited).unwrap();
+    let env = env_file_vars(&std::fs::read_to_string(&env_path).unwrap());
 
-    // What `systemctl enable --now bmo` would start: ExecStart with the variables of
-    // the EnvironmentFile and no others.
-    let unit = std::fs::read_to_string(root.join("etc/systemd/system/bmo.service"))
-        .expect("installed unit");
-    let exec = under_root(&unit_setting(&unit, "ExecStart"), &root, INSTALL_PATHS);
-    let env_file = under_root(
-        &unit_setting(&unit, "EnvironmentFile"),
-        &root,
-        INSTALL_PATHS,
+    // `systemctl enable --now` returns once bmo has said READY=1.
+    let started = machine.sh(None, &doc_script("systemd-start"));
+    assert!(
+        started.contains("Active: active (running)"),
+        "systemctl status bmo:\n{started}"
     );
-    let env = env_file_vars(&std::fs::read_to_string(&env_file).expect("EnvironmentFile"));
-    let mut argv = exec.split_whitespace();
-    let program = argv.next().expect("ExecStart names a program");
-    let log_path = dir.path().join("bmo.log");
-    let log_file = std::fs::File::create(&log_path).unwrap();
-    let _bmo = spawn(
-        Command::new("nsenter")
-            .arg(format!("--net=/var/run/netns/{ns}"))
-            .arg(program)
-            .args(argv)
-            .env_clear()
-            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdout(Stdio::null())
-            .stderr(log_file),
-    );
-    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let log = || machine.journal();
     let health = env
         .iter()
         .find(|(k, _)| k == "BMO_HEALTH_ADDR")

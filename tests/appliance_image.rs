@@ -384,10 +384,10 @@ async fn deployment_under_podman_kube_play_serves_boot_files_and_keeps_its_lease
         after.contains(&mac),
         "lease of {mac} lost across the restart: {after}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// docs/install.md's "pod-down" block in the pod's namespace, on drop.
+/// docs/install.md's "pod-down" block in the pod's namespace, then the test's
+/// directory removed, on drop.
 struct KubeDown {
     dir: PathBuf,
     netns: String,
@@ -401,6 +401,8 @@ impl Drop for KubeDown {
             .args(["sh", "-c", &self.script])
             .current_dir(&self.dir)
             .output();
+        // Only now: the pod-down block reads the manifests in it.
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -136,22 +136,31 @@ impl IronicClient {
             .timeout(config.timeout)
             .connect_timeout(config.timeout.min(Duration::from_secs(10)))
             .user_agent(concat!("bmo/", env!("CARGO_PKG_VERSION")));
+        // Trust: the CA file alone when one is given (as upstream uses it), none for
+        // plain HTTP, else the system's roots. Only the last needs a CA bundle on the
+        // machine, which an appliance or an air-gapped node may not have.
         if let Some(ca) = &config.ca_file {
             let pem = std::fs::read(ca).map_err(|e| {
                 IronicError::Setup(format!("cannot read Ironic CA file {}: {e}", ca.display()))
             })?;
-            for cert in reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
                 IronicError::Setup(format!("Ironic CA file {} is not PEM: {e}", ca.display()))
-            })? {
-                builder = builder.add_root_certificate(cert);
-            }
+            })?;
+            builder = builder.tls_certs_only(certs);
+        } else if endpoint.scheme() == "http" {
+            builder = builder.tls_certs_only([]);
         }
         if config.insecure {
             builder = builder.danger_accept_invalid_certs(true);
         }
-        let http = builder
-            .build()
-            .map_err(|e| IronicError::Setup(e.to_string()))?;
+        let http = builder.build().map_err(|e| {
+            IronicError::Setup(format!(
+                "{} (for an https IRONIC_ENDPOINT without IRONIC_CACERT_FILE, the system's CA \
+                 certificates are used: install them, e.g. Debian's ca-certificates, or set \
+                 IRONIC_CACERT_FILE)",
+                crate::telemetry::with_causes(&e)
+            ))
+        })?;
         let mut client = Self {
             http,
             endpoint,
