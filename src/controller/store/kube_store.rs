@@ -1,12 +1,14 @@
 //! [`Store`] on the Kubernetes API.
 
-use k8s_openapi::api::core::v1::{ObjectReference, Secret};
-use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::core::v1::{Event, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use super::{HostEvent, SECRET_LABEL, Store, StoreError, owner_reference};
+use super::events;
+use super::managed_fields::take_over_updates;
+use super::{HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference};
 use crate::api::host::FINALIZER;
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDataSpec, HardwareDetails,
@@ -19,20 +21,14 @@ pub const FIELD_MANAGER: &str = "bmo";
 #[derive(Clone)]
 pub struct KubeStore {
     client: kube::Client,
-    recorder: Recorder,
+    /// The pod's name, for the events' `reportingInstance`.
+    instance: Option<String>,
 }
 
 impl KubeStore {
     /// `instance` names this bmo in the events it publishes (`POD_NAME`).
     pub fn new(client: kube::Client, instance: Option<String>) -> Self {
-        let reporter = Reporter {
-            controller: "metal3-baremetal-controller".into(),
-            instance,
-        };
-        Self {
-            recorder: Recorder::new(client.clone(), reporter),
-            client,
-        }
+        Self { client, instance }
     }
 
     pub fn client(&self) -> &kube::Client {
@@ -128,23 +124,55 @@ impl Store for KubeStore {
         patch_finalizers(&self.api(host), host, wanted).await
     }
 
+    /// As client-go's managed-fields upgrade does: the managedFields are replaced
+    /// only if the host's resourceVersion is still the one read.
+    async fn take_over_status(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<Option<BareMetalHost>, StoreError> {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let managed = host.metadata.managed_fields.as_deref().unwrap_or_default();
+        let Some(wanted) = take_over_updates(managed, FIELD_MANAGER, "status", &now) else {
+            return Ok(None);
+        };
+        let wanted = serde_json::to_value(wanted)
+            .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
+        let patch = vec![
+            json!({"op": "test", "path": "/metadata/resourceVersion", "value": host.metadata.resource_version.as_deref().unwrap_or_default()}),
+            json!({"op": "replace", "path": "/metadata/managedFields", "value": wanted}),
+        ];
+        let patch: json_patch::Patch = serde_json::from_value(Value::Array(patch))
+            .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
+        let newer = self
+            .api::<BareMetalHost>(host)
+            .patch(
+                &host.name_any(),
+                &PatchParams::default(),
+                &Patch::Json::<()>(patch),
+            )
+            .await
+            .map_err(conflict_or)?;
+        tracing::info!("took over the status fields other field managers wrote with Update");
+        Ok(Some(newer))
+    }
+
     async fn apply_status(
         &self,
         host: &BareMetalHost,
         status: &BareMetalHostStatus,
     ) -> Result<(), StoreError> {
+        let api = self.api::<BareMetalHost>(host);
         let patch = json!({
             "apiVersion": "metal3.io/v1alpha1",
             "kind": "BareMetalHost",
             "status": status,
         });
-        self.api::<BareMetalHost>(host)
-            .patch_status(
-                &host.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await?;
+        api.patch_status(
+            &host.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
         Ok(())
     }
 
@@ -260,20 +288,44 @@ impl Store for KubeStore {
         Ok(())
     }
 
+    async fn release_secret(&self, secret: &Secret) -> Result<(), StoreError> {
+        let current: Vec<Value> = secret.finalizers().iter().map(|f| json!(f)).collect();
+        let wanted = secret
+            .finalizers()
+            .iter()
+            .filter(|f| *f != SECRET_FINALIZER)
+            .map(|f| json!(f))
+            .collect();
+        let patch = guarded_list_patch(
+            "/metadata/finalizers",
+            &current,
+            secret.metadata.finalizers.is_none(),
+            secret.metadata.resource_version.as_deref(),
+            wanted,
+        );
+        let patch: json_patch::Patch = serde_json::from_value(Value::Array(patch))
+            .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
+        let secrets: Api<Secret> =
+            Api::namespaced(self.client.clone(), &secret.namespace().unwrap_or_default());
+        secrets
+            .patch(
+                &secret.name_any(),
+                &PatchParams::default(),
+                &Patch::Json::<()>(patch),
+            )
+            .await
+            .map_err(conflict_or)?;
+        Ok(())
+    }
+
     async fn publish(&self, host: &BareMetalHost, event: HostEvent) {
-        let reference: ObjectReference = host.object_ref(&());
-        let event = Event {
-            type_: if event.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            note: Some(event.message.chars().take(1000).collect()),
-            action: event.reason.clone(),
-            reason: event.reason,
-            secondary: host.spec.consumer_ref.clone(),
-        };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let object = events::host_event(host, &event, self.instance.as_deref(), &now);
+        if let Err(e) = self
+            .api::<Event>(host)
+            .create(&PostParams::default(), &object)
+            .await
+        {
             tracing::debug!(error = %e, reason = %event.reason, "could not publish event");
         }
     }
