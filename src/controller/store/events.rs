@@ -59,3 +59,62 @@ pub fn host_event(
         ..Event::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(consumer: Option<serde_json::Value>) -> BareMetalHost {
+        let mut spec = serde_json::json!({"online": true});
+        if let Some(c) = consumer {
+            spec["consumerRef"] = c;
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+            "metadata": {"name": "h", "namespace": "ns", "uid": "u-1"},
+            "spec": spec,
+        }))
+        .expect("valid host")
+    }
+
+    fn event(warning: bool, message: String) -> HostEvent {
+        HostEvent {
+            reason: "ProvisioningError".into(),
+            message,
+            warning,
+        }
+    }
+
+    #[test]
+    fn a_host_event_has_upstreams_fields() {
+        let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let consumer = serde_json::json!({"kind": "Metal3Machine", "name": "m", "namespace": "ns"});
+        let e = host_event(
+            &host(Some(consumer)),
+            &event(true, "x".repeat(2000)),
+            Some("bmo-0"),
+            &now,
+        );
+        assert_eq!(
+            e.metadata.generate_name.as_deref(),
+            Some("ProvisioningError-")
+        );
+        assert_eq!(e.metadata.namespace.as_deref(), Some("ns"));
+        assert_eq!(e.involved_object.uid.as_deref(), Some("u-1"));
+        assert_eq!(
+            e.source.and_then(|s| s.component).as_deref(),
+            Some(SOURCE_COMPONENT)
+        );
+        assert_eq!(e.reporting_component.as_deref(), Some(REPORTING_CONTROLLER));
+        assert_eq!(e.reporting_instance.as_deref(), Some("bmo-0"));
+        assert_eq!(e.related.and_then(|r| r.name).as_deref(), Some("m"));
+        assert_eq!(e.type_.as_deref(), Some("Warning"));
+        assert_eq!(e.message.map(|m| m.len()), Some(MAX_MESSAGE));
+        assert_eq!((e.count, e.first_timestamp.is_some()), (Some(1), true));
+
+        let plain = host_event(&host(None), &event(false, "ok".into()), None, &now);
+        assert_eq!(plain.related, None);
+        assert_eq!(plain.type_.as_deref(), Some("Normal"));
+        assert_eq!(plain.reporting_instance, None);
+    }
+}
