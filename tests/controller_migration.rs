@@ -442,6 +442,44 @@ async fn status_upstream_wrote_is_cleared_by_bmo_and_events_match_upstreams() {
     assert_eq!(status.error_type, None);
     assert_eq!(status.error_message, "");
     assert_eq!(status.operational_status, OperationalStatus::Ok);
+    // Kept as bmo decides: what upstream recorded and bmo has no reason to change.
+    assert_eq!(status.hardware_profile.as_deref(), Some("unknown"));
+    let history = status.operation_history.clone().unwrap_or_default();
+    assert!(
+        history.register.and_then(|r| r.end).is_some(),
+        "upstream's registration time kept"
+    );
+    // poweredOn settles on what bmo sees of the node, whoever wrote it before; a
+    // power state Ironic does not know keeps what was recorded (upstream's `true`).
+    let hosts = site.hosts();
+    eventually(
+        "poweredOn as bmo decides",
+        Duration::from_secs(60),
+        || async {
+            let h = hosts.get(name).await.map_err(|e| e.to_string())?;
+            let on = h.status.map(|s| s.powered_on).unwrap_or_default();
+            let node = site
+                .ironic
+                .get_node(&uuid)
+                .await
+                .map_err(|e| e.to_string())?;
+            let power = node.and_then(|n| n.power_state);
+            let expected = match power.as_deref() {
+                Some("power off") => false,
+                Some("power on") | None => true,
+                Some(_) => on,
+            };
+            if on == expected {
+                Ok(())
+            } else {
+                Err(format!(
+                    "poweredOn {on}, node power {power:?}; log: {}",
+                    tail(&bmo.log())
+                ))
+            }
+        },
+    )
+    .await;
     let raw = serde_json::to_value(&host).expect("json");
     assert!(
         raw["status"]["provisioning"].get("image").is_none(),
@@ -561,9 +599,32 @@ async fn host_upstream_left_with_a_wrong_password_reaches_available_once_fixed()
     site.upstream_host(manifest, status).await;
 
     let bmo = site.start_bmo();
-    let host = reconciled(&site.hosts(), name, &bmo).await;
-    let status = host.status.clone().expect("status");
-    assert_eq!(status.error_type, Some(ErrorType::Registration));
+    reconciled(&site.hosts(), name, &bmo).await;
+    // bmo tries the wrong password itself and reports its own registration error.
+    let hosts = site.hosts();
+    let host = eventually(
+        "bmo's registration error",
+        Duration::from_secs(120),
+        || async {
+            let h = hosts.get(name).await.map_err(|e| e.to_string())?;
+            let st = h.status.clone().unwrap_or_default();
+            if st.error_type == Some(ErrorType::Registration)
+                && st
+                    .error_message
+                    .starts_with("Ironic cannot manage the host")
+            {
+                Ok(h)
+            } else {
+                Err(format!(
+                    "{:?} {}; log: {}",
+                    st.error_type,
+                    st.error_message,
+                    tail(&bmo.log())
+                ))
+            }
+        },
+    )
+    .await;
     assert_eq!(host.provisioning_state(), ProvisioningState::Registering);
 
     // The user fixes the password: the host proceeds, and every error field
