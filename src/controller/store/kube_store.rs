@@ -82,29 +82,37 @@ fn conflict_or(e: kube::Error) -> StoreError {
     }
 }
 
-async fn patch_finalizers(
-    api: &Api<BareMetalHost>,
-    host: &BareMetalHost,
+/// Sets `object`'s finalizers to `wanted`, if they are still as read.
+async fn patch_finalizers<K>(
+    api: &Api<K>,
+    object: &K,
     wanted: Vec<String>,
-) -> Result<(), StoreError> {
-    let current: Vec<Value> = host.finalizers().iter().map(|f| json!(f)).collect();
+) -> Result<(), StoreError>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let current: Vec<Value> = object.finalizers().iter().map(|f| json!(f)).collect();
     let patch = guarded_list_patch(
         "/metadata/finalizers",
         &current,
-        host.metadata.finalizers.is_none(),
-        host.metadata.resource_version.as_deref(),
+        object.meta().finalizers.is_none(),
+        object.meta().resource_version.as_deref(),
         wanted.into_iter().map(Value::String).collect(),
     );
-    let patch: json_patch::Patch = serde_json::from_value(Value::Array(patch))
-        .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
     api.patch(
-        &host.name_any(),
+        &object.name_any(),
         &PatchParams::default(),
-        &Patch::Json::<()>(patch),
+        &Patch::Json::<()>(json_patch(patch)?),
     )
     .await
     .map_err(conflict_or)?;
     Ok(())
+}
+
+/// JSON Patch operations as kube sends them.
+fn json_patch(operations: Vec<Value>) -> Result<json_patch::Patch, StoreError> {
+    serde_json::from_value(Value::Array(operations))
+        .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))
 }
 
 impl Store for KubeStore {
@@ -141,14 +149,12 @@ impl Store for KubeStore {
             json!({"op": "test", "path": "/metadata/resourceVersion", "value": host.metadata.resource_version.as_deref().unwrap_or_default()}),
             json!({"op": "replace", "path": "/metadata/managedFields", "value": wanted}),
         ];
-        let patch: json_patch::Patch = serde_json::from_value(Value::Array(patch))
-            .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
         let newer = self
             .api::<BareMetalHost>(host)
             .patch(
                 &host.name_any(),
                 &PatchParams::default(),
-                &Patch::Json::<()>(patch),
+                &Patch::Json::<()>(json_patch(patch)?),
             )
             .await
             .map_err(conflict_or)?;
@@ -273,15 +279,13 @@ impl Store for KubeStore {
                 json!({"op": "test", "path": "/metadata/resourceVersion", "value": secret.metadata.resource_version.as_deref().unwrap_or_default()}),
             );
         }
-        let patch: json_patch::Patch = serde_json::from_value(Value::Array(patch))
-            .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
         let secrets: Api<Secret> =
             Api::namespaced(self.client.clone(), &secret.namespace().unwrap_or_default());
         secrets
             .patch(
                 &secret.name_any(),
                 &PatchParams::default(),
-                &Patch::Json::<()>(patch),
+                &Patch::Json::<()>(json_patch(patch)?),
             )
             .await
             .map_err(conflict_or)?;
@@ -289,33 +293,15 @@ impl Store for KubeStore {
     }
 
     async fn release_secret(&self, secret: &Secret) -> Result<(), StoreError> {
-        let current: Vec<Value> = secret.finalizers().iter().map(|f| json!(f)).collect();
         let wanted = secret
             .finalizers()
             .iter()
             .filter(|f| *f != SECRET_FINALIZER)
-            .map(|f| json!(f))
+            .cloned()
             .collect();
-        let patch = guarded_list_patch(
-            "/metadata/finalizers",
-            &current,
-            secret.metadata.finalizers.is_none(),
-            secret.metadata.resource_version.as_deref(),
-            wanted,
-        );
-        let patch: json_patch::Patch = serde_json::from_value(Value::Array(patch))
-            .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
         let secrets: Api<Secret> =
             Api::namespaced(self.client.clone(), &secret.namespace().unwrap_or_default());
-        secrets
-            .patch(
-                &secret.name_any(),
-                &PatchParams::default(),
-                &Patch::Json::<()>(patch),
-            )
-            .await
-            .map_err(conflict_or)?;
-        Ok(())
+        patch_finalizers(&secrets, secret, wanted).await
     }
 
     async fn publish(&self, host: &BareMetalHost, event: HostEvent) {
