@@ -14,7 +14,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use bmo::api::{BareMetalHost, ErrorType, OperationalStatus, ProvisioningState};
+use bmo::api::{BareMetalHost, ErrorType, HardwareData, OperationalStatus, ProvisioningState};
 use bmo::ironic::{IronicAuth, IronicClient, NodeCreate, ProvisionTarget};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Event, Secret};
@@ -720,7 +720,26 @@ async fn upstream_footprint_is_taken_over_without_new_nodes_or_provision_changes
         "errorCount": 0,
         "provisioningFailCount": 0,
     });
-    site.upstream_host(manifest, status).await;
+    let host = site.upstream_host(manifest, status).await;
+    // The HardwareData upstream made for the host (owned by it, as its controller).
+    let hardware_data: HardwareData = serde_json::from_value(json!({
+        "apiVersion": "metal3.io/v1alpha1",
+        "kind": "HardwareData",
+        "metadata": {
+            "name": name,
+            "ownerReferences": [{
+                "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+                "name": name, "uid": host.uid(), "controller": true
+            }]
+        },
+        "spec": {"hardware": {"hostname": "named-by-upstream", "ramMebibytes": 4096}}
+    }))
+    .expect("valid HardwareData");
+    let hardware: Api<HardwareData> = Api::namespaced(site.client.clone(), &site.ns);
+    hardware
+        .create(&upstream(), &hardware_data)
+        .await
+        .expect("create HardwareData as upstream");
     let before = site.ironic_nodes().await;
 
     let bmo = site.start_bmo();
@@ -749,6 +768,29 @@ async fn upstream_footprint_is_taken_over_without_new_nodes_or_provision_changes
         after[&uuid], before[&uuid],
         "the node's provision state or provision_updated_at changed"
     );
+
+    // Hardware details given by annotation (inspection is disabled) replace
+    // upstream's whole: a field they lack is gone from HardwareData too.
+    site.hosts()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "inspect.metal3.io/hardwaredetails": r#"{"ramMebibytes": 8192}"#
+            }}})),
+        )
+        .await
+        .expect("annotate hardware details");
+    eventually("HardwareData replaced", Duration::from_secs(60), || async {
+        let data = hardware.get(name).await.map_err(|e| e.to_string())?;
+        let details = data.spec.hardware.unwrap_or_default();
+        if details.ram_mebibytes == Some(8192) && details.hostname.is_none() {
+            Ok(())
+        } else {
+            Err(format!("{details:?}; log: {}", tail(&bmo.log())))
+        }
+    })
+    .await;
 
     // The host moves to a new Secret: upstream's finalizer leaves the old one, which
     // can then be deleted.

@@ -109,6 +109,46 @@ where
     Ok(())
 }
 
+/// Makes bmo the only owner of the fields of `object` (`subresource` of it) that any
+/// field manager wrote with Update, as client-go's managed-fields upgrade does: the
+/// managedFields are replaced only if the resourceVersion is still the one read.
+/// The object as it is afterwards, or `None` when there was nothing to take over.
+async fn take_over<K>(api: &Api<K>, object: &K, subresource: &str) -> Result<Option<K>, StoreError>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let managed = object.meta().managed_fields.as_deref().unwrap_or_default();
+    let Some(wanted) = take_over_updates(managed, FIELD_MANAGER, subresource, &now) else {
+        return Ok(None);
+    };
+    let wanted =
+        serde_json::to_value(wanted).map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
+    let version = object
+        .meta()
+        .resource_version
+        .as_deref()
+        .unwrap_or_default();
+    let patch = vec![
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": version}),
+        json!({"op": "replace", "path": "/metadata/managedFields", "value": wanted}),
+    ];
+    let newer = api
+        .patch(
+            &object.name_any(),
+            &PatchParams::default(),
+            &Patch::Json::<()>(json_patch(patch)?),
+        )
+        .await
+        .map_err(conflict_or)?;
+    tracing::info!(
+        object = %object.name_any(),
+        subresource,
+        "took over the fields other field managers wrote with Update"
+    );
+    Ok(Some(newer))
+}
+
 /// JSON Patch operations as kube sends them.
 fn json_patch(operations: Vec<Value>) -> Result<json_patch::Patch, StoreError> {
     serde_json::from_value(Value::Array(operations))
@@ -132,34 +172,11 @@ impl Store for KubeStore {
         patch_finalizers(&self.api(host), host, wanted).await
     }
 
-    /// As client-go's managed-fields upgrade does: the managedFields are replaced
-    /// only if the host's resourceVersion is still the one read.
     async fn take_over_status(
         &self,
         host: &BareMetalHost,
     ) -> Result<Option<BareMetalHost>, StoreError> {
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let managed = host.metadata.managed_fields.as_deref().unwrap_or_default();
-        let Some(wanted) = take_over_updates(managed, FIELD_MANAGER, "status", &now) else {
-            return Ok(None);
-        };
-        let wanted = serde_json::to_value(wanted)
-            .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
-        let patch = vec![
-            json!({"op": "test", "path": "/metadata/resourceVersion", "value": host.metadata.resource_version.as_deref().unwrap_or_default()}),
-            json!({"op": "replace", "path": "/metadata/managedFields", "value": wanted}),
-        ];
-        let newer = self
-            .api::<BareMetalHost>(host)
-            .patch(
-                &host.name_any(),
-                &PatchParams::default(),
-                &Patch::Json::<()>(json_patch(patch)?),
-            )
-            .await
-            .map_err(conflict_or)?;
-        tracing::info!("took over the status fields other field managers wrote with Update");
-        Ok(Some(newer))
+        take_over(&self.api(host), host, "status").await
     }
 
     async fn apply_status(
@@ -217,13 +234,18 @@ impl Store for KubeStore {
             },
         );
         data.metadata.owner_references = Some(vec![owner_reference(host, true)]);
-        self.api::<HardwareData>(host)
-            .patch(
-                &host.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&data),
-            )
-            .await?;
+        // HardwareData upstream's operator wrote (with Update) becomes bmo's, so the
+        // apply removes what a new inspection no longer reports.
+        let api = self.api::<HardwareData>(host);
+        if let Some(existing) = api.get_opt(&host.name_any()).await? {
+            take_over(&api, &existing, "").await?;
+        }
+        api.patch(
+            &host.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&data),
+        )
+        .await?;
         Ok(())
     }
 
