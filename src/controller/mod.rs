@@ -148,6 +148,16 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
         tracing::debug!("paused; leaving the host alone");
         return Ok(Next::OnChange);
     }
+    // Status fields another manager wrote with Update (upstream's operator, before
+    // bmo took over) become bmo's on the first reconcile, so that bmo's status
+    // writes clear what they leave out; the rest of the reconcile uses the host as
+    // it is after that write.
+    let newer = ctx
+        .store
+        .take_over_status(host)
+        .await
+        .map_err(store_err(host))?;
+    let host = newer.as_ref().unwrap_or(host);
     if status_annotations::take_in(host, &ctx.store)
         .await
         .map_err(store_err(host))?

@@ -9,7 +9,7 @@ use kube::ResourceExt;
 
 use super::state_machine::{self, ErrorChange, Requeue, Update};
 use super::store::{HostEvent, Store};
-use super::{Context, Next, ReconcileError, backoff, conditions, host_labels, store_err};
+use super::{Context, Next, ReconcileError, backoff, conditions, host_labels, secrets, store_err};
 use crate::api::host::{INSPECT_ANNOTATION, REBOOT_ANNOTATION_PREFIX};
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, CredentialsStatus, HardwareDetails, OperationalStatus,
@@ -171,6 +171,9 @@ async fn release<P: Provisioner, S: Store>(
     if let Some(event) = host_event(update) {
         ctx.store.publish(host, event).await;
     }
+    secrets::release(host, &ctx.store, &secrets::finalized_secret_names(host))
+        .await
+        .map_err(store_err(host))?;
     ctx.store
         .remove_finalizer(host)
         .await

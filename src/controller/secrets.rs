@@ -4,7 +4,7 @@ use k8s_openapi::api::core::v1::SecretReference;
 use kube::ResourceExt;
 
 use super::state_machine::CredentialsCheck;
-use super::store::{Store, StoreError, secret_is_owned};
+use super::store::{Store, StoreError, secret_is_held, secret_is_owned};
 use crate::api::BareMetalHost;
 use crate::credentials::{Credentials, SecretString};
 
@@ -54,6 +54,11 @@ pub async fn load_credentials<S: Store>(
     };
     if !secret_is_owned(host, &secret) {
         store.own_secret(host, &secret).await?;
+    }
+    if let Some(previous) = previous_credentials_name(host)
+        && previous != bmc.credentials_name
+    {
+        release(host, store, &[previous]).await?;
     }
     let data = secret.data.clone().unwrap_or_default();
     let field = |key: &str| {
@@ -106,4 +111,44 @@ pub async fn read_data<S: Store>(
     Ok(secret
         .and_then(|s| s.data)
         .and_then(|data| keys.iter().find_map(|k| data.get(*k).map(|v| v.0.clone()))))
+}
+
+/// The BMC Secret the host's status says was last tried.
+fn previous_credentials_name(host: &BareMetalHost) -> Option<&str> {
+    host.status
+        .as_ref()?
+        .tried_credentials
+        .as_ref()?
+        .credentials
+        .as_ref()?
+        .name
+        .as_deref()
+}
+
+/// Removes upstream's Secret finalizer from those of the Secrets `names` (in the
+/// host's namespace) that carry it: the host no longer needs them, so deleting them
+/// must not wait for an operator that is gone.
+pub async fn release<S: Store>(
+    host: &BareMetalHost,
+    store: &S,
+    names: &[&str],
+) -> Result<(), StoreError> {
+    let ns = host.namespace().unwrap_or_default();
+    for name in names.iter().filter(|n| !n.is_empty()) {
+        if let Some(secret) = store.secret(&ns, name).await?
+            && secret_is_held(&secret)
+        {
+            store.release_secret(&secret).await?;
+            tracing::info!(secret = %name, "removed upstream's Secret finalizer");
+        }
+    }
+    Ok(())
+}
+
+/// Every Secret the host names that upstream's operator put its finalizer on: the
+/// BMC credentials and the preprovisioning network data.
+pub fn finalized_secret_names(host: &BareMetalHost) -> Vec<&str> {
+    let bmc = host.spec.bmc.as_ref().map(|b| b.credentials_name.as_str());
+    let network = host.spec.preprovisioning_network_data_name.as_deref();
+    bmc.into_iter().chain(network).collect()
 }

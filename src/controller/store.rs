@@ -6,7 +6,9 @@
 //! a precondition (JSON Patch `test` of the list as read, or of the resourceVersion when
 //! the list is absent), and a lost race comes back as [`StoreError::Conflict`].
 
+pub mod events;
 mod kube_store;
+pub mod managed_fields;
 mod memory;
 
 use std::future::Future;
@@ -18,6 +20,7 @@ use kube::ResourceExt;
 use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails};
 
 pub use kube_store::{FIELD_MANAGER, KubeStore};
+pub use managed_fields::UPSTREAM_FIELD_MANAGER;
 pub use memory::{MemoryStore, RecordedEvent};
 
 /// A Kubernetes call that did not go through.
@@ -51,6 +54,15 @@ pub trait Store: Send + Sync {
         &self,
         host: &BareMetalHost,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Makes bmo the only owner of the status fields that any field manager wrote with
+    /// an Update (upstream's operator saves status that way), if the host is still
+    /// as read; the host as it is afterwards, or `None` when there was nothing to
+    /// take over.
+    fn take_over_status(
+        &self,
+        host: &BareMetalHost,
+    ) -> impl Future<Output = Result<Option<BareMetalHost>, StoreError>> + Send;
 
     /// Writes the whole status (server-side apply on the status subresource).
     fn apply_status(
@@ -94,12 +106,29 @@ pub trait Store: Send + Sync {
         secret: &Secret,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Removes upstream's [`SECRET_FINALIZER`] from `secret`, if its finalizers are
+    /// still as read.
+    fn release_secret(
+        &self,
+        secret: &Secret,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// Publishes an event about the host; a failure is logged, not returned.
     fn publish(&self, host: &BareMetalHost, event: HostEvent) -> impl Future<Output = ()> + Send;
 }
 
 /// Label bmo puts on the BMC Secrets it uses; only labelled Secrets are watched.
 pub const SECRET_LABEL: (&str, &str) = ("environment.metal3.io", "baremetal");
+
+/// The finalizer upstream's operator puts on the Secrets a host uses (its
+/// `metal3.io` host finalizer plus `/secret`). bmo never adds it; it removes it once
+/// the host no longer needs the Secret, as upstream does (see docs/migration.md).
+pub const SECRET_FINALIZER: &str = "baremetalhost.metal3.io/secret";
+
+/// Whether `secret` carries upstream's [`SECRET_FINALIZER`].
+pub fn secret_is_held(secret: &Secret) -> bool {
+    secret.finalizers().iter().any(|f| f == SECRET_FINALIZER)
+}
 
 /// Whether `secret` already carries bmo's label and the host as an owner.
 pub fn secret_is_owned(host: &BareMetalHost, secret: &Secret) -> bool {

@@ -9,7 +9,7 @@ use kube::runtime::Predicate;
 use serde_json::json;
 
 use super::run::host_change_predicate;
-use super::store::MemoryStore;
+use super::store::{MemoryStore, SECRET_FINALIZER};
 use super::*;
 use crate::api::host::FINALIZER;
 use crate::api::{ErrorType, OperationalStatus, ProvisioningState as State};
@@ -243,6 +243,47 @@ async fn deletion_from_every_state_releases_the_host() {
     ctx.store.delete_host(NS, "d");
     drive(&ctx, "d", |h| h.is_none()).await;
     assert!(ctx.provisioner.host("ns~d").is_none());
+}
+
+/// The stored Secret `name`'s finalizers.
+fn secret_finalizers(ctx: &TestContext, name: &str) -> Vec<String> {
+    ctx.store
+        .secret_now(NS, name)
+        .map(|s| s.finalizers().to_vec())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn upstreams_secret_finalizer_goes_when_the_host_no_longer_needs_the_secret() {
+    let ctx = context();
+    for name in ["h-bmc", "h-bmc-new", "h-net"] {
+        let mut secret = bmc_secret(name);
+        secret.metadata.finalizers = Some(vec![SECRET_FINALIZER.into(), "other/keep".into()]);
+        ctx.store.put_secret(secret);
+    }
+    ctx.store.put_host(host(
+        "h",
+        json!({"preprovisioningNetworkDataName": "h-net", "image": null}),
+    ));
+    drive(&ctx, "h", in_state(State::Available)).await;
+    // In use: upstream's finalizer stays, as under upstream.
+    assert!(secret_finalizers(&ctx, "h-bmc").contains(&SECRET_FINALIZER.to_owned()));
+
+    // Another Secret: the one last tried is released.
+    let mut moved = ctx.store.host(NS, "h").expect("host");
+    if let Some(bmc) = moved.spec.bmc.as_mut() {
+        bmc.credentials_name = "h-bmc-new".into();
+    }
+    ctx.store.put_host(moved);
+    step(&ctx, "h").await;
+    assert_eq!(secret_finalizers(&ctx, "h-bmc"), ["other/keep"]);
+    assert!(secret_finalizers(&ctx, "h-bmc-new").contains(&SECRET_FINALIZER.to_owned()));
+
+    // Deleted: the BMC and network data Secrets are released; other finalizers stay.
+    ctx.store.delete_host(NS, "h");
+    drive(&ctx, "h", |h| h.is_none()).await;
+    assert_eq!(secret_finalizers(&ctx, "h-bmc-new"), ["other/keep"]);
+    assert_eq!(secret_finalizers(&ctx, "h-net"), ["other/keep"]);
 }
 
 #[tokio::test]

@@ -402,7 +402,7 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
                     facts,
                     transition(
                         State::Deprovisioning,
-                        "Deprovisioning",
+                        "DeprovisioningStarted",
                         "image or custom deploy removed or changed; deprovisioning".into(),
                     ),
                 );
@@ -583,7 +583,7 @@ fn plan_delete(host: &BareMetalHost, st: &BareMetalHostStatus, state: State) -> 
         }
         State::Provisioning | State::Provisioned => transition(
             State::Deprovisioning,
-            "Deprovisioning",
+            "DeprovisioningStarted",
             "host deleted; deprovisioning first".into(),
         ),
         State::Deprovisioning => {

@@ -1,12 +1,14 @@
 //! [`Store`] on the Kubernetes API.
 
-use k8s_openapi::api::core::v1::{ObjectReference, Secret};
-use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::core::v1::{Event, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use super::{HostEvent, SECRET_LABEL, Store, StoreError, owner_reference};
+use super::events;
+use super::managed_fields::take_over_updates;
+use super::{HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference};
 use crate::api::host::FINALIZER;
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDataSpec, HardwareDetails,
@@ -19,20 +21,14 @@ pub const FIELD_MANAGER: &str = "bmo";
 #[derive(Clone)]
 pub struct KubeStore {
     client: kube::Client,
-    recorder: Recorder,
+    /// The pod's name, for the events' `reportingInstance`.
+    instance: Option<String>,
 }
 
 impl KubeStore {
     /// `instance` names this bmo in the events it publishes (`POD_NAME`).
     pub fn new(client: kube::Client, instance: Option<String>) -> Self {
-        let reporter = Reporter {
-            controller: "metal3-baremetal-controller".into(),
-            instance,
-        };
-        Self {
-            recorder: Recorder::new(client.clone(), reporter),
-            client,
-        }
+        Self { client, instance }
     }
 
     pub fn client(&self) -> &kube::Client {
@@ -86,29 +82,77 @@ fn conflict_or(e: kube::Error) -> StoreError {
     }
 }
 
-async fn patch_finalizers(
-    api: &Api<BareMetalHost>,
-    host: &BareMetalHost,
+/// Sets `object`'s finalizers to `wanted`, if they are still as read.
+async fn patch_finalizers<K>(
+    api: &Api<K>,
+    object: &K,
     wanted: Vec<String>,
-) -> Result<(), StoreError> {
-    let current: Vec<Value> = host.finalizers().iter().map(|f| json!(f)).collect();
+) -> Result<(), StoreError>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let current: Vec<Value> = object.finalizers().iter().map(|f| json!(f)).collect();
     let patch = guarded_list_patch(
         "/metadata/finalizers",
         &current,
-        host.metadata.finalizers.is_none(),
-        host.metadata.resource_version.as_deref(),
+        object.meta().finalizers.is_none(),
+        object.meta().resource_version.as_deref(),
         wanted.into_iter().map(Value::String).collect(),
     );
-    let patch: json_patch::Patch = serde_json::from_value(Value::Array(patch))
-        .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
     api.patch(
-        &host.name_any(),
+        &object.name_any(),
         &PatchParams::default(),
-        &Patch::Json::<()>(patch),
+        &Patch::Json::<()>(json_patch(patch)?),
     )
     .await
     .map_err(conflict_or)?;
     Ok(())
+}
+
+/// Makes bmo the only owner of the fields of `object` (`subresource` of it) that any
+/// field manager wrote with Update, as client-go's managed-fields upgrade does: the
+/// managedFields are replaced only if the resourceVersion is still the one read.
+/// The object as it is afterwards, or `None` when there was nothing to take over.
+async fn take_over<K>(api: &Api<K>, object: &K, subresource: &str) -> Result<Option<K>, StoreError>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let managed = object.meta().managed_fields.as_deref().unwrap_or_default();
+    let Some(wanted) = take_over_updates(managed, FIELD_MANAGER, subresource, &now) else {
+        return Ok(None);
+    };
+    let wanted =
+        serde_json::to_value(wanted).map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
+    let version = object
+        .meta()
+        .resource_version
+        .as_deref()
+        .unwrap_or_default();
+    let patch = vec![
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": version}),
+        json!({"op": "replace", "path": "/metadata/managedFields", "value": wanted}),
+    ];
+    let newer = api
+        .patch(
+            &object.name_any(),
+            &PatchParams::default(),
+            &Patch::Json::<()>(json_patch(patch)?),
+        )
+        .await
+        .map_err(conflict_or)?;
+    tracing::info!(
+        object = %object.name_any(),
+        subresource,
+        "took over the fields other field managers wrote with Update"
+    );
+    Ok(Some(newer))
+}
+
+/// JSON Patch operations as kube sends them.
+fn json_patch(operations: Vec<Value>) -> Result<json_patch::Patch, StoreError> {
+    serde_json::from_value(Value::Array(operations))
+        .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))
 }
 
 impl Store for KubeStore {
@@ -128,23 +172,30 @@ impl Store for KubeStore {
         patch_finalizers(&self.api(host), host, wanted).await
     }
 
+    async fn take_over_status(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<Option<BareMetalHost>, StoreError> {
+        take_over(&self.api(host), host, "status").await
+    }
+
     async fn apply_status(
         &self,
         host: &BareMetalHost,
         status: &BareMetalHostStatus,
     ) -> Result<(), StoreError> {
+        let api = self.api::<BareMetalHost>(host);
         let patch = json!({
             "apiVersion": "metal3.io/v1alpha1",
             "kind": "BareMetalHost",
             "status": status,
         });
-        self.api::<BareMetalHost>(host)
-            .patch_status(
-                &host.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await?;
+        api.patch_status(
+            &host.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
         Ok(())
     }
 
@@ -183,13 +234,18 @@ impl Store for KubeStore {
             },
         );
         data.metadata.owner_references = Some(vec![owner_reference(host, true)]);
-        self.api::<HardwareData>(host)
-            .patch(
-                &host.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&data),
-            )
-            .await?;
+        // HardwareData upstream's operator wrote (with Update) becomes bmo's, so the
+        // apply removes what a new inspection no longer reports.
+        let api = self.api::<HardwareData>(host);
+        if let Some(existing) = api.get_opt(&host.name_any()).await? {
+            take_over(&api, &existing, "").await?;
+        }
+        api.patch(
+            &host.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&data),
+        )
+        .await?;
         Ok(())
     }
 
@@ -245,35 +301,39 @@ impl Store for KubeStore {
                 json!({"op": "test", "path": "/metadata/resourceVersion", "value": secret.metadata.resource_version.as_deref().unwrap_or_default()}),
             );
         }
-        let patch: json_patch::Patch = serde_json::from_value(Value::Array(patch))
-            .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
         let secrets: Api<Secret> =
             Api::namespaced(self.client.clone(), &secret.namespace().unwrap_or_default());
         secrets
             .patch(
                 &secret.name_any(),
                 &PatchParams::default(),
-                &Patch::Json::<()>(patch),
+                &Patch::Json::<()>(json_patch(patch)?),
             )
             .await
             .map_err(conflict_or)?;
         Ok(())
     }
 
+    async fn release_secret(&self, secret: &Secret) -> Result<(), StoreError> {
+        let wanted = secret
+            .finalizers()
+            .iter()
+            .filter(|f| *f != SECRET_FINALIZER)
+            .cloned()
+            .collect();
+        let secrets: Api<Secret> =
+            Api::namespaced(self.client.clone(), &secret.namespace().unwrap_or_default());
+        patch_finalizers(&secrets, secret, wanted).await
+    }
+
     async fn publish(&self, host: &BareMetalHost, event: HostEvent) {
-        let reference: ObjectReference = host.object_ref(&());
-        let event = Event {
-            type_: if event.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            note: Some(event.message.chars().take(1000).collect()),
-            action: event.reason.clone(),
-            reason: event.reason,
-            secondary: host.spec.consumer_ref.clone(),
-        };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let object = events::host_event(host, &event, self.instance.as_deref(), &now);
+        if let Err(e) = self
+            .api::<Event>(host)
+            .create(&PostParams::default(), &object)
+            .await
+        {
             tracing::debug!(error = %e, reason = %event.reason, "could not publish event");
         }
     }

@@ -11,7 +11,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
-use super::{HostEvent, SECRET_LABEL, Store, StoreError, owner_reference};
+use super::{HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference};
 use crate::api::host::FINALIZER;
 use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails};
 
@@ -193,6 +193,14 @@ impl Store for MemoryStore {
         self.write_finalizers(host, wanted)
     }
 
+    /// Memory keeps no managedFields: nothing to take over.
+    async fn take_over_status(
+        &self,
+        _host: &BareMetalHost,
+    ) -> Result<Option<BareMetalHost>, StoreError> {
+        Ok(None)
+    }
+
     async fn apply_status(
         &self,
         host: &BareMetalHost,
@@ -277,6 +285,24 @@ impl Store for MemoryStore {
             .get_or_insert_with(Default::default)
             .insert(SECRET_LABEL.0.into(), SECRET_LABEL.1.into());
         stored.metadata.resource_version = Some(version);
+        Ok(())
+    }
+
+    async fn release_secret(&self, secret: &Secret) -> Result<(), StoreError> {
+        let mut objects = self.lock();
+        let version = objects.bump();
+        let k = key(secret.namespace(), &secret.name_any());
+        let stored = objects.secrets.get_mut(&k).ok_or(StoreError::Conflict)?;
+        if stored.metadata.finalizers != secret.metadata.finalizers {
+            return Err(StoreError::Conflict);
+        }
+        if let Some(finalizers) = stored.metadata.finalizers.as_mut() {
+            finalizers.retain(|f| f != SECRET_FINALIZER);
+        }
+        stored.metadata.resource_version = Some(version);
+        if stored.metadata.deletion_timestamp.is_some() && stored.finalizers().is_empty() {
+            objects.secrets.remove(&k);
+        }
         Ok(())
     }
 

@@ -1,9 +1,8 @@
 //! Inspection: started in `manageable`, read back as hardware details when done.
 
 use super::{IronicProvisioner, last_error};
-use crate::bmc::BmcType;
 use crate::ironic::{PatchOp, ProvisionRequest as Req, ProvisionState, ProvisionTarget};
-use crate::provisioner::types::{Host, InspectStatus, InspectionMode, Outcome};
+use crate::provisioner::types::{Host, InspectStatus, Outcome};
 use crate::provisioner::{ProvisionerResult, hardware};
 
 impl IronicProvisioner {
@@ -14,13 +13,7 @@ impl IronicProvisioner {
     ) -> ProvisionerResult<InspectStatus> {
         let node = self.require_node(host).await?;
         let start = || async {
-            // A fake-hardware node someone switched to agent inspection (to feed it a
-            // real inventory through continue_inspection) keeps that interface.
-            let keep_agent = host.bmc.kind == BmcType::Fake
-                && host.inspection_mode == InspectionMode::Agent
-                && node.inspect_interface.as_deref() == Some("agent");
-            let interface = match Self::inspect_interface(host) {
-                Ok(_) if keep_agent => "agent",
+            let interface = match Self::wanted_inspect_interface(host, &node) {
                 Ok(i) => i,
                 Err(message) => return Ok(Outcome::failed(InspectStatus::InProgress, message)),
             };

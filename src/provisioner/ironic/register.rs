@@ -90,6 +90,9 @@ impl IronicProvisioner {
             Ok(_) => {}
             Err(message) => return Ok(Outcome::failed(registration, message)),
         }
+        if let Some(op) = Self::resting_inspect_interface(host, &node) {
+            ops.push(op);
+        }
         let updated = !ops.is_empty() && !transient;
         let node = if updated {
             match self.patch(host, &node, &ops).await {
@@ -213,6 +216,37 @@ impl IronicProvisioner {
                 })
             }
         }
+    }
+
+    /// The inspect interface `node` should have for `host`: what bmo gives a new node,
+    /// except that a fake-hardware node someone switched to agent inspection (to feed
+    /// it a real inventory through continue_inspection) keeps that interface.
+    pub(super) fn wanted_inspect_interface(
+        host: &Host,
+        node: &Node,
+    ) -> Result<&'static str, String> {
+        let keep_agent = host.bmc.kind == BmcType::Fake
+            && host.inspection_mode == InspectionMode::Agent
+            && node.inspect_interface.as_deref() == Some("agent");
+        match Self::inspect_interface(host) {
+            Ok(_) if keep_agent => Ok("agent"),
+            other => other,
+        }
+    }
+
+    /// A node another operator enrolled (upstream leaves `agent` where bmo says
+    /// `no-inspect`) is brought to bmo's inspect interface, but only while it rests in
+    /// enroll, manageable or available, out of maintenance: never while Ironic works
+    /// on it or it is deployed.
+    fn resting_inspect_interface(host: &Host, node: &Node) -> Option<PatchOp> {
+        let resting = matches!(
+            node.state(),
+            ProvisionState::Enroll | ProvisionState::Manageable | ProvisionState::Available
+        ) && node.target_provision_state.is_none()
+            && !node.maintenance;
+        let wanted = Self::wanted_inspect_interface(host, node).ok()?;
+        (resting && node.inspect_interface.as_deref() != Some(wanted))
+            .then(|| PatchOp::set("/inspect_interface", wanted))
     }
 
     pub(super) fn inspect_interface(host: &Host) -> Result<&'static str, String> {

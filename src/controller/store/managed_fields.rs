@@ -1,0 +1,218 @@
+//! Taking over fields another manager wrote with a plain update, the way client-go's
+//! managed-fields upgrade (`csaupgrade`) does.
+//!
+//! Upstream's operator saves a host's status with an Update, so its field manager
+//! (`baremetal-operator`, the binary's name, which client-go puts in the user agent)
+//! keeps owning every status field it ever set. bmo saves with server-side apply, and
+//! leaving a field out of an apply removes it only when nobody else owns it: a stale
+//! `errorType` written by upstream would stay for good. Moving those Update entries'
+//! fields into bmo's Apply entry makes bmo their sole owner, so the next apply that
+//! leaves a field out clears it.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
+use serde_json::{Map, Value};
+
+/// Upstream baremetal-operator's field manager: it sets none, so the API server takes
+/// the first part of client-go's user agent, the binary's name (`/baremetal-operator`
+/// in upstream's image, built by its Dockerfile as `baremetal-operator`).
+pub const UPSTREAM_FIELD_MANAGER: &str = "baremetal-operator";
+
+/// `managed` with every `Update` entry of `subresource` folded into `manager`'s `Apply` entry for that subresource (made when
+/// missing, stamped `now`); `None` when there is no such entry, so nothing to write.
+pub fn take_over_updates(
+    managed: &[ManagedFieldsEntry],
+    manager: &str,
+    subresource: &str,
+    now: &Time,
+) -> Option<Vec<ManagedFieldsEntry>> {
+    // Any manager's Update, bmo's own included: an Update never gives a field up.
+    let update_entry = |e: &ManagedFieldsEntry| {
+        e.operation.as_deref() == Some("Update") && of_subresource(e, subresource)
+    };
+    let ours = |e: &ManagedFieldsEntry| {
+        e.operation.as_deref() == Some("Apply")
+            && of_subresource(e, subresource)
+            && e.manager.as_deref() == Some(manager)
+    };
+    let taken: Vec<&ManagedFieldsEntry> = managed.iter().filter(|e| update_entry(e)).collect();
+    let first = taken.first()?;
+    let mut fields = managed
+        .iter()
+        .find(|e| ours(e))
+        .and_then(|e| e.fields_v1.as_ref())
+        .map(|f| f.0.clone())
+        .unwrap_or_else(|| Value::Object(Map::new()));
+    for entry in &taken {
+        if let Some(other) = &entry.fields_v1 {
+            union(&mut fields, &other.0);
+        }
+    }
+    let api_version = managed
+        .iter()
+        .find(|e| ours(e))
+        .and_then(|e| e.api_version.clone())
+        .or_else(|| first.api_version.clone());
+    let applied = ManagedFieldsEntry {
+        api_version,
+        fields_type: Some("FieldsV1".into()),
+        fields_v1: Some(FieldsV1(fields)),
+        manager: Some(manager.into()),
+        operation: Some("Apply".into()),
+        subresource: (!subresource.is_empty()).then(|| subresource.into()),
+        time: Some(now.clone()),
+    };
+    let mut result: Vec<ManagedFieldsEntry> = managed
+        .iter()
+        .filter(|e| !update_entry(e) && !ours(e))
+        .cloned()
+        .collect();
+    result.push(applied);
+    Some(result)
+}
+
+fn of_subresource(entry: &ManagedFieldsEntry, subresource: &str) -> bool {
+    entry.subresource.as_deref().unwrap_or_default() == subresource
+}
+
+/// Adds every field of `other` (a FieldsV1 tree: objects whose leaves are `{}`) to
+/// `into`.
+fn union(into: &mut Value, other: &Value) {
+    let (Value::Object(into), Value::Object(other)) = (into, other) else {
+        return;
+    };
+    for (key, value) in other {
+        match into.get_mut(key) {
+            Some(existing) => union(existing, value),
+            None => {
+                into.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn entry(
+        manager: &str,
+        operation: &str,
+        subresource: &str,
+        fields: Value,
+    ) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            api_version: Some("metal3.io/v1alpha1".into()),
+            fields_type: Some("FieldsV1".into()),
+            fields_v1: Some(FieldsV1(fields)),
+            manager: Some(manager.into()),
+            operation: Some(operation.into()),
+            subresource: (!subresource.is_empty()).then(|| subresource.into()),
+            time: None,
+        }
+    }
+
+    fn now() -> Time {
+        Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
+    }
+
+    #[test]
+    fn upstream_status_update_becomes_part_of_bmos_apply_entry() {
+        let managed = vec![
+            // Upstream's finalizer on the main resource: not status, left alone.
+            entry(
+                UPSTREAM_FIELD_MANAGER,
+                "Update",
+                "",
+                json!({"f:metadata": {"f:finalizers": {".": {}, "v:\"baremetalhost.metal3.io\"": {}}}}),
+            ),
+            entry(
+                UPSTREAM_FIELD_MANAGER,
+                "Update",
+                "status",
+                json!({"f:status": {".": {}, "f:errorType": {}, "f:provisioning": {".": {}, "f:image": {"f:url": {}}}}}),
+            ),
+            entry(
+                "bmo",
+                "Apply",
+                "status",
+                json!({"f:status": {"f:provisioning": {"f:state": {}}, "f:errorCount": {}}}),
+            ),
+        ];
+        let taken =
+            take_over_updates(&managed, "bmo", "status", &now()).expect("something to take");
+        assert_eq!(taken.len(), 2, "{taken:?}");
+        assert_eq!(taken[0], managed[0]);
+        let ours = &taken[1];
+        assert_eq!(
+            (
+                ours.manager.as_deref(),
+                ours.operation.as_deref(),
+                ours.subresource.as_deref()
+            ),
+            (Some("bmo"), Some("Apply"), Some("status"))
+        );
+        assert_eq!(ours.time, Some(now()));
+        assert_eq!(
+            ours.fields_v1.as_ref().map(|f| &f.0),
+            Some(&json!({"f:status": {
+                ".": {},
+                "f:errorType": {},
+                "f:errorCount": {},
+                "f:provisioning": {".": {}, "f:state": {}, "f:image": {"f:url": {}}}
+            }}))
+        );
+    }
+
+    #[test]
+    fn an_apply_entry_is_made_when_bmo_never_wrote_the_status() {
+        let managed = vec![
+            entry(
+                "kubectl-edit",
+                "Update",
+                "status",
+                json!({"f:status": {"f:poweredOn": {}}}),
+            ),
+            entry(
+                UPSTREAM_FIELD_MANAGER,
+                "Update",
+                "status",
+                json!({"f:status": {"f:errorMessage": {}}}),
+            ),
+        ];
+        let taken =
+            take_over_updates(&managed, "bmo", "status", &now()).expect("something to take");
+        assert_eq!(taken.len(), 1);
+        assert_eq!(
+            taken[0].fields_v1.as_ref().map(|f| &f.0),
+            Some(&json!({"f:status": {"f:poweredOn": {}, "f:errorMessage": {}}}))
+        );
+        assert_eq!(taken[0].api_version.as_deref(), Some("metal3.io/v1alpha1"));
+    }
+
+    #[test]
+    fn nothing_to_do_without_updates_of_the_subresource() {
+        let managed = vec![
+            entry(
+                "bmo",
+                "Apply",
+                "status",
+                json!({"f:status": {"f:errorCount": {}}}),
+            ),
+            entry(
+                UPSTREAM_FIELD_MANAGER,
+                "Update",
+                "",
+                json!({"f:spec": {"f:online": {}}}),
+            ),
+            entry(
+                "other",
+                "Apply",
+                "status",
+                json!({"f:status": {"f:poweredOn": {}}}),
+            ),
+        ];
+        assert_eq!(take_over_updates(&managed, "bmo", "status", &now()), None);
+        assert_eq!(take_over_updates(&[], "bmo", "status", &now()), None);
+    }
+}
