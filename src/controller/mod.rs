@@ -216,7 +216,9 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
                 let result = act::call_result(&outcome);
                 registration = Extras {
                     provisioning_id: outcome.value.provisioning_id.clone(),
-                    credentials: Some((credentials_version.clone(), result == CallResult::Done)),
+                    // Credentials the provisioner could not send yet stay untried.
+                    credentials: (!outcome.value.credentials_pending)
+                        .then(|| (credentials_version.clone(), result == CallResult::Done)),
                     provisioner_reached: true,
                     ..Default::default()
                 };

@@ -592,3 +592,48 @@ fn a_dhcp_client_wakes_the_hosts_that_boot_from_or_have_its_mac() {
         .collect();
     assert_eq!(woken, ["a", "b"]);
 }
+
+#[tokio::test]
+async fn credentials_changed_while_the_provisioner_is_busy_are_sent_once_it_rests() {
+    let ctx = site("busy", json!({"image": null}));
+    drive(&ctx, "busy", in_state(State::Available)).await;
+    let tried = |ctx: &TestContext| {
+        ctx.store
+            .host(NS, "busy")
+            .and_then(|h| h.status)
+            .and_then(|s| s.tried_credentials)
+            .and_then(|c| c.credentials_version)
+    };
+    let before = tried(&ctx);
+    assert!(before.is_some(), "the first credentials were tried");
+    // The password is fixed while the node is in a transient state (e.g. verifying).
+    ctx.provisioner.set_busy("ns~busy", true);
+    let mut fixed = bmc_secret("busy-bmc");
+    fixed
+        .data
+        .get_or_insert_with(Default::default)
+        .insert("password".into(), ByteString(b"fixed".to_vec()));
+    ctx.store.put_secret(fixed);
+    let updates = |ctx: &TestContext| {
+        ctx.provisioner
+            .host("ns~busy")
+            .map_or(0, |h| h.credential_updates)
+    };
+    let sent_before = updates(&ctx);
+    step(&ctx, "busy").await;
+    step(&ctx, "busy").await;
+    assert_eq!(
+        tried(&ctx),
+        before,
+        "credentials not sent are not recorded as tried"
+    );
+    assert_eq!(updates(&ctx), sent_before);
+    // Once the node rests, the next registration sends them.
+    ctx.provisioner.set_busy("ns~busy", false);
+    step(&ctx, "busy").await;
+    assert_eq!(
+        updates(&ctx),
+        sent_before + 1,
+        "the new credentials were sent"
+    );
+}

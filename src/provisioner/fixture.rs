@@ -54,6 +54,8 @@ pub struct FixtureHost {
     pub last_clean_steps: Vec<String>,
     /// The deploy ramdisk of the last registration (Ironic's `driver_info`).
     pub deploy_ramdisk: DeployRamdisk,
+    /// Registrations that delivered changed credentials.
+    pub credential_updates: u32,
 }
 
 /// In-memory [`Provisioner`].
@@ -61,6 +63,9 @@ pub struct FixtureHost {
 pub struct FixtureProvisioner {
     hosts: Mutex<HashMap<String, FixtureHost>>,
     failures: Mutex<HashMap<(String, FixtureOperation), String>>,
+    /// Records the provisioner is busy with (Ironic's transient states): changed
+    /// credentials wait.
+    busy: Mutex<std::collections::HashSet<String>>,
     /// Calls an operation takes from start to done.
     pub steps: u32,
     /// What inspection reports; by default what an empty inventory gives.
@@ -78,6 +83,7 @@ impl FixtureProvisioner {
         Self {
             hosts: Mutex::default(),
             failures: Mutex::default(),
+            busy: Mutex::default(),
             steps,
             hardware: hardware::from_inventory(&serde_json::Value::Null),
         }
@@ -91,6 +97,17 @@ impl FixtureProvisioner {
 
     pub fn clear_failure(&self, node_name: &str, operation: FixtureOperation) {
         lock(&self.failures).remove(&(node_name.to_owned(), operation));
+    }
+
+    /// Marks `node_name`'s record busy (as Ironic's `verifying`, `cleaning`, …) or
+    /// resting again.
+    pub fn set_busy(&self, node_name: &str, busy: bool) {
+        let mut set = lock(&self.busy);
+        if busy {
+            set.insert(node_name.to_owned());
+        } else {
+            set.remove(node_name);
+        }
     }
 
     /// A snapshot of a host's record.
@@ -184,8 +201,13 @@ impl Provisioner for FixtureProvisioner {
             image_url: None,
             last_clean_steps: Vec::new(),
             deploy_ramdisk: DeployRamdisk::default(),
+            credential_updates: 0,
         });
         record.deploy_ramdisk = host.deploy_ramdisk.clone();
+        let busy = lock(&self.busy).contains(&name);
+        if host.credentials_changed && !busy {
+            record.credential_updates += 1;
+        }
         let registration = Registration {
             provisioning_id: Some(record.id.clone()),
             credentials_valid: record.state != FixtureState::Enrolled,
@@ -195,7 +217,11 @@ impl Provisioner for FixtureProvisioner {
                 PowerState::Off
             },
             deployed: record.state == FixtureState::Active,
+            credentials_pending: host.credentials_changed && busy,
         };
+        if busy {
+            return Ok(Outcome::wait(registration, POLL));
+        }
         if record.state == FixtureState::Enrolled {
             record.state = FixtureState::Manageable;
             return Ok(Outcome::changed(registration, POLL));

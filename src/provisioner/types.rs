@@ -212,6 +212,9 @@ pub struct Registration {
     /// The node already runs its deployment (Ironic `active`, not in maintenance):
     /// a provisioned host needs no adoption.
     pub deployed: bool,
+    /// Changed credentials could not be sent yet (the provisioner is busy with the
+    /// host): they are still untried, and go out at a later registration.
+    pub credentials_pending: bool,
 }
 
 /// Result of `inspect`.

@@ -63,6 +63,9 @@ impl IronicProvisioner {
                 | ProvisionState::Deleting
                 | ProvisionState::Adopting
         );
+        // Ironic takes no new BMC access while it works on the node; a Secret changed
+        // meanwhile is sent once the node rests.
+        registration.credentials_pending = host.credentials_changed && transient;
         if access_changed && !transient {
             if node.driver != driver {
                 ops.push(PatchOp::set("/driver", driver));
