@@ -217,8 +217,11 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
                 registration = Extras {
                     provisioning_id: outcome.value.provisioning_id.clone(),
                     // Credentials the provisioner could not send yet stay untried.
-                    credentials: (!outcome.value.credentials_pending)
-                        .then(|| (credentials_version.clone(), result == CallResult::Done)),
+                    // They are good once the provisioner reached the BMC with them.
+                    credentials: (!outcome.value.credentials_pending).then(|| {
+                        let good = outcome.value.credentials_valid && outcome.error.is_none();
+                        (credentials_version.clone(), good)
+                    }),
                     provisioner_reached: true,
                     ..Default::default()
                 };

@@ -636,4 +636,14 @@ async fn credentials_changed_while_the_provisioner_is_busy_are_sent_once_it_rest
         sent_before + 1,
         "the new credentials were sent"
     );
+    let good = |ctx: &TestContext| {
+        ctx.store
+            .host(NS, "busy")
+            .and_then(|h| h.status)
+            .and_then(|s| s.good_credentials)
+            .and_then(|c| c.credentials_version)
+    };
+    let now = tried(&ctx);
+    assert!(now.is_some() && now != before, "{now:?} recorded as tried");
+    assert_eq!(good(&ctx), now, "and, as the BMC took them, as good");
 }

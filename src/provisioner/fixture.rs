@@ -226,6 +226,11 @@ impl Provisioner for FixtureProvisioner {
             record.state = FixtureState::Manageable;
             return Ok(Outcome::changed(registration, POLL));
         }
+        // New credentials on a registered record are checked against the BMC, as
+        // Ironic's boot-device read does: a change, looked at again shortly.
+        if host.credentials_changed {
+            return Ok(Outcome::changed(registration, POLL));
+        }
         Ok(Outcome::done(registration))
     }
 
