@@ -597,13 +597,18 @@ fn a_dhcp_client_wakes_the_hosts_that_boot_from_or_have_its_mac() {
 async fn credentials_changed_while_the_provisioner_is_busy_are_sent_once_it_rests() {
     let ctx = site("busy", json!({"image": null}));
     drive(&ctx, "busy", in_state(State::Available)).await;
-    let tried = |ctx: &TestContext| {
-        ctx.store
-            .host(NS, "busy")
-            .and_then(|h| h.status)
-            .and_then(|s| s.tried_credentials)
-            .and_then(|c| c.credentials_version)
+    // The Secret versions in status.triedCredentials and status.goodCredentials.
+    let versions = |ctx: &TestContext| {
+        let status = ctx.store.host(NS, "busy").and_then(|h| h.status);
+        let version = |c: Option<&crate::api::CredentialsStatus>| {
+            c.and_then(|c| c.credentials_version.clone())
+        };
+        (
+            version(status.as_ref().and_then(|s| s.tried_credentials.as_ref())),
+            version(status.as_ref().and_then(|s| s.good_credentials.as_ref())),
+        )
     };
+    let tried = |ctx: &TestContext| versions(ctx).0;
     let before = tried(&ctx);
     assert!(before.is_some(), "the first credentials were tried");
     // The password is fixed while the node is in a transient state (e.g. verifying).
@@ -636,14 +641,10 @@ async fn credentials_changed_while_the_provisioner_is_busy_are_sent_once_it_rest
         sent_before + 1,
         "the new credentials were sent"
     );
-    let good = |ctx: &TestContext| {
-        ctx.store
-            .host(NS, "busy")
-            .and_then(|h| h.status)
-            .and_then(|s| s.good_credentials)
-            .and_then(|c| c.credentials_version)
-    };
-    let now = tried(&ctx);
-    assert!(now.is_some() && now != before, "{now:?} recorded as tried");
-    assert_eq!(good(&ctx), now, "and, as the BMC took them, as good");
+    let (tried_now, good_now) = versions(&ctx);
+    assert!(
+        tried_now.is_some() && tried_now != before,
+        "{tried_now:?} recorded as tried"
+    );
+    assert_eq!(good_now, tried_now, "and, as the BMC took them, as good");
 }
