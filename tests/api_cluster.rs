@@ -21,7 +21,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use support::{Stack, eventually, unique_name};
+use support::{Stack, eventually, installed_namespace, unique_name};
 
 const FIELD_MANAGER: &str = "bmo-api-tests";
 /// How long an admission policy may take to be enforced after it is installed.
@@ -29,24 +29,6 @@ const POLICY_SYNC: Duration = Duration::from_secs(30);
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Installs bmo's CRDs and policies (idempotent; tests run in parallel) and creates
-/// a fresh namespace.
-async fn setup(prefix: &str) -> (kube::Client, String) {
-    let client = Stack::get().kube_client().await;
-    bmo::api::install::install(&client, Duration::from_secs(60))
-        .await
-        .expect("install bmo CRDs and admission policies");
-    let namespace = unique_name(prefix);
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let mut ns = Namespace::default();
-    ns.metadata.name = Some(namespace.clone());
-    namespaces
-        .create(&PostParams::default(), &ns)
-        .await
-        .expect("create test namespace");
-    (client, namespace)
 }
 
 /// The YAML documents of a file (or of a markdown code block).
@@ -100,7 +82,7 @@ async fn apply(
 
 #[tokio::test]
 async fn every_example_host_applies_and_reads_back() {
-    let (client, _) = setup("api-valid").await;
+    let (client, _) = installed_namespace("api-valid").await;
     let mut examples: Vec<(String, Vec<Value>)> = Vec::new();
     for file in yaml_files("tests/fixtures/hosts/valid") {
         let text = std::fs::read_to_string(&file).expect("read fixture");
@@ -247,7 +229,7 @@ fn invalid_cases() -> Vec<InvalidCase> {
 
 #[tokio::test]
 async fn every_invalid_host_is_rejected_naming_the_field() {
-    let (client, namespace) = setup("api-invalid").await;
+    let (client, namespace) = installed_namespace("api-invalid").await;
     let cases = invalid_cases();
     assert!(cases.len() >= 25, "only {} invalid fixtures", cases.len());
 
@@ -355,7 +337,7 @@ fn merge(into: &mut Value, from: Value) {
 
 #[tokio::test]
 async fn deleting_a_consumed_host_needs_the_override_annotation() {
-    let (client, namespace) = setup("api-delete").await;
+    let (client, namespace) = installed_namespace("api-delete").await;
     let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &namespace);
     let consumed = host(
         "consumed",
@@ -427,7 +409,7 @@ fn full_host_fixture() -> Value {
 
 #[tokio::test]
 async fn status_written_through_the_subresource_round_trips_field_for_field() {
-    let (client, namespace) = setup("api-status").await;
+    let (client, namespace) = installed_namespace("api-status").await;
     let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &namespace);
     let mut fixture = full_host_fixture();
     // Secret references must point into the host's own namespace.
@@ -485,7 +467,7 @@ async fn status_written_through_the_subresource_round_trips_field_for_field() {
 
 #[tokio::test]
 async fn allowed_transitions_are_not_refused() {
-    let (client, namespace) = setup("api-transitions").await;
+    let (client, namespace) = installed_namespace("api-transitions").await;
     let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &namespace);
     let set_state = |state: ProvisioningState| {
         let status = BareMetalHostStatus {
@@ -556,7 +538,7 @@ async fn allowed_transitions_are_not_refused() {
 
 #[tokio::test]
 async fn a_host_without_spec_is_accepted_updated_and_deleted() {
-    let (client, namespace) = setup("api-no-spec").await;
+    let (client, namespace) = installed_namespace("api-no-spec").await;
     let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &namespace);
     let discovered = json!({
         "apiVersion": "metal3.io/v1alpha1",
@@ -599,7 +581,7 @@ async fn a_host_without_spec_is_accepted_updated_and_deleted() {
 
 #[tokio::test]
 async fn nulls_as_go_clients_write_them_are_accepted() {
-    let (client, namespace) = setup("api-nulls").await;
+    let (client, namespace) = installed_namespace("api-nulls").await;
     let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &namespace);
     let with_nulls = host(
         "go-client",
@@ -666,7 +648,7 @@ fn columns(line: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn kubectl_shows_upstream_columns_under_the_short_names() {
-    let (client, namespace) = setup("api-kubectl").await;
+    let (client, namespace) = installed_namespace("api-kubectl").await;
     let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &namespace);
     let consumed = host(
         "worker-9",

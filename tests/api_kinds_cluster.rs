@@ -19,34 +19,17 @@ use bmo::api::{
     HostFirmwareComponents, HostFirmwareSettings, HostNetworkAttachment, HostUpdatePolicy,
     PreprovisioningImage,
 };
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use support::{Stack, eventually, unique_name};
+use support::{Stack, eventually, installed_namespace};
 
 const FIELD_MANAGER: &str = "bmo-kinds-tests";
 /// How long an admission policy may take to be enforced after it is installed.
 const POLICY_SYNC: Duration = Duration::from_secs(30);
-
-async fn setup(prefix: &str) -> (kube::Client, String) {
-    let client = Stack::get().kube_client().await;
-    bmo::api::install::install(&client, Duration::from_secs(60))
-        .await
-        .expect("install bmo CRDs and admission policies");
-    let namespace = unique_name(prefix);
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let mut ns = Namespace::default();
-    ns.metadata.name = Some(namespace.clone());
-    namespaces
-        .create(&PostParams::default(), &ns)
-        .await
-        .expect("create test namespace");
-    (client, namespace)
-}
 
 fn examples() -> Vec<Value> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/upstream-kinds.yaml");
@@ -118,7 +101,7 @@ where
 
 #[tokio::test]
 async fn every_kind_installs_applies_its_example_and_answers_to_its_short_names() {
-    let (client, namespace) = setup("api-kinds").await;
+    let (client, namespace) = installed_namespace("api-kinds").await;
     let examples = examples();
     let kinds: Vec<&str> = examples.iter().filter_map(|d| d["kind"].as_str()).collect();
     let mut all: Vec<&str> = bmo::api::kinds::kinds().iter().map(|k| k.kind).collect();
@@ -198,7 +181,7 @@ fn changed(example: &Value, change: Value) -> Value {
 
 #[tokio::test]
 async fn every_cel_rule_refuses_a_bad_object_naming_the_field() {
-    let (client, namespace) = setup("api-kinds-cel").await;
+    let (client, namespace) = installed_namespace("api-kinds-cel").await;
     let image = example("DataImage");
     let firmware = example("HostFirmwareComponents");
     let events = example("BMCEventSubscription");

@@ -23,7 +23,7 @@ use kube::api::{
 };
 use kube::{Api, ResourceExt};
 use serde_json::{Map, Value, json};
-use support::{BmoProcess, Stack, bmo_run, eventually, new_namespace, unique_mac};
+use support::{BmoProcess, Stack, bmo_run, eventually, installed_namespace, unique_mac};
 
 /// Upstream's field manager: it names none, so the API server takes the first part of
 /// client-go's user agent, the binary's name — `/baremetal-operator` in upstream's
@@ -57,16 +57,11 @@ struct Site {
 
 impl Site {
     async fn new(prefix: &str) -> Site {
-        let stack = Stack::get();
-        let client = stack.kube_client().await;
-        bmo::api::install::install(&client, Duration::from_secs(60))
-            .await
-            .expect("install CRDs");
-        let ns = new_namespace(&client, prefix).await;
+        let (client, ns) = installed_namespace(prefix).await;
         Site {
             ns,
             client,
-            ironic: stack.ironic().await,
+            ironic: Stack::get().ironic().await,
         }
     }
 

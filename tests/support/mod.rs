@@ -367,6 +367,18 @@ pub async fn new_namespace(client: &kube::Client, prefix: &str) -> String {
     name
 }
 
+/// A client of the stack's kube-apiserver with bmo's CRDs and admission policies
+/// installed (idempotent: tests run in parallel), and a new namespace named after
+/// `prefix`.
+pub async fn installed_namespace(prefix: &str) -> (kube::Client, String) {
+    let client = Stack::get().kube_client().await;
+    bmo::api::install::install(&client, Duration::from_secs(60))
+        .await
+        .expect("install bmo CRDs and admission policies");
+    let namespace = new_namespace(&client, prefix).await;
+    (client, namespace)
+}
+
 /// Creates the BMC Secret `name` with `username` and `password` in `ns`.
 pub async fn create_bmc_secret(
     client: &kube::Client,
