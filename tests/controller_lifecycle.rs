@@ -192,7 +192,13 @@ async fn fake_hardware_host_goes_from_registering_to_provisioned_and_back_out() 
         .into_iter()
         .filter_map(|e| e.reason)
         .collect();
-    for reason in ["Registered", "ProvisioningComplete"] {
+    for reason in [
+        "BMCAccessValidated",
+        "Registered",
+        "InspectionStarted",
+        "InspectionComplete",
+        "ProvisioningComplete",
+    ] {
         assert!(
             reasons.contains(reason),
             "no {reason} event among {reasons:?}"

@@ -648,6 +648,25 @@ async fn host_upstream_left_with_a_wrong_password_reaches_available_once_fixed()
         raw["status"]
     );
     assert_only_bmo_owns_the_status(&host);
+    // Upstream announces the credentials the BMC accepted (baremetalhost_controller.go,
+    // actionRegistering): once, for the fixed password.
+    let events: Api<Event> = Api::namespaced(site.client.clone(), &site.ns);
+    let listed = events.list(&ListParams::default()).await.expect("events");
+    let validated: Vec<&Event> = listed
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("BMCAccessValidated"))
+        .collect();
+    assert_eq!(validated.len(), 1, "{validated:?}");
+    assert_eq!(
+        validated[0].message.as_deref(),
+        Some("Verified access to BMC")
+    );
+    assert_eq!(validated[0].type_.as_deref(), Some("Normal"));
+    assert_eq!(
+        validated[0].reporting_component.as_deref(),
+        Some(EVENT_REPORTING_CONTROLLER)
+    );
     drop(bmo);
 }
 

@@ -49,15 +49,20 @@ pub async fn call<P: Provisioner, S: Store>(
                 ctx.add_lease_details(&mut details);
                 extras.hardware = Some(details);
             }
+            let after = outcome.requeue_after.unwrap_or(Duration::from_secs(10));
             let running = matches!(
                 outcome.value,
                 InspectStatus::Started | InspectStatus::InProgress
             );
             if running && outcome.error.is_none() {
                 extras.progress = Some("inspecting hardware".to_owned());
-                CallResult::InProgress {
-                    after: outcome.requeue_after.unwrap_or(Duration::from_secs(10)),
-                    changed: outcome.changed,
+                if matches!(outcome.value, InspectStatus::Started) {
+                    CallResult::Started { after }
+                } else {
+                    CallResult::InProgress {
+                        after,
+                        changed: outcome.changed,
+                    }
                 }
             } else {
                 call_result(&outcome)

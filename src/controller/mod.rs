@@ -348,7 +348,10 @@ async fn call<P: Provisioner, S: Store>(
     let (result, mut extras) = act::call(host, ctx, op, &phost).await?;
     extras.provisioner_reached = true;
     if matches!(op, state_machine::Operation::Inspect { .. })
-        && matches!(result, CallResult::InProgress { .. })
+        && matches!(
+            result,
+            CallResult::InProgress { .. } | CallResult::Started { .. }
+        )
     {
         ctx.slots.claim(&name, state);
     }

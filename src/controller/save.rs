@@ -88,6 +88,15 @@ pub async fn save<P: Provisioner, S: Store>(
         tracing::info!(from = %before.provisioning.state, to = %status.provisioning.state, "state changed");
     }
     record_metrics(host, ctx, &update, &before, &status, &now);
+    // Upstream announces each credentials version the BMC accepted.
+    if status.good_credentials.is_some() && status.good_credentials != before.good_credentials {
+        let event = HostEvent {
+            reason: "BMCAccessValidated".to_owned(),
+            message: "Verified access to BMC".to_owned(),
+            warning: false,
+        };
+        ctx.store.publish(host, event).await;
+    }
     if let Some(event) = host_event(&update) {
         ctx.store.publish(host, event).await;
     }

@@ -105,6 +105,15 @@ impl Operation {
         }
     }
 
+    /// The event announcing that this operation started, where upstream posts one
+    /// (the ends are announced by the transitions that follow them).
+    pub fn start_reason(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Operation::Inspect { .. } => Some(("InspectionStarted", "Hardware inspection started")),
+            _ => None,
+        }
+    }
+
     /// The event reason of a failure of this operation.
     pub fn failure_reason(self, state: State) -> &'static str {
         match self.error_type(state) {
@@ -149,6 +158,9 @@ pub enum CallResult {
     /// Still running; look again after this long. `changed` when the call started
     /// something.
     InProgress { after: Duration, changed: bool },
+    /// The call started the operation itself (not a step on the way to it); look
+    /// again after this long.
+    Started { after: Duration },
     /// Failed, with one human sentence.
     Failed(String),
 }
@@ -622,6 +634,13 @@ pub fn after(host: &BareMetalHost, op: Operation, result: &CallResult) -> Update
     match result {
         CallResult::InProgress { after, .. } => Update {
             requeue: Requeue::After(*after),
+            ..Default::default()
+        },
+        CallResult::Started { after } => Update {
+            requeue: Requeue::After(*after),
+            event: op
+                .start_reason()
+                .map(|(reason, message)| (reason.to_owned(), message.to_owned(), false)),
             ..Default::default()
         },
         CallResult::Failed(message) => {
