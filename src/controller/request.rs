@@ -3,6 +3,8 @@
 //! image, root device hints and RAID go in as the API has them; only what needs
 //! checking or resolving (BMC address, boot MAC, inspection mode) is parsed here, once.
 
+use k8s_openapi::api::core::v1::SecretReference;
+
 use super::secrets::read_data;
 use super::store::{Store, StoreError};
 use crate::api::host::HARDWARE_PROFILES;
@@ -109,18 +111,26 @@ pub async fn provision_request<S: Store>(
 ) -> Result<ProvisionRequest, StoreError> {
     let spec = &host.spec;
     let user_data = read_data(host, store, spec.user_data.as_ref(), &["userData", "value"]).await?;
-    let network_data = read_data(
-        host,
-        store,
-        spec.network_data.as_ref(),
-        &["networkData", "value"],
-    )
-    .await?;
+    // Without networkData, the preprovisioning network data serves the OS too, as
+    // upstream does.
+    let preprovisioning_network_data = spec
+        .preprovisioning_network_data_name
+        .as_ref()
+        .filter(|n| !n.is_empty())
+        .map(|name| SecretReference {
+            name: Some(name.clone()),
+            namespace: None,
+        });
+    let network_reference = spec
+        .network_data
+        .as_ref()
+        .or(preprovisioning_network_data.as_ref());
+    let network_data = read_data(host, store, network_reference, &["networkData", "value"]).await?;
     let meta_data = read_data(host, store, spec.meta_data.as_ref(), &["metaData", "value"]).await?;
     // A Secret that is named but missing (or lacks the key) is counted, as upstream does.
     for (reference, found, data_type) in [
         (spec.user_data.as_ref(), &user_data, "userData"),
-        (spec.network_data.as_ref(), &network_data, "networkData"),
+        (network_reference, &network_data, "networkData"),
         (spec.meta_data.as_ref(), &meta_data, "metaData"),
     ] {
         if reference.and_then(|r| r.name.as_ref()).is_some() && found.is_none() {
@@ -140,7 +150,8 @@ pub async fn provision_request<S: Store>(
         user_data,
         network_data,
         meta_data,
-        hardware: None,
+        // Without networkData, the config drive brings every inspected NIC up by DHCP.
+        hardware: host.status.as_ref().and_then(|s| s.hardware.clone()),
     })
 }
 
