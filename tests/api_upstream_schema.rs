@@ -35,6 +35,9 @@ const BMO_ADDED_FIELDS: &[&str] = &[
     "baremetalhosts spec.inlineUserData",
     "baremetalhosts spec.networkInterfaces[].switchPort.switchSystemName",
     "baremetalhosts status.hardware.nics[].dhcpHostname",
+    "baremetalhosts status.provisioning.currentStep",
+    "baremetalhosts status.provisioning.currentStep.name",
+    "baremetalhosts status.provisioning.currentStep.type",
     "hardwaredata spec.hardware.nics[].dhcpHostname",
 ];
 

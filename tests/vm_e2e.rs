@@ -93,6 +93,10 @@ impl Watch<'_> {
             if let Some(state) = status["provisioning"]["state"].as_str() {
                 self.mark(&format!("host: {state}"));
             }
+            let step = &status["provisioning"]["currentStep"];
+            if let (Some(kind), Some(name)) = (step["type"].as_str(), step["name"].as_str()) {
+                self.mark(&format!("step: {kind} {name}"));
+            }
             if done(&status) {
                 return status;
             }
@@ -394,6 +398,12 @@ async fn vm_is_inspected_cleaned_deployed_and_deprovisioned_by_the_real_agent() 
     assert!(
         watch.at("ironic: clean wait", None).is_some(),
         "Ironic cleaned the node before deploying: {:?}",
+        watch.marks
+    );
+    // The status named the deploy steps as the agent ran them.
+    assert!(
+        watch.marks.iter().any(|(m, _)| m.starts_with("step: deploy deploy.")),
+        "status.provisioning.currentStep showed a deploy step: {:?}",
         watch.marks
     );
     wait_disk(

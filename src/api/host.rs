@@ -816,6 +816,39 @@ pub struct ProvisionStatus {
     /// The custom deploy step applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_deploy: Option<CustomDeploy>,
+
+    /// The clean, deploy or service step Ironic is running now (bmo's addition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_step: Option<CurrentStep>,
+}
+
+/// A step Ironic is running for the host.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct CurrentStep {
+    /// What the step belongs to.
+    #[serde(rename = "type")]
+    pub kind: StepKind,
+    /// The step as Ironic names it, `interface.step` (e.g. `deploy.erase_devices_metadata`).
+    pub name: String,
+}
+
+/// What a running step belongs to.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StepKind {
+    Clean,
+    Deploy,
+    Service,
+}
+
+impl std::fmt::Display for StepKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StepKind::Clean => "clean",
+            StepKind::Deploy => "deploy",
+            StepKind::Service => "service",
+        })
+    }
 }
 
 /// A BMC credentials Secret at a given resourceVersion.

@@ -74,11 +74,11 @@ pub use hardware::{
 };
 pub use host::{
     AutomatedCleaningMode, BareMetalHost, BareMetalHostSpec, BareMetalHostStatus, BmcDetails,
-    BootMode, ChecksumType, CredentialsStatus, CustomDeploy, ErrorType, FirmwareConfig,
-    HardwareRaidLevel, HardwareRaidVolume, HostNetworkAttachmentRef, Image, ImageFormat,
-    InlineUserData, InspectionMode, NetworkInterface, OperationHistory, OperationMetric,
-    OperationalStatus, ProvisionStatus, ProvisioningState, RaidConfig, RootDeviceHints,
-    SoftwareRaidLevel, SoftwareRaidVolume, SwitchPortIdentifier,
+    BootMode, ChecksumType, CredentialsStatus, CurrentStep, CustomDeploy, ErrorType,
+    FirmwareConfig, HardwareRaidLevel, HardwareRaidVolume, HostNetworkAttachmentRef, Image,
+    ImageFormat, InlineUserData, InspectionMode, NetworkInterface, OperationHistory,
+    OperationMetric, OperationalStatus, ProvisionStatus, ProvisioningState, RaidConfig,
+    RootDeviceHints, SoftwareRaidLevel, SoftwareRaidVolume, StepKind, SwitchPortIdentifier,
 };
 pub use images::{
     DataImage, DataImageSpec, DataImageStatus, PreprovisioningImage, PreprovisioningImageSpec,

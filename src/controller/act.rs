@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::api::BareMetalHost;
+use crate::api::{BareMetalHost, CurrentStep};
 use crate::metrics::Metrics;
 use crate::provisioner::{self, InspectStatus, Outcome, PowerMode, Provisioner};
 
@@ -26,9 +26,11 @@ pub fn call_result<T>(outcome: &Outcome<T>) -> CallResult {
     }
 }
 
-/// Progress text from the step the provisioner reports.
-fn running(kind: &str, step: Option<&String>) -> Option<String> {
-    step.map(|s| format!("running {kind} step {s}"))
+/// Records the step the provisioner reports as running, for the status and the
+/// conditions.
+fn running(extras: &mut Extras, step: Option<&CurrentStep>) {
+    extras.progress = step.map(|s| format!("running {} step {}", s.kind, s.name));
+    extras.step = step.cloned();
 }
 
 /// Makes the call `op` for `host`; the result, and what the save records besides.
@@ -70,7 +72,7 @@ pub async fn call<P: Provisioner, S: Store>(
         }
         Operation::Prepare => {
             let outcome = p.prepare(phost, &prepare_request(host)).await?;
-            extras.progress = running("clean", outcome.value.current_step.as_ref());
+            running(&mut extras, outcome.value.current_step.as_ref());
             call_result(&outcome)
         }
         Operation::Provision => {
@@ -78,12 +80,12 @@ pub async fn call<P: Provisioner, S: Store>(
                 .await
                 .map_err(store_err(host))?;
             let outcome = p.provision(phost, &request).await?;
-            extras.progress = running("deploy", outcome.value.current_step.as_ref());
+            running(&mut extras, outcome.value.current_step.as_ref());
             call_result(&outcome)
         }
         Operation::Deprovision => {
             let outcome = p.deprovision(phost).await?;
-            extras.progress = running("clean", outcome.value.current_step.as_ref());
+            running(&mut extras, outcome.value.current_step.as_ref());
             call_result(&outcome)
         }
         Operation::Adopt => adopt(host, ctx, phost).await?,

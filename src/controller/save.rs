@@ -12,8 +12,8 @@ use super::store::{HostEvent, Store};
 use super::{Context, Next, ReconcileError, backoff, conditions, host_labels, secrets, store_err};
 use crate::api::host::{INSPECT_ANNOTATION, REBOOT_ANNOTATION_PREFIX};
 use crate::api::{
-    BareMetalHost, BareMetalHostStatus, CredentialsStatus, HardwareDetails, OperationalStatus,
-    ProvisioningState as State,
+    BareMetalHost, BareMetalHostStatus, CredentialsStatus, CurrentStep, HardwareDetails,
+    OperationalStatus, ProvisioningState as State,
 };
 use crate::ironic::IronicError;
 use crate::metrics::{self, TimedOperation};
@@ -29,6 +29,8 @@ pub struct Extras {
     pub hardware: Option<HardwareDetails>,
     /// What the provisioner is doing now, for the conditions.
     pub progress: Option<String>,
+    /// The Ironic step running now; the status shows it until a save without one.
+    pub step: Option<CurrentStep>,
     /// The provisioner answered during this reconcile: a condition saying it cannot
     /// be reached is dropped.
     pub provisioner_reached: bool,
@@ -68,6 +70,7 @@ pub async fn save<P: Provisioner, S: Store>(
     if let Some(details) = extras.hardware {
         status.hardware = Some(details);
     }
+    status.provisioning.current_step = extras.step;
     status.conditions = conditions::compute(
         &status,
         host.metadata.generation,

@@ -20,6 +20,11 @@ const NS: &str = "ns";
 type TestContext = Context<FixtureProvisioner, MemoryStore>;
 
 fn context() -> TestContext {
+    context_with_steps(1)
+}
+
+/// A context whose provisioner takes `steps` calls to finish each operation.
+fn context_with_steps(steps: u32) -> TestContext {
     let settings = ControllerSettings {
         namespace: None,
         concurrency: 1,
@@ -27,7 +32,11 @@ fn context() -> TestContext {
         max_backoff: Duration::from_secs(3600),
         deploy_ramdisk: DeployRamdisk::default(),
     };
-    Context::with_store(MemoryStore::default(), FixtureProvisioner::new(1), settings)
+    Context::with_store(
+        MemoryStore::default(),
+        FixtureProvisioner::new(steps),
+        settings,
+    )
 }
 
 fn host(name: &str, spec: serde_json::Value) -> BareMetalHost {
@@ -658,4 +667,43 @@ async fn credentials_changed_while_the_provisioner_is_busy_are_sent_once_it_rest
         "{tried_now:?} recorded as tried"
     );
     assert_eq!(good_now, tried_now, "and, as the BMC took them, as good");
+}
+
+#[tokio::test]
+async fn the_running_clean_step_is_in_the_status_until_the_host_is_prepared() {
+    let ctx = context_with_steps(3);
+    ctx.store.put_secret(bmc_secret("h-bmc"));
+    ctx.store.put_host(host(
+        "h",
+        json!({"raid": {"hardwareRAIDVolumes": [{"level": "1", "sizeGibibytes": 10}]}}),
+    ));
+    let step_of = |h: &BareMetalHost| {
+        h.status
+            .as_ref()
+            .and_then(|s| s.provisioning.current_step.clone())
+    };
+    drive(&ctx, "h", |h| h.is_some_and(|h| step_of(h).is_some())).await;
+    let host = ctx.store.host(NS, "h").expect("host");
+    assert_eq!(state_of(&host), State::Preparing);
+    assert_eq!(
+        step_of(&host),
+        Some(crate::api::CurrentStep {
+            kind: crate::api::StepKind::Clean,
+            name: "raid.create_configuration".into(),
+        })
+    );
+    let conditions = host.status.expect("status").conditions;
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c.message.contains("raid.create_configuration")),
+        "{conditions:?}"
+    );
+    drive(&ctx, "h", in_state(State::Available)).await;
+    let host = ctx.store.host(NS, "h").expect("host");
+    assert_eq!(
+        step_of(&host),
+        None,
+        "no step runs once the host is prepared"
+    );
 }

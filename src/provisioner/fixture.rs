@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::types::{
     DeployRamdisk, Host, InspectStatus, Outcome, PowerMode, PowerState, PrepareRequest,
-    PrepareStatus, Progress, ProvisionRequest, Registration,
+    PrepareStatus, Progress, ProvisionRequest, Registration, StepKind,
 };
 use super::{Provisioner, ProvisionerError, ProvisionerResult, hardware};
 use crate::api::HardwareDetails;
@@ -272,7 +272,7 @@ impl Provisioner for FixtureProvisioner {
                 || !request.bios_settings.is_empty()
                 || request.full_disk_wipe);
         self.with_host(host, op, PrepareStatus::default(), |h, steps| {
-            let waiting = Progress::running(h.last_clean_steps.first().cloned());
+            let waiting = Progress::running(StepKind::Clean, h.last_clean_steps.first().cloned());
             let finished = h.advance(op, waiting, |h| {
                 h.state = FixtureState::Available;
                 PrepareStatus::default()
@@ -500,7 +500,7 @@ pub(crate) mod tests {
         assert!(first.value.started);
         let during = p.prepare(&h, &prep).await.unwrap();
         assert_eq!(
-            during.value.current_step.as_deref(),
+            during.value.current_step.map(|s| s.name).as_deref(),
             Some("bios.apply_configuration")
         );
         until_done(|| p.prepare(&h, &prep)).await;

@@ -38,7 +38,7 @@ impl fmt::Display for HostId {
 }
 
 /// The API's modes, used as they are.
-pub use crate::api::{AutomatedCleaningMode, BootMode, InspectionMode};
+pub use crate::api::{AutomatedCleaningMode, BootMode, CurrentStep, InspectionMode, StepKind};
 
 /// IPA kernel/ramdisk or ISO URLs for the deploy and inspection ramdisk.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -234,9 +234,9 @@ pub type PrepareStatus = Progress;
 pub struct Progress {
     /// The operation was started by this call.
     pub started: bool,
-    /// The step Ironic is running (clean or deploy step, e.g.
-    /// `raid.create_configuration`), when it says.
-    pub current_step: Option<String>,
+    /// The step Ironic is running (e.g. clean step `raid.create_configuration`),
+    /// when it says.
+    pub current_step: Option<CurrentStep>,
 }
 
 impl Progress {
@@ -248,11 +248,11 @@ impl Progress {
         }
     }
 
-    /// The operation runs, at `current_step` when the provisioner says.
-    pub fn running(current_step: Option<String>) -> Self {
+    /// The operation runs, at step `name` of `kind` when the provisioner says.
+    pub fn running(kind: StepKind, name: Option<String>) -> Self {
         Self {
             started: false,
-            current_step,
+            current_step: name.map(|name| CurrentStep { kind, name }),
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::ironic::{
 };
 use crate::provisioner::ProvisionerResult;
 use crate::provisioner::configdrive;
-use crate::provisioner::types::{Host, Outcome, PrepareRequest, PrepareStatus, Progress};
+use crate::provisioner::types::{Host, Outcome, PrepareRequest, PrepareStatus, Progress, StepKind};
 
 impl IronicProvisioner {
     pub(super) async fn prepare_node(
@@ -83,7 +83,10 @@ impl IronicProvisioner {
                 Progress::default(),
                 format!("{failure}: {}", last_error(node)),
             )),
-            _ => self.wait_long(Progress::running(step_name(&node.clean_step))),
+            _ => self.wait_long(Progress::running(
+                StepKind::Clean,
+                step_name(&node.clean_step),
+            )),
         }
     }
 

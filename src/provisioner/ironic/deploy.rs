@@ -10,7 +10,7 @@ use crate::ironic::{
 };
 use crate::provisioner::ProvisionerResult;
 use crate::provisioner::configdrive::{self, DeploySettings};
-use crate::provisioner::types::{Host, Outcome, Progress, ProvisionRequest};
+use crate::provisioner::types::{Host, Outcome, Progress, ProvisionRequest, StepKind};
 
 impl IronicProvisioner {
     pub(super) async fn provision_node(
@@ -35,9 +35,9 @@ impl IronicProvisioner {
                     .await
             }
             ProvisionState::Available => self.start_deploy(host, &node, request).await,
-            ProvisionState::Deploying | ProvisionState::WaitCallBack => {
-                self.wait_long(Progress::running(step_name(&node.deploy_step)))
-            }
+            ProvisionState::Deploying | ProvisionState::WaitCallBack => self.wait_long(
+                Progress::running(StepKind::Deploy, step_name(&node.deploy_step)),
+            ),
             ProvisionState::DeployFailed => {
                 let same = configdrive::deploy_settings(&host.id, host.boot_mode, request)
                     .map(|s| Self::same_image(&node, &s))
