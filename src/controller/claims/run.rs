@@ -1,0 +1,108 @@
+//! The kube-runtime side of the HostClaim controller: what wakes a claim.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
+use kube::{Api, ResourceExt};
+use tracing::Instrument;
+
+use super::state_machine::HOST_CLAIM_KIND;
+use super::{ClaimContext, ClaimError, ClaimStore, KubeClaimStore, reconcile_claim};
+use crate::api::{BareMetalHost, HostClaim};
+use crate::controller::StoreError;
+use crate::controller::run::WatchBackoff;
+
+/// Pause after a failed reconcile (an API call refused or the API server away).
+const ERROR_RETRY: Duration = Duration::from_secs(5);
+/// Pause after a lost write race (another claim took the host first).
+const CONFLICT_RETRY: Duration = Duration::from_secs(1);
+
+/// Runs the HostClaim controller until `shutdown` resolves.
+///
+/// A claim wakes on its generation (spec, deletion), annotations and finalizers (not
+/// on bmo's status writes), and on every change of the host bound to it (the host's
+/// `spec.consumerRef` names it), so the host's state is mirrored as it moves.
+pub async fn run(
+    store: KubeClaimStore,
+    namespace: Option<String>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = store.client().clone();
+    let (claims, hosts): (Api<HostClaim>, Api<BareMetalHost>) = match &namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client, ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client)),
+    };
+    let (reader, writer) = reflector::store();
+    let changes = watcher(claims, watcher::Config::default())
+        .backoff(WatchBackoff::default())
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(claim_change_predicate(), Default::default());
+    let ctx = Arc::new(ClaimContext { store, namespace });
+    Controller::for_stream(changes, reader)
+        .watches(hosts, watcher::Config::default(), |host| claim_of(&host))
+        .trigger_backoff(WatchBackoff::default())
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "HostClaim reconcile did not finish");
+            }
+        })
+        .await;
+}
+
+async fn reconcile<S: ClaimStore>(
+    claim: Arc<HostClaim>,
+    ctx: Arc<ClaimContext<S>>,
+) -> Result<Action, ClaimError> {
+    let span = tracing::info_span!(
+        "hostclaim",
+        namespace = claim.namespace().unwrap_or_default(),
+        name = claim.name_any()
+    );
+    reconcile_claim(&claim, &ctx).instrument(span).await
+}
+
+fn error_policy<S: ClaimStore>(
+    claim: Arc<HostClaim>,
+    error: &ClaimError,
+    _: Arc<ClaimContext<S>>,
+) -> Action {
+    match error {
+        ClaimError::Store(StoreError::Conflict) => Action::requeue(CONFLICT_RETRY),
+        ClaimError::Store(_) => {
+            tracing::warn!(claim = %claim.name_any(), namespace = claim.namespace().unwrap_or_default(), %error, "HostClaim reconcile failed; retrying");
+            Action::requeue(ERROR_RETRY)
+        }
+    }
+}
+
+/// The claim a host is bound to, from its `spec.consumerRef`.
+pub(super) fn claim_of(host: &BareMetalHost) -> Option<ObjectRef<HostClaim>> {
+    let reference = host.spec.consumer_ref.as_ref()?;
+    let ours = reference.kind.as_deref() == Some(HOST_CLAIM_KIND)
+        && reference
+            .api_version
+            .as_deref()
+            .is_some_and(|v| v.starts_with("metal3.io/"));
+    if !ours {
+        return None;
+    }
+    let name = reference.name.as_deref()?;
+    let namespace = reference.namespace.as_deref()?;
+    Some(ObjectRef::new(name).within(namespace))
+}
+
+fn claim_change_predicate() -> impl Predicate<HostClaim> + Send + Sync + 'static {
+    predicates::generation
+        .combine(predicates::annotations)
+        .combine(predicates::finalizers)
+}
