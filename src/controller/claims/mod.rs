@@ -54,7 +54,8 @@ pub struct ClaimSettings {
 /// What a claim reconcile shares.
 pub struct ClaimContext<S = KubeClaimStore> {
     pub store: S,
-    /// `WATCH_NAMESPACE`: claims, hosts and policies of this namespace only.
+    /// `WATCH_NAMESPACE`: only hosts (and so policies) of this namespace are bound;
+    /// claims bound to a host elsewhere are another bmo's and left alone.
     pub namespace: Option<String>,
 }
 
@@ -74,6 +75,16 @@ pub async fn reconcile_claim<S: ClaimStore>(
     claim: &HostClaim,
     ctx: &ClaimContext<S>,
 ) -> Result<Action, ClaimError> {
+    if let (Some(bound), Some(watched)) = (
+        claim
+            .status
+            .as_ref()
+            .and_then(|s| s.bare_metal_host.as_ref()),
+        &ctx.namespace,
+    ) && &bound.namespace != watched
+    {
+        return Ok(Action::await_change());
+    }
     let has_finalizer = claim.finalizers().iter().any(|f| f == HOST_CLAIM_FINALIZER);
     if claim.metadata.deletion_timestamp.is_some() {
         if !has_finalizer {

@@ -23,6 +23,9 @@ const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 
 /// Runs the HostClaim controller until `shutdown` resolves.
 ///
+/// Claims are watched in every namespace (they live in tenant namespaces); with
+/// `namespace` (WATCH_NAMESPACE) only hosts of that namespace are bound and driven.
+///
 /// A claim wakes on its generation (spec, deletion), annotations and finalizers (not
 /// on bmo's status writes), and on every change of the host bound to it (the host's
 /// `spec.consumerRef` names it), so the host's state is mirrored as it moves.
@@ -32,12 +35,12 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = store.client().clone();
-    let (claims, hosts): (Api<HostClaim>, Api<BareMetalHost>) = match &namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client, ns),
-        ),
-        None => (Api::all(client.clone()), Api::all(client)),
+    // Claims come from tenant namespaces, so they are watched everywhere; the hosts
+    // they bind are those bmo manages (WATCH_NAMESPACE, when set).
+    let claims: Api<HostClaim> = Api::all(client.clone());
+    let hosts: Api<BareMetalHost> = match &namespace {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
     };
     let (reader, writer) = reflector::store();
     let changes = watcher(claims, watcher::Config::default())

@@ -294,3 +294,31 @@ async fn a_lost_race_for_the_host_is_a_conflict() {
         .await;
     assert!(matches!(result, Err(StoreError::Conflict)));
 }
+
+#[tokio::test]
+async fn a_bmo_confined_to_a_namespace_binds_only_hosts_there_and_leaves_other_claims_alone() {
+    let mut elsewhere = ctx(store_with(json!({})));
+    elsewhere.namespace = Some("other-hosts".into());
+    put_claim(&elsewhere.store, spec());
+    step(&elsewhere).await;
+    step(&elsewhere).await;
+    assert_eq!(condition(&elsewhere, "Associated").1, "NoBareMetalHost");
+    assert!(host(&elsewhere).spec.consumer_ref.is_none());
+
+    // Bound by a bmo of the host's namespace: the confined one does not touch it.
+    let mut here = ctx(elsewhere.store);
+    here.namespace = Some("infra".into());
+    step(&here).await;
+    assert_eq!(condition(&here, "Associated").1, "BareMetalHostAssociated");
+    let mut elsewhere = here;
+    elsewhere.namespace = Some("other-hosts".into());
+    let before = elsewhere.store.claim("tenant", "web");
+    let mut deleted = before.clone().expect("claim");
+    deleted.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    elsewhere.store.put_claim(deleted);
+    step(&elsewhere).await;
+    assert!(
+        host(&elsewhere).spec.image.is_some(),
+        "not deprovisioned by the other bmo"
+    );
+}
