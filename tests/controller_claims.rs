@@ -2,7 +2,8 @@
 //! kube-apiserver and Ironic. A claim in a tenant namespace binds a fake-hardware host
 //! of another namespace that a HostDeployPolicy opens to the tenant, the host is
 //! provisioned with the claim's image and user data, its state shows in the claim,
-//! and deleting the claim deprovisions the host and frees it.
+//! and deleting the claim deprovisions the host and frees it. bmo runs as a user with
+//! only the rights deploy/rbac ships.
 
 // Tests may panic on what they set up themselves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use bmo::api::{BareMetalHost, HostClaim, ProvisioningState};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject};
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
@@ -21,8 +23,8 @@ use kube::{Api, ResourceExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use support::{
-    bmo_run, create_bmc_secret, eventually, fake_host, installed_namespace, new_namespace,
-    unique_mac, wait_for_state,
+    Stack, bmo_run, create_bmc_secret, eventually, fake_host, installed_namespace, new_namespace,
+    unique_mac, unique_name, wait_for_state,
 };
 
 const EXAMPLE_HOSTS_NS: &str = "hosts";
@@ -90,6 +92,57 @@ async fn create_free_host(client: &kube::Client, ns: &str, name: &str, labels: V
         .expect("create host");
 }
 
+/// A kubeconfig for a new user (the admin impersonating it) that holds only
+/// deploy/rbac's ClusterRole, bound cluster-wide: claims live in every namespace.
+async fn kubeconfig_with_shipped_rbac(client: &kube::Client) -> std::path::PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac/role.yaml");
+    let text = std::fs::read_to_string(path).expect("read deploy/rbac/role.yaml");
+    let role: ClusterRole = serde_norway::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).expect("role.yaml is YAML"))
+        .find(|doc| doc["kind"] == "ClusterRole")
+        .map(|doc| serde_json::from_value(doc).expect("a ClusterRole"))
+        .expect("role.yaml has the ClusterRole");
+    let role_name = role.metadata.name.clone().expect("named");
+    Api::<ClusterRole>::all(client.clone())
+        .patch(
+            &role_name,
+            &PatchParams::apply("controller-claims-test").force(),
+            &Patch::Apply(&role),
+        )
+        .await
+        .expect("apply the ClusterRole");
+    let user = unique_name("bmo-claims");
+    let mut binding = ClusterRoleBinding {
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: role_name,
+        },
+        subjects: Some(vec![Subject {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "User".into(),
+            name: user.clone(),
+            namespace: None,
+        }]),
+        ..Default::default()
+    };
+    binding.metadata.name = Some(user.clone());
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("bind the ClusterRole");
+    let stack = Stack::get();
+    let admin = std::fs::read_to_string(&stack.kubeconfig).expect("read kubeconfig");
+    let mut config: Value = serde_norway::from_str(&admin).expect("kubeconfig is YAML");
+    for entry in config["users"].as_array_mut().expect("users") {
+        entry["user"]["as"] = json!(user);
+    }
+    let path = stack.dir.join(format!("{user}.kubeconfig"));
+    std::fs::write(&path, serde_norway::to_string(&config).expect("YAML"))
+        .expect("write kubeconfig");
+    path
+}
+
 fn condition(claim: &HostClaim, type_: &str) -> Option<(String, String)> {
     claim
         .status
@@ -127,9 +180,15 @@ async fn a_claim_binds_a_host_of_another_namespace_provisions_it_and_releases_it
         json!({"hardware-class": "small"}),
     )
     .await;
+    // bmo holds only the rights deploy/rbac ships.
+    let kubeconfig = kubeconfig_with_shipped_rbac(&client).await;
     let (bmo, _health) = bmo_run(
         &hosts_ns,
-        &[("BMO_HOSTCLAIMS", "true"), ("RUST_LOG", "info,bmo=debug")],
+        &[
+            ("KUBECONFIG", kubeconfig.to_str().expect("UTF-8 path")),
+            ("BMO_HOSTCLAIMS", "true"),
+            ("RUST_LOG", "info,bmo=debug"),
+        ],
     );
     let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &hosts_ns);
     for name in ["large-0", "small-0"] {
