@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bmo::api::{BareMetalHost, HostClaim, ProvisioningState};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
@@ -23,8 +23,8 @@ use kube::{Api, ResourceExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use support::{
-    Stack, bmo_run, create_bmc_secret, eventually, fake_host, installed_namespace, new_namespace,
-    unique_mac, unique_name, wait_for_state,
+    Stack, apply_shipped_cluster_role, bmo_run, create_bmc_secret, eventually, fake_host,
+    installed_namespace, new_namespace, unique_mac, unique_name, wait_for_state,
 };
 
 const EXAMPLE_HOSTS_NS: &str = "hosts";
@@ -95,22 +95,7 @@ async fn create_free_host(client: &kube::Client, ns: &str, name: &str, labels: V
 /// A kubeconfig for a new user (the admin impersonating it) that holds only
 /// deploy/rbac's ClusterRole, bound cluster-wide: claims live in every namespace.
 async fn kubeconfig_with_shipped_rbac(client: &kube::Client) -> std::path::PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac/role.yaml");
-    let text = std::fs::read_to_string(path).expect("read deploy/rbac/role.yaml");
-    let role: ClusterRole = serde_norway::Deserializer::from_str(&text)
-        .map(|doc| Value::deserialize(doc).expect("role.yaml is YAML"))
-        .find(|doc| doc["kind"] == "ClusterRole")
-        .map(|doc| serde_json::from_value(doc).expect("a ClusterRole"))
-        .expect("role.yaml has the ClusterRole");
-    let role_name = role.metadata.name.clone().expect("named");
-    Api::<ClusterRole>::all(client.clone())
-        .patch(
-            &role_name,
-            &PatchParams::apply("controller-claims-test").force(),
-            &Patch::Apply(&role),
-        )
-        .await
-        .expect("apply the ClusterRole");
+    let role_name = apply_shipped_cluster_role(client).await;
     let user = unique_name("bmo-claims");
     let mut binding = ClusterRoleBinding {
         role_ref: RoleRef {
