@@ -296,6 +296,35 @@ async fn a_claim_binds_a_host_of_another_namespace_provisions_it_and_releases_it
             .is_none()
     );
 
+    // New user data in the tenant's Secret reaches the copy.
+    secrets_of(&tenant_ns)
+        .patch(
+            "web-user-data",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"userData": "#cloud-config\nhostname: web-2\n"}})),
+        )
+        .await
+        .expect("change the user data");
+    eventually(
+        "the copy to follow the Secret",
+        Duration::from_secs(30),
+        || async {
+            let copy = secrets_of(&hosts_ns)
+                .get("large-0-userdata")
+                .await
+                .map_err(|e| e.to_string())?;
+            let value = copy
+                .data
+                .as_ref()
+                .and_then(|d| d.get("userData"))
+                .map(|v| v.0.clone());
+            (value.as_deref() == Some(b"#cloud-config\nhostname: web-2\n".as_slice()))
+                .then_some(())
+                .ok_or_else(|| "copy not updated yet".to_owned())
+        },
+    )
+    .await;
+
     let outsider = Api::<HostClaim>::namespaced(client.clone(), &outsider_ns);
     eventually(
         "the outsider's claim to find no host",

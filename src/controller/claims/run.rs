@@ -4,13 +4,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
 use kube::{Api, ResourceExt};
 use tracing::Instrument;
 
-use super::state_machine::HOST_CLAIM_KIND;
+use super::state_machine::{DataKind, HOST_CLAIM_KIND};
 use super::{ClaimContext, ClaimError, ClaimStore, KubeClaimStore, reconcile_claim};
 use crate::api::{BareMetalHost, HostClaim};
 use crate::controller::StoreError;
@@ -28,7 +30,8 @@ const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 ///
 /// A claim wakes on its generation (spec, deletion), annotations and finalizers (not
 /// on bmo's status writes), and on every change of the host bound to it (the host's
-/// `spec.consumerRef` names it), so the host's state is mirrored as it moves.
+/// `spec.consumerRef` names it), so the host's state is mirrored as it moves, and
+/// on every change of a Secret it names (watched by metadata only).
 pub async fn run(
     store: KubeClaimStore,
     namespace: Option<String>,
@@ -39,9 +42,10 @@ pub async fn run(
     // they bind are those bmo manages (WATCH_NAMESPACE, when set).
     let claims: Api<HostClaim> = Api::all(client.clone());
     let hosts: Api<BareMetalHost> = match &namespace {
-        Some(ns) => Api::namespaced(client, ns),
-        None => Api::all(client),
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
     };
+    let secrets: Api<PartialObjectMeta<Secret>> = Api::all(client.clone());
     let (reader, writer) = reflector::store();
     let changes = watcher(claims, watcher::Config::default())
         .backoff(WatchBackoff::default())
@@ -49,8 +53,20 @@ pub async fn run(
         .applied_objects()
         .predicate_filter(claim_change_predicate(), Default::default());
     let ctx = Arc::new(ClaimContext { store, namespace });
+    let claims_by_secret = reader.clone();
     Controller::for_stream(changes, reader)
         .watches(hosts, watcher::Config::default(), |host| claim_of(&host))
+        // A claim's Secret made or changed: copied again at once.
+        .watches(secrets, watcher::Config::default(), move |secret| {
+            let ns = secret.metadata.namespace.unwrap_or_default();
+            let name = secret.metadata.name.unwrap_or_default();
+            claims_by_secret
+                .state()
+                .iter()
+                .filter(|c| refers_to(c, &ns, &name))
+                .map(|c| ObjectRef::from_obj(c.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .trigger_backoff(WatchBackoff::default())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -102,6 +118,16 @@ pub(super) fn claim_of(host: &BareMetalHost) -> Option<ObjectRef<HostClaim>> {
     let name = reference.name.as_deref()?;
     let namespace = reference.namespace.as_deref()?;
     Some(ObjectRef::new(name).within(namespace))
+}
+
+/// Whether `claim` names the Secret `namespace/name` as its user, network or meta
+/// data (only Secrets of its own namespace are copied).
+pub(super) fn refers_to(claim: &HostClaim, namespace: &str, name: &str) -> bool {
+    claim.namespace().as_deref() == Some(namespace)
+        && DataKind::ALL.iter().any(|kind| {
+            kind.reference(claim)
+                .is_some_and(|r| r.name.as_deref() == Some(name))
+        })
 }
 
 fn claim_change_predicate() -> impl Predicate<HostClaim> + Send + Sync + 'static {

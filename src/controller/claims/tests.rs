@@ -322,3 +322,20 @@ async fn a_bmo_confined_to_a_namespace_binds_only_hosts_there_and_leaves_other_c
         "not deprovisioned by the other bmo"
     );
 }
+
+#[test]
+fn a_claim_is_woken_by_the_secrets_of_its_own_namespace_it_names() {
+    let store = store_with(json!({}));
+    put_claim(
+        &store,
+        json!({"poweredOn": true, "userData": {"name": "ud"}, "metaData": {"name": "md"}}),
+    );
+    let claim = store.claim("tenant", "web").expect("claim");
+    assert!(run::refers_to(&claim, "tenant", "ud"));
+    assert!(run::refers_to(&claim, "tenant", "md"));
+    assert!(!run::refers_to(&claim, "tenant", "other"));
+    assert!(
+        !run::refers_to(&claim, "infra", "ud"),
+        "another namespace's Secret"
+    );
+}
