@@ -52,6 +52,10 @@ pub struct Config {
     #[command(flatten)]
     pub leader: crate::leader::LeaderSettings,
 
+    /// HostClaim controller (src/controller/claims).
+    #[command(flatten)]
+    pub claims: crate::controller::claims::ClaimSettings,
+
     /// Turn DHCP requests from MACs no BareMetalHost has into new BareMetalHosts (no
     /// BMC, operationalStatus `discovered`), once per MAC; needs BMO_DHCP_MODE.
     #[arg(long, env = "BMO_DISCOVERY")]

@@ -186,6 +186,16 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         _ => None,
     };
     let controller_task = tokio::spawn(controller::run(ctx, stopped()));
+    let claims_task = config.claims.enabled.then(|| {
+        tokio::spawn(controller::claims::run(
+            controller::claims::KubeClaimStore::new(kube.clone()),
+            config.watch_namespace.clone().filter(|ns| !ns.is_empty()),
+            stopped(),
+        ))
+    });
+    if claims_task.is_some() {
+        tracing::info!("HostClaim controller started");
+    }
     tracing::info!(
         namespace = config.watch_namespace.as_deref().unwrap_or("(all)"),
         concurrency = config.concurrency,
@@ -213,6 +223,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         None => stopped().await,
     }
     let _ = controller_task.await;
+    if let Some(task) = claims_task {
+        let _ = task.await;
+    }
     if let Some(elector) = &elector
         && outcome.is_ok()
     {

@@ -10,30 +10,20 @@ use std::time::Duration;
 
 use bmo::api::{BareMetalHost, ProvisioningState};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding, RoleRef, Subject};
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
-use support::{BmoProcess, Stack, create_fake_host, eventually, free_port, unique_name};
+use kube::api::PostParams;
+use support::{
+    BmoProcess, Stack, apply_shipped_cluster_role, create_fake_host, eventually, free_port,
+    rbac_documents, unique_name,
+};
 
 /// The user `tests/env/stack` creates without any rights.
 const OPERATOR_USER: &str = "bmo-operator";
 
-/// The documents of deploy/rbac/role.yaml.
-fn role_documents() -> Vec<serde_json::Value> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/rbac/role.yaml");
-    let text = std::fs::read_to_string(path).expect("read deploy/rbac/role.yaml");
-    text.split("\n---\n")
-        .filter(|d| {
-            d.lines()
-                .any(|l| !l.trim().is_empty() && !l.starts_with('#'))
-        })
-        .map(|d| serde_norway::from_str(d).expect("role.yaml document is YAML"))
-        .collect()
-}
-
 #[test]
 fn leader_election_role_covers_leases() {
-    let role: Role = role_documents()
+    let role: Role = rbac_documents()
         .into_iter()
         .find(|d| d["kind"] == "Role")
         .map(|d| serde_json::from_value(d).expect("a Role"))
@@ -54,20 +44,7 @@ async fn deploy_rbac_is_enough_to_provision_a_host() {
         .expect("install CRDs as admin");
 
     // The ClusterRole exactly as shipped, applied by the admin.
-    let cluster_role: ClusterRole = role_documents()
-        .into_iter()
-        .find(|d| d["kind"] == "ClusterRole")
-        .map(|d| serde_json::from_value(d).expect("a ClusterRole"))
-        .expect("role.yaml has the ClusterRole");
-    let role_name = cluster_role.metadata.name.clone().expect("named");
-    Api::<ClusterRole>::all(admin.clone())
-        .patch(
-            &role_name,
-            &PatchParams::apply("bmo-test").force(),
-            &Patch::Apply(&cluster_role),
-        )
-        .await
-        .expect("apply the ClusterRole");
+    let role_name = apply_shipped_cluster_role(&admin).await;
 
     // Bound in one namespace only (with WATCH_NAMESPACE), so that the user keeps no
     // rights anywhere else — other tests rely on that.

@@ -1,6 +1,6 @@
 //! Claim kinds: `HostClaim` (a tenant's request for a BareMetalHost, possibly in
 //! another namespace) and `HostDeployPolicy` (which namespaces may claim the hosts of
-//! the namespace it lives in). bmo serves them; no controller acts on them yet.
+//! the namespace it lives in). `controller::claims` acts on them with `--hostclaims`.
 
 use std::collections::BTreeMap;
 
@@ -107,7 +107,7 @@ pub struct HostClaimStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_updated: Option<Time>,
 
-    /// `Associated` and `Synchronized`.
+    /// `Associated`, `Synchronized`, `Provisioned` and their summary `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 
@@ -146,7 +146,8 @@ pub struct NamespacedName {
 )]
 #[serde(rename_all = "camelCase", remote = "Self")]
 pub struct HostDeployPolicySpec {
-    /// Namespaces whose claims are admitted; a namespace qualifies by any criterion.
+    /// Namespaces whose claims are admitted; a namespace must meet every criterion
+    /// given (absent: nothing is admitted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_claim_namespaces: Option<HostClaimNamespaces>,
 }

@@ -12,13 +12,14 @@
 
 pub mod act;
 pub mod capacity;
+pub mod claims;
 pub mod conditions;
 mod context;
 pub mod discovery;
 pub mod known_hosts;
 pub mod lease_details;
 pub mod request;
-mod run;
+pub(crate) mod run;
 pub mod save;
 pub mod secrets;
 pub mod state_machine;

@@ -36,7 +36,7 @@ const WATCH_RETRY_MAX: Duration = Duration::from_secs(4);
 /// Pauses between attempts to watch again: doubling from [`WATCH_RETRY_MIN`] up to
 /// [`WATCH_RETRY_MAX`], back to the start after a watch event arrives.
 #[derive(Debug, Clone)]
-struct WatchBackoff {
+pub(crate) struct WatchBackoff {
     next: Duration,
 }
 

@@ -554,3 +554,37 @@ pub fn kubeconfig_pointing_at(kubeconfig: &Path, server: &str) -> (PathBuf, Stri
     std::fs::write(&path, moved.join("\n")).expect("write kubeconfig");
     (path, original.expect("a server in the kubeconfig"))
 }
+
+/// The documents of deploy/rbac/role.yaml.
+pub fn rbac_documents() -> Vec<serde_json::Value> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/rbac/role.yaml");
+    let text = std::fs::read_to_string(path).expect("read deploy/rbac/role.yaml");
+    text.split("\n---\n")
+        .filter(|d| {
+            d.lines()
+                .any(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        })
+        .map(|d| serde_norway::from_str(d).expect("role.yaml document is YAML"))
+        .collect()
+}
+
+/// Applies deploy/rbac's ClusterRole exactly as shipped (as `client`, the admin);
+/// returns its name.
+pub async fn apply_shipped_cluster_role(client: &kube::Client) -> String {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let cluster_role: ClusterRole = rbac_documents()
+        .into_iter()
+        .find(|d| d["kind"] == "ClusterRole")
+        .map(|d| serde_json::from_value(d).expect("a ClusterRole"))
+        .expect("role.yaml has the ClusterRole");
+    let role_name = cluster_role.metadata.name.clone().expect("named");
+    kube::Api::<ClusterRole>::all(client.clone())
+        .patch(
+            &role_name,
+            &kube::api::PatchParams::apply("bmo-test").force(),
+            &kube::api::Patch::Apply(&cluster_role),
+        )
+        .await
+        .expect("apply the ClusterRole");
+    role_name
+}

@@ -73,7 +73,7 @@ fn guarded_list_patch(
 }
 
 /// A failed `test` comes back as 422 (Invalid), a stale resourceVersion as 409.
-fn conflict_or(e: kube::Error) -> StoreError {
+pub(crate) fn conflict_or(e: kube::Error) -> StoreError {
     match &e {
         kube::Error::Api(status) if status.code == 409 || status.code == 422 => {
             StoreError::Conflict
@@ -83,7 +83,7 @@ fn conflict_or(e: kube::Error) -> StoreError {
 }
 
 /// Sets `object`'s finalizers to `wanted`, if they are still as read.
-async fn patch_finalizers<K>(
+pub(crate) async fn patch_finalizers<K>(
     api: &Api<K>,
     object: &K,
     wanted: Vec<String>,
@@ -150,7 +150,7 @@ where
 }
 
 /// JSON Patch operations as kube sends them.
-fn json_patch(operations: Vec<Value>) -> Result<json_patch::Patch, StoreError> {
+pub(crate) fn json_patch(operations: Vec<Value>) -> Result<json_patch::Patch, StoreError> {
     serde_json::from_value(Value::Array(operations))
         .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))
 }

@@ -1,0 +1,137 @@
+//! The kube-runtime side of the HostClaim controller: what wakes a claim.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
+use kube::{Api, ResourceExt};
+use tracing::Instrument;
+
+use super::state_machine::{DataKind, HOST_CLAIM_KIND};
+use super::{ClaimContext, ClaimError, ClaimStore, KubeClaimStore, reconcile_claim};
+use crate::api::{BareMetalHost, HostClaim};
+use crate::controller::StoreError;
+use crate::controller::run::WatchBackoff;
+
+/// Pause after a failed reconcile (an API call refused or the API server away).
+const ERROR_RETRY: Duration = Duration::from_secs(5);
+/// Pause after a lost write race (another claim took the host first).
+const CONFLICT_RETRY: Duration = Duration::from_secs(1);
+
+/// Runs the HostClaim controller until `shutdown` resolves.
+///
+/// Claims are watched in every namespace (they live in tenant namespaces); with
+/// `namespace` (WATCH_NAMESPACE) only hosts of that namespace are bound and driven.
+///
+/// A claim wakes on its generation (spec, deletion), annotations and finalizers (not
+/// on bmo's status writes), and on every change of the host bound to it (the host's
+/// `spec.consumerRef` names it), so the host's state is mirrored as it moves, and
+/// on every change of a Secret it names (watched by metadata only).
+pub async fn run(
+    store: KubeClaimStore,
+    namespace: Option<String>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = store.client().clone();
+    // Claims come from tenant namespaces, so they are watched everywhere; the hosts
+    // they bind are those bmo manages (WATCH_NAMESPACE, when set).
+    let claims: Api<HostClaim> = Api::all(client.clone());
+    let hosts: Api<BareMetalHost> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let secrets: Api<PartialObjectMeta<Secret>> = Api::all(client.clone());
+    let (reader, writer) = reflector::store();
+    let changes = watcher(claims, watcher::Config::default())
+        .backoff(WatchBackoff::default())
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(claim_change_predicate(), Default::default());
+    let ctx = Arc::new(ClaimContext { store, namespace });
+    let claims_by_secret = reader.clone();
+    Controller::for_stream(changes, reader)
+        .watches(hosts, watcher::Config::default(), |host| claim_of(&host))
+        // A claim's Secret made or changed: copied again at once.
+        .watches(secrets, watcher::Config::default(), move |secret| {
+            let ns = secret.metadata.namespace.unwrap_or_default();
+            let name = secret.metadata.name.unwrap_or_default();
+            claims_by_secret
+                .state()
+                .iter()
+                .filter(|c| refers_to(c, &ns, &name))
+                .map(|c| ObjectRef::from_obj(c.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .trigger_backoff(WatchBackoff::default())
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "HostClaim reconcile did not finish");
+            }
+        })
+        .await;
+}
+
+async fn reconcile<S: ClaimStore>(
+    claim: Arc<HostClaim>,
+    ctx: Arc<ClaimContext<S>>,
+) -> Result<Action, ClaimError> {
+    let span = tracing::info_span!(
+        "hostclaim",
+        namespace = claim.namespace().unwrap_or_default(),
+        name = claim.name_any()
+    );
+    reconcile_claim(&claim, &ctx).instrument(span).await
+}
+
+fn error_policy<S: ClaimStore>(
+    claim: Arc<HostClaim>,
+    error: &ClaimError,
+    _: Arc<ClaimContext<S>>,
+) -> Action {
+    match error {
+        ClaimError::Store(StoreError::Conflict) => Action::requeue(CONFLICT_RETRY),
+        ClaimError::Store(_) => {
+            tracing::warn!(claim = %claim.name_any(), namespace = claim.namespace().unwrap_or_default(), %error, "HostClaim reconcile failed; retrying");
+            Action::requeue(ERROR_RETRY)
+        }
+    }
+}
+
+/// The claim a host is bound to, from its `spec.consumerRef`.
+pub(super) fn claim_of(host: &BareMetalHost) -> Option<ObjectRef<HostClaim>> {
+    let reference = host.spec.consumer_ref.as_ref()?;
+    let ours = reference.kind.as_deref() == Some(HOST_CLAIM_KIND)
+        && reference
+            .api_version
+            .as_deref()
+            .is_some_and(|v| v.starts_with("metal3.io/"));
+    if !ours {
+        return None;
+    }
+    let name = reference.name.as_deref()?;
+    let namespace = reference.namespace.as_deref()?;
+    Some(ObjectRef::new(name).within(namespace))
+}
+
+/// Whether `claim` names the Secret `namespace/name` as its user, network or meta
+/// data (only Secrets of its own namespace are copied).
+pub(super) fn refers_to(claim: &HostClaim, namespace: &str, name: &str) -> bool {
+    claim.namespace().as_deref() == Some(namespace)
+        && DataKind::ALL.iter().any(|kind| {
+            kind.reference(claim)
+                .is_some_and(|r| r.name.as_deref() == Some(name))
+        })
+}
+
+fn claim_change_predicate() -> impl Predicate<HostClaim> + Send + Sync + 'static {
+    predicates::generation
+        .combine(predicates::annotations)
+        .combine(predicates::finalizers)
+}

@@ -1,0 +1,341 @@
+//! Reconciler tests: the claim controller on the in-memory store.
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::json;
+
+use super::*;
+use crate::api::{HostDeployPolicy, ProvisioningState};
+
+fn store_with(policy_names: serde_json::Value) -> MemoryClaimStore {
+    let store = MemoryClaimStore::default();
+    store.put_namespace("tenant", [("team".to_owned(), "a".to_owned())].into());
+    let policy: HostDeployPolicy = serde_json::from_value(json!({
+        "apiVersion": "metal3.io/v1alpha1", "kind": "HostDeployPolicy",
+        "metadata": {"name": "policy", "namespace": "infra"},
+        "spec": {"hostClaimNamespaces": policy_names},
+    }))
+    .expect("policy");
+    store.put_policy(policy);
+    let mut host: BareMetalHost = serde_json::from_value(json!({
+        "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+        "metadata": {"name": "bm-0", "namespace": "infra", "labels": {"size": "large"}},
+        "spec": {"online": false},
+    }))
+    .expect("host");
+    let mut status = crate::api::BareMetalHostStatus::default();
+    status.provisioning.state = ProvisioningState::Available;
+    host.status = Some(status);
+    store.put_host(host);
+    store.put_secret(user_data("tenant", "ud", "#cloud-config\n"));
+    store
+}
+
+fn user_data(ns: &str, name: &str, value: &str) -> Secret {
+    let mut secret = Secret {
+        data: Some([("userData".to_owned(), ByteString(value.as_bytes().to_vec()))].into()),
+        ..Secret::default()
+    };
+    secret.metadata.name = Some(name.into());
+    secret.metadata.namespace = Some(ns.into());
+    secret
+}
+
+fn put_claim(store: &MemoryClaimStore, spec: serde_json::Value) {
+    store.put_claim(
+        serde_json::from_value(json!({
+            "apiVersion": "metal3.io/v1alpha1", "kind": "HostClaim",
+            "metadata": {"name": "web", "namespace": "tenant", "uid": "u1", "generation": 1},
+            "spec": spec,
+        }))
+        .expect("claim"),
+    );
+}
+
+fn ctx(store: MemoryClaimStore) -> ClaimContext<MemoryClaimStore> {
+    ClaimContext {
+        store,
+        namespace: None,
+    }
+}
+
+/// Reconciles the stored claim once.
+async fn step(ctx: &ClaimContext<MemoryClaimStore>) -> Action {
+    let claim = ctx.store.claim("tenant", "web").expect("claim stored");
+    reconcile_claim(&claim, ctx).await.expect("reconcile")
+}
+
+fn condition(ctx: &ClaimContext<MemoryClaimStore>, type_: &str) -> (String, String) {
+    let claim = ctx.store.claim("tenant", "web").expect("claim");
+    let status = claim.status.unwrap_or_default();
+    let c = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} in {:?}", status.conditions));
+    (c.status.clone(), c.reason.clone())
+}
+
+fn host(ctx: &ClaimContext<MemoryClaimStore>) -> BareMetalHost {
+    ctx.store.stored_host("infra", "bm-0").expect("host")
+}
+
+fn set_host_state(
+    ctx: &ClaimContext<MemoryClaimStore>,
+    state: ProvisioningState,
+    powered_on: bool,
+) {
+    let mut h = host(ctx);
+    if let Some(s) = h.status.as_mut() {
+        s.provisioning.state = state;
+        s.powered_on = powered_on;
+    }
+    ctx.store.put_host(h);
+}
+
+fn spec() -> serde_json::Value {
+    json!({"poweredOn": true, "userData": {"name": "ud"},
+           "hostSelector": {"matchLabels": {"size": "large"}},
+           "image": {"url": "http://images/os.qcow2", "checksum": "abc", "checksumType": "sha256"}})
+}
+
+#[tokio::test]
+async fn a_claim_binds_drives_mirrors_and_on_deletion_deprovisions_and_releases() {
+    let ctx = ctx(store_with(
+        json!({"hasLabels": [{"name": "team", "value": "a"}]}),
+    ));
+    put_claim(&ctx.store, spec());
+    step(&ctx).await;
+    let claim = ctx.store.claim("tenant", "web").expect("claim");
+    assert_eq!(claim.finalizers(), [HOST_CLAIM_FINALIZER]);
+
+    step(&ctx).await;
+    let h = host(&ctx);
+    assert!(
+        state_machine::bound_to(&h, &claim),
+        "consumerRef names the claim"
+    );
+    assert!(h.spec.online);
+    assert_eq!(
+        h.spec.image.as_ref().map(|i| i.url.as_str()),
+        Some("http://images/os.qcow2")
+    );
+    assert_eq!(
+        h.spec.user_data.as_ref().and_then(|r| r.name.as_deref()),
+        Some("bm-0-userdata")
+    );
+    let copy = ctx
+        .store
+        .stored_secret("infra", "bm-0-userdata")
+        .expect("user data copied");
+    assert_eq!(copy.data, user_data("tenant", "ud", "#cloud-config\n").data);
+    assert_eq!(
+        condition(&ctx, "Associated"),
+        ("True".into(), "BareMetalHostAssociated".into())
+    );
+    assert_eq!(
+        condition(&ctx, "Synchronized"),
+        ("True".into(), "ConfigurationSynced".into())
+    );
+    assert_eq!(
+        condition(&ctx, "Provisioned"),
+        ("False".into(), "available".into())
+    );
+    assert_eq!(condition(&ctx, "Ready").0, "False");
+
+    set_host_state(&ctx, ProvisioningState::Provisioned, true);
+    step(&ctx).await;
+    let status = ctx
+        .store
+        .claim("tenant", "web")
+        .and_then(|c| c.status)
+        .expect("status");
+    assert!(status.powered_on);
+    assert_eq!(status.hardware_data.map(|r| r.name), Some("bm-0".into()));
+    assert_eq!(
+        condition(&ctx, "Provisioned"),
+        ("True".into(), "provisioned".into())
+    );
+    assert_eq!(
+        condition(&ctx, "Ready"),
+        ("True".into(), "InfoReported".into())
+    );
+    // Settled: a second pass changes nothing on the host.
+    let version = host(&ctx).metadata.resource_version;
+    step(&ctx).await;
+    assert_eq!(host(&ctx).metadata.resource_version, version);
+
+    let mut deleted = ctx.store.claim("tenant", "web").expect("claim");
+    deleted.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    ctx.store.put_claim(deleted);
+    step(&ctx).await;
+    let h = host(&ctx);
+    assert!(h.spec.image.is_none() && !h.spec.online && h.spec.user_data.is_none());
+    assert!(
+        h.spec.consumer_ref.is_some(),
+        "still bound while it deprovisions"
+    );
+    assert_eq!(
+        condition(&ctx, "Associated"),
+        ("False".into(), "HostClaimDeleting".into())
+    );
+    step(&ctx).await;
+    assert!(
+        ctx.store.claim("tenant", "web").is_some(),
+        "waits for the host"
+    );
+    set_host_state(&ctx, ProvisioningState::Deprovisioning, false);
+    step(&ctx).await;
+    assert!(
+        ctx.store.claim("tenant", "web").is_some(),
+        "waits for the host"
+    );
+    set_host_state(&ctx, ProvisioningState::Available, false);
+    step(&ctx).await;
+    assert!(host(&ctx).spec.consumer_ref.is_none(), "host released");
+    assert!(
+        ctx.store.stored_secret("infra", "bm-0-userdata").is_none(),
+        "copy removed"
+    );
+    assert!(
+        ctx.store.claim("tenant", "web").is_none(),
+        "finalizer removed, claim gone"
+    );
+}
+
+#[tokio::test]
+async fn without_an_admitting_policy_no_host_is_bound() {
+    let ctx = ctx(store_with(json!({"names": ["someone-else"]})));
+    put_claim(&ctx.store, spec());
+    step(&ctx).await;
+    let action = step(&ctx).await;
+    assert_eq!(action, Action::requeue(RETRY_DELAY));
+    assert_eq!(
+        condition(&ctx, "Associated"),
+        ("False".into(), "NoBareMetalHost".into())
+    );
+    assert!(host(&ctx).spec.consumer_ref.is_none());
+}
+
+#[tokio::test]
+async fn a_second_claim_finds_no_free_host() {
+    let ctx = ctx(store_with(json!({})));
+    put_claim(&ctx.store, spec());
+    step(&ctx).await;
+    step(&ctx).await;
+    let mut other = ctx.store.claim("tenant", "web").expect("claim");
+    other.metadata.name = Some("db".into());
+    other.metadata.uid = Some("u2".into());
+    other.status = None;
+    ctx.store.put_claim(other.clone());
+    reconcile_claim(&other, &ctx).await.expect("reconcile");
+    let other = ctx.store.claim("tenant", "db").expect("claim");
+    let associated = other.status.unwrap_or_default().conditions;
+    assert!(
+        associated
+            .iter()
+            .any(|c| c.type_ == "Associated" && c.reason == "NoBareMetalHost")
+    );
+    assert_eq!(
+        host(&ctx).spec.consumer_ref.and_then(|r| r.name),
+        Some("web".into())
+    );
+}
+
+#[tokio::test]
+async fn a_missing_secret_leaves_the_host_alone_and_says_which() {
+    let ctx = ctx(store_with(json!({})));
+    put_claim(
+        &ctx.store,
+        json!({"poweredOn": true, "networkData": {"name": "absent"}}),
+    );
+    step(&ctx).await;
+    let action = step(&ctx).await;
+    assert_eq!(action, Action::requeue(RETRY_DELAY));
+    assert_eq!(
+        condition(&ctx, "Synchronized"),
+        ("False".into(), "NetworkDataSecretSyncFailure".into())
+    );
+    assert!(!host(&ctx).spec.online, "host not driven");
+}
+
+#[tokio::test]
+async fn a_secret_that_is_not_the_claims_copy_is_never_overwritten() {
+    let ctx = ctx(store_with(json!({})));
+    ctx.store
+        .put_secret(user_data("infra", "bm-0-userdata", "admin's"));
+    put_claim(&ctx.store, spec());
+    step(&ctx).await;
+    step(&ctx).await;
+    assert_eq!(
+        condition(&ctx, "Synchronized"),
+        ("False".into(), "UserDataSecretSyncFailure".into())
+    );
+    let kept = ctx
+        .store
+        .stored_secret("infra", "bm-0-userdata")
+        .expect("secret");
+    assert_eq!(kept.data, user_data("infra", "x", "admin's").data);
+}
+
+#[tokio::test]
+async fn a_lost_race_for_the_host_is_a_conflict() {
+    let ctx = ctx(store_with(json!({})));
+    let stale = host(&ctx);
+    ctx.store.put_host(stale.clone());
+    let claim: HostClaim = serde_json::from_value(json!({
+        "apiVersion": "metal3.io/v1alpha1", "kind": "HostClaim",
+        "metadata": {"name": "web", "namespace": "tenant"}, "spec": {"poweredOn": true}}))
+    .expect("claim");
+    let result = ctx
+        .store
+        .set_consumer(&stale, Some(state_machine::consumer_ref(&claim)))
+        .await;
+    assert!(matches!(result, Err(StoreError::Conflict)));
+}
+
+#[tokio::test]
+async fn a_bmo_confined_to_a_namespace_binds_only_hosts_there_and_leaves_other_claims_alone() {
+    let mut elsewhere = ctx(store_with(json!({})));
+    elsewhere.namespace = Some("other-hosts".into());
+    put_claim(&elsewhere.store, spec());
+    step(&elsewhere).await;
+    step(&elsewhere).await;
+    assert_eq!(condition(&elsewhere, "Associated").1, "NoBareMetalHost");
+    assert!(host(&elsewhere).spec.consumer_ref.is_none());
+
+    // Bound by a bmo of the host's namespace: the confined one does not touch it.
+    let mut here = ctx(elsewhere.store);
+    here.namespace = Some("infra".into());
+    step(&here).await;
+    assert_eq!(condition(&here, "Associated").1, "BareMetalHostAssociated");
+    let mut elsewhere = here;
+    elsewhere.namespace = Some("other-hosts".into());
+    let before = elsewhere.store.claim("tenant", "web");
+    let mut deleted = before.clone().expect("claim");
+    deleted.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    elsewhere.store.put_claim(deleted);
+    step(&elsewhere).await;
+    assert!(
+        host(&elsewhere).spec.image.is_some(),
+        "not deprovisioned by the other bmo"
+    );
+}
+
+#[test]
+fn a_claim_is_woken_by_the_secrets_of_its_own_namespace_it_names() {
+    let store = store_with(json!({}));
+    put_claim(
+        &store,
+        json!({"poweredOn": true, "userData": {"name": "ud"}, "metaData": {"name": "md"}}),
+    );
+    let claim = store.claim("tenant", "web").expect("claim");
+    assert!(run::refers_to(&claim, "tenant", "ud"));
+    assert!(run::refers_to(&claim, "tenant", "md"));
+    assert!(!run::refers_to(&claim, "tenant", "other"));
+    assert!(
+        !run::refers_to(&claim, "infra", "ud"),
+        "another namespace's Secret"
+    );
+}
