@@ -83,7 +83,7 @@ impl IronicProvisioner {
                 Progress::default(),
                 format!("{failure}: {}", last_error(node)),
             )),
-            _ => self.wait_long(Progress::running(step_name(&node.clean_step))),
+            _ => self.wait_long(node, Progress::running(step_name(&node.clean_step))),
         }
     }
 
