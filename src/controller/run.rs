@@ -153,8 +153,11 @@ pub async fn run<P: Provisioner + 'static>(
     // the hardware details show it at once rather than at the next steady poll.
     let dhcp_clients = lease_clients(ctx.leases.as_ref())
         .flat_map(move |mac| futures::stream::iter(cluster_hosts.hosts_with(&mac)));
+    // A freed provisioning slot wakes the host next in line for it.
+    let slot_takers = freed_slots(ctx.slots.freed());
     let reconciling = Controller::for_stream(host_changes, reader)
         .reconcile_all_on(address_changes)
+        .reconcile_on(slot_takers)
         .reconcile_on(dhcp_clients)
         .reconcile_on(labelled_secret_changes)
         .watches(
@@ -198,6 +201,27 @@ pub async fn run<P: Provisioner + 'static>(
             tracing::warn!(grace = ?SHUTDOWN_GRACE, "host controller stopped before its reconciles finished");
         }
     }
+}
+
+/// The hosts (`namespace/name`) a provisioning slot was freed for.
+fn freed_slots(
+    freed: broadcast::Receiver<String>,
+) -> impl futures::Stream<Item = ObjectRef<BareMetalHost>> + use<> {
+    futures::stream::unfold(freed, |mut freed| async {
+        loop {
+            match freed.recv().await {
+                Ok(key) => {
+                    let Some((ns, name)) = key.split_once('/') else {
+                        continue;
+                    };
+                    return Some((ObjectRef::new(name).within(ns), freed));
+                }
+                // A missed wake only delays that host to its next look.
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
 }
 
 /// The hosts that own the Secret `secret` or name it as their BMC credentials.
