@@ -402,7 +402,10 @@ async fn vm_is_inspected_cleaned_deployed_and_deprovisioned_by_the_real_agent() 
     );
     // The status named the deploy steps as the agent ran them.
     assert!(
-        watch.marks.iter().any(|(m, _)| m.starts_with("step: deploy deploy.")),
+        watch
+            .marks
+            .iter()
+            .any(|(m, _)| m.starts_with("step: deploy deploy.")),
         "status.provisioning.currentStep showed a deploy step: {:?}",
         watch.marks
     );

@@ -1,14 +1,34 @@
-//! `PROVISIONING_LIMIT`: how many hosts may inspect, provision or deprovision at once.
+//! `PROVISIONING_LIMIT`: how many hosts may inspect, provision or deprovision at once,
+//! and in which order waiting hosts get a slot.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::broadcast;
 
 use crate::api::ProvisioningState as State;
 
-/// The hosts holding a provisioning slot, by `namespace/name`.
-#[derive(Debug, Default)]
+/// A waiting host asks again at least this often (its `Delayed` requeue is 60 s, and
+/// a freed slot wakes it sooner); one that stopped asking (deleted, no longer needs a
+/// slot) leaves the queue after this long.
+const FORGET_WAITING_AFTER: Duration = Duration::from_secs(150);
+
+/// The hosts holding a provisioning slot and those waiting for one, by
+/// `namespace/name`. Slots go to waiting hosts in the order they started waiting.
+#[derive(Debug)]
 pub struct Slots {
-    busy: Mutex<HashSet<String>>,
+    limit: usize,
+    inner: Mutex<Inner>,
+    /// The waiting hosts a freed slot is for: the controller wakes them at once.
+    freed: broadcast::Sender<String>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    busy: HashSet<String>,
+    /// Waiting hosts, first come first; each with when it last asked.
+    waiting: VecDeque<(String, Instant)>,
 }
 
 /// States that hold a slot while the host is in them.
@@ -19,25 +39,79 @@ fn consumes(state: State) -> bool {
     )
 }
 
-impl Slots {
-    /// Whether `host` (in `state`) may start or keep a slot-consuming operation while
-    /// at most `limit` hosts hold one.
-    pub fn has_capacity(&self, host: &str, state: State, limit: usize) -> bool {
-        let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
-        if !consumes(state) {
-            busy.remove(host);
+impl Inner {
+    fn free(&self, limit: usize) -> usize {
+        limit.saturating_sub(self.busy.len())
+    }
+
+    fn release(&mut self, host: &str, limit: usize, freed: &broadcast::Sender<String>) {
+        if self.busy.remove(host) {
+            for (waiting, _) in self.waiting.iter().take(self.free(limit)) {
+                // Nobody listening (tests, shutdown): the host asks again on its own.
+                let _ = freed.send(waiting.clone());
+            }
         }
-        busy.contains(host) || busy.len() < limit
+    }
+}
+
+impl Slots {
+    /// At most `limit` hosts hold a slot at once.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            inner: Mutex::default(),
+            freed: broadcast::channel(1024).0,
+        }
+    }
+
+    /// Whether `host` (in `state`) may start or keep a slot-consuming operation: it
+    /// holds a slot, or a slot is free and no host that waits longer is left
+    /// without one.
+    pub fn has_capacity(&self, host: &str, state: State) -> bool {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        inner
+            .waiting
+            .retain(|(_, asked)| now.duration_since(*asked) < FORGET_WAITING_AFTER);
+        if !consumes(state) {
+            inner.release(host, self.limit, &self.freed);
+        }
+        if inner.busy.contains(host) {
+            return true;
+        }
+        let ahead = inner
+            .waiting
+            .iter()
+            .position(|(h, _)| h == host)
+            .unwrap_or(inner.waiting.len());
+        ahead < inner.free(self.limit)
+    }
+
+    /// Records that `host` was told to wait for a slot: it joins the end of the
+    /// queue, or keeps its place there.
+    pub fn wait(&self, host: &str) {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        match inner.waiting.iter_mut().find(|(h, _)| h == host) {
+            Some((_, asked)) => *asked = now,
+            None => inner.waiting.push_back((host.to_owned(), now)),
+        }
     }
 
     /// Records that `host` is now in `state`: takes or frees its slot.
     pub fn claim(&self, host: &str, state: State) {
-        let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         if consumes(state) {
-            busy.insert(host.to_owned());
+            inner.waiting.retain(|(h, _)| h != host);
+            inner.busy.insert(host.to_owned());
         } else {
-            busy.remove(host);
+            inner.release(host, self.limit, &self.freed);
         }
+    }
+
+    /// The waiting hosts (`namespace/name`) a slot was freed for, as slots free up.
+    pub fn freed(&self) -> broadcast::Receiver<String> {
+        self.freed.subscribe()
     }
 }
 
@@ -47,15 +121,43 @@ mod tests {
 
     #[test]
     fn a_slot_is_kept_by_its_host_and_freed_when_it_moves_on() {
-        let slots = Slots::default();
-        assert!(slots.has_capacity("a", State::Inspecting, 1));
+        let slots = Slots::new(1);
+        assert!(slots.has_capacity("a", State::Inspecting));
         slots.claim("a", State::Inspecting);
-        assert!(!slots.has_capacity("b", State::Available, 1));
+        assert!(!slots.has_capacity("b", State::Available));
         assert!(
-            slots.has_capacity("a", State::Inspecting, 1),
+            slots.has_capacity("a", State::Inspecting),
             "a keeps its slot"
         );
         slots.claim("a", State::Available);
-        assert!(slots.has_capacity("b", State::Available, 1));
+        assert!(slots.has_capacity("b", State::Available));
+    }
+
+    #[test]
+    fn waiting_hosts_get_slots_in_the_order_they_started_waiting() {
+        let slots = Slots::new(2);
+        let mut freed = slots.freed();
+        slots.claim("a", State::Provisioning);
+        slots.claim("b", State::Provisioning);
+        for host in ["c", "d", "e"] {
+            assert!(!slots.has_capacity(host, State::Available));
+            slots.wait(host);
+        }
+        slots.claim("a", State::Provisioned);
+        assert_eq!(freed.try_recv().ok().as_deref(), Some("c"));
+        assert!(
+            !slots.has_capacity("e", State::Available),
+            "e waits behind c"
+        );
+        assert!(
+            !slots.has_capacity("new", State::Available),
+            "a newcomer waits behind the queue"
+        );
+        assert!(slots.has_capacity("c", State::Available));
+        slots.claim("c", State::Provisioning);
+        slots.claim("b", State::Provisioned);
+        assert_eq!(freed.try_recv().ok().as_deref(), Some("d"));
+        assert!(!slots.has_capacity("e", State::Available));
+        assert!(slots.has_capacity("d", State::Available));
     }
 }

@@ -45,12 +45,12 @@ impl<P: Provisioner, S: Store> Context<P, S> {
         Self {
             provisioner,
             store,
+            slots: Slots::new(settings.provisioning_limit),
             settings,
             metrics: Arc::new(Metrics::new()),
             leases: None,
             deploy_images: None,
             known_hosts: None,
-            slots: Slots::default(),
         }
     }
 

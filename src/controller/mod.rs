@@ -36,7 +36,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use tracing::Instrument;
 
-use crate::api::BareMetalHost;
+use crate::api::{BareMetalHost, OperationalStatus};
 use crate::metrics::{self, HostLabels};
 use crate::provisioner::{self, DeployRamdisk, Provisioner, ProvisionerError};
 pub use context::Context;
@@ -239,7 +239,12 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
                 };
                 facts.adoption = Some(act::adopt(host, ctx, phost).await?);
             }
-            Step::Transition(update) => return save(host, ctx, update, reached()).await,
+            Step::Transition(update) => {
+                if update.operational_status == Some(OperationalStatus::Delayed) {
+                    ctx.slots.wait(&host.namespaced_name());
+                }
+                return save(host, ctx, update, reached()).await;
+            }
             Step::Wait(after) => {
                 if host.metadata.deletion_timestamp.is_some()
                     && state_machine::delete_delayed_by_detach(host)
@@ -311,11 +316,9 @@ async fn load<P: Provisioner, S: Store>(
     let facts = Facts {
         credentials: loaded.check,
         power: None,
-        has_capacity: ctx.slots.has_capacity(
-            &host.namespaced_name(),
-            host.provisioning_state(),
-            ctx.settings.provisioning_limit,
-        ),
+        has_capacity: ctx
+            .slots
+            .has_capacity(&host.namespaced_name(), host.provisioning_state()),
         reboot: state_machine::reboot_request(host),
         spec_problem: phost.as_ref().err().cloned(),
         lease_details_changed: lease_details.is_some(),

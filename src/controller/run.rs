@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -15,7 +16,7 @@ use kube::{Api, ResourceExt};
 use tokio::sync::broadcast;
 
 use super::known_hosts::ClusterHosts;
-use super::store::Store;
+use super::store::{SECRET_LABEL, Store};
 use super::{Context, ReconcileError, backoff, reconcile};
 use crate::api::BareMetalHost;
 use crate::metrics;
@@ -77,15 +78,55 @@ pub async fn run<P: Provisioner + 'static>(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.store.client().clone();
-    let (hosts, secrets): (Api<BareMetalHost>, Api<PartialObjectMeta<Secret>>) =
-        match &ctx.settings.namespace {
-            Some(ns) => (
-                Api::namespaced(client.clone(), ns),
-                Api::namespaced(client.clone(), ns),
-            ),
-            None => (Api::all(client.clone()), Api::all(client.clone())),
-        };
+    let (hosts, secrets, labelled_secrets): (
+        Api<BareMetalHost>,
+        Api<PartialObjectMeta<Secret>>,
+        Api<Secret>,
+    ) = match &ctx.settings.namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+        ),
+    };
     let (reader, writer) = reflector::store();
+    // The Secrets bmo labelled are cached whole (the BMC credentials are read at every
+    // reconcile); the others are watched by metadata only, to wake a host whose
+    // Secret appears or changes before bmo labels it. A change is reflected in the
+    // cache before it wakes the hosts.
+    let labelled = format!("{}={}", SECRET_LABEL.0, SECRET_LABEL.1);
+    let unlabelled = format!("{}!={}", SECRET_LABEL.0, SECRET_LABEL.1);
+    let (secret_cache, secret_cache_writer) = reflector::store();
+    ctx.store.cache_labelled_secrets(secret_cache);
+    let hosts_of_labelled = reader.clone();
+    let labelled_secret_changes = watcher(
+        labelled_secrets,
+        watcher::Config::default().labels(&labelled),
+    )
+    .backoff(WatchBackoff::default())
+    .reflect(secret_cache_writer)
+    .touched_objects()
+    .filter_map(|secret| {
+        futures::future::ready(match secret {
+            Ok(secret) => Some(secret),
+            Err(e) => {
+                tracing::warn!(
+                    error = %crate::telemetry::with_causes(&e),
+                    "watch of labelled Secrets failed; trying again in at most {} s",
+                    WATCH_RETRY_MAX.as_secs()
+                );
+                None
+            }
+        })
+    })
+    .flat_map(move |secret| {
+        futures::stream::iter(hosts_using_secret(&hosts_of_labelled, &secret.metadata))
+    });
     // The watched hosts, by MAC: bmo's DHCP server knows them, and a DHCP exchange
     // wakes the hosts with the client's MAC.
     let cluster_hosts = Arc::new(ClusterHosts::new(reader.clone()));
@@ -112,33 +153,18 @@ pub async fn run<P: Provisioner + 'static>(
     // the hardware details show it at once rather than at the next steady poll.
     let dhcp_clients = lease_clients(ctx.leases.as_ref())
         .flat_map(move |mac| futures::stream::iter(cluster_hosts.hosts_with(&mac)));
+    // A freed provisioning slot wakes the host next in line for it.
+    let slot_takers = freed_slots(ctx.slots.freed());
     let reconciling = Controller::for_stream(host_changes, reader)
         .reconcile_all_on(address_changes)
+        .reconcile_on(slot_takers)
         .reconcile_on(dhcp_clients)
-        .watches(secrets, watcher::Config::default(), move |secret| {
-            let ns = secret.metadata.namespace.clone().unwrap_or_default();
-            let name = secret.metadata.name.clone().unwrap_or_default();
-            let owners = secret.metadata.owner_references.unwrap_or_default();
-            let mut wake: Vec<ObjectRef<BareMetalHost>> = owners
-                .into_iter()
-                .filter(|o| o.kind == "BareMetalHost")
-                .map(|o| ObjectRef::new(&o.name).within(&ns))
-                .collect();
-            wake.extend(
-                known_hosts
-                    .state()
-                    .iter()
-                    .filter(|h| h.namespace().as_deref() == Some(ns.as_str()))
-                    .filter(|h| {
-                        h.spec
-                            .bmc
-                            .as_ref()
-                            .is_some_and(|b| b.credentials_name == name)
-                    })
-                    .map(|h| ObjectRef::from_obj(h.as_ref())),
-            );
-            wake
-        })
+        .reconcile_on(labelled_secret_changes)
+        .watches(
+            secrets,
+            watcher::Config::default().labels(&unlabelled),
+            move |secret| hosts_using_secret(&known_hosts, &secret.metadata),
+        )
         .trigger_backoff(WatchBackoff::default())
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown.clone())
@@ -175,6 +201,57 @@ pub async fn run<P: Provisioner + 'static>(
             tracing::warn!(grace = ?SHUTDOWN_GRACE, "host controller stopped before its reconciles finished");
         }
     }
+}
+
+/// The hosts (`namespace/name`) a provisioning slot was freed for.
+fn freed_slots(
+    freed: broadcast::Receiver<String>,
+) -> impl futures::Stream<Item = ObjectRef<BareMetalHost>> + use<> {
+    futures::stream::unfold(freed, |mut freed| async {
+        loop {
+            match freed.recv().await {
+                Ok(key) => {
+                    let Some((ns, name)) = key.split_once('/') else {
+                        continue;
+                    };
+                    return Some((ObjectRef::new(name).within(ns), freed));
+                }
+                // A missed wake only delays that host to its next look.
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+}
+
+/// The hosts that own the Secret `secret` or name it as their BMC credentials.
+fn hosts_using_secret(
+    hosts: &reflector::Store<BareMetalHost>,
+    secret: &ObjectMeta,
+) -> Vec<ObjectRef<BareMetalHost>> {
+    let ns = secret.namespace.clone().unwrap_or_default();
+    let name = secret.name.as_deref().unwrap_or_default();
+    let mut wake: Vec<ObjectRef<BareMetalHost>> = secret
+        .owner_references
+        .iter()
+        .flatten()
+        .filter(|o| o.kind == "BareMetalHost")
+        .map(|o| ObjectRef::new(&o.name).within(&ns))
+        .collect();
+    wake.extend(
+        hosts
+            .state()
+            .iter()
+            .filter(|h| h.namespace().as_deref() == Some(ns.as_str()))
+            .filter(|h| {
+                h.spec
+                    .bmc
+                    .as_ref()
+                    .is_some_and(|b| b.credentials_name == name)
+            })
+            .map(|h| ObjectRef::from_obj(h.as_ref())),
+    );
+    wake
 }
 
 /// The MACs of DHCP clients as bmo's DHCP server sees them; empty without one.

@@ -1,8 +1,9 @@
+use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
 use serde::Serialize;
@@ -102,7 +103,18 @@ pub struct IronicClient {
     retry_base_delay: Duration,
     /// Requests answered "node locked" (409) or 503 and sent again, for tests and metrics.
     busy_retries: Arc<AtomicU64>,
+    /// When each node (by the UUID or name a request used) was last written to
+    /// through this client (or its clones): a list taken before that is out of date
+    /// for the node.
+    node_writes: Arc<Mutex<HashMap<String, Instant>>>,
 }
+
+/// How long a write is remembered for [`IronicClient::written_since`]; lists older
+/// than this are not used.
+const NODE_WRITE_MEMORY: Duration = Duration::from_secs(120);
+
+/// Nodes per page of [`IronicClient::list_node_fields`].
+const NODE_PAGE: usize = 500;
 
 #[derive(serde::Deserialize)]
 struct VersionDoc {
@@ -169,6 +181,7 @@ impl IronicClient {
             max_attempts: config.max_attempts.max(1),
             retry_base_delay: config.retry_base_delay,
             busy_retries: Arc::default(),
+            node_writes: Arc::default(),
         };
         client.microversion = client.negotiate().await?;
         // The version document is public; a small authenticated read proves the
@@ -279,7 +292,81 @@ impl IronicClient {
             .map(drop)
     }
 
+    /// Whether a request through this client wrote to the node `ident` (UUID or
+    /// name, as the request named it) after `since`.
+    pub fn written_since(&self, ident: &str, since: Instant) -> bool {
+        let writes = self
+            .node_writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        writes.get(ident).is_some_and(|at| *at >= since)
+    }
+
+    /// Every node with only `fields`, one page of [`NODE_PAGE`] nodes per request.
+    /// `uuid` is always among the fields (it is the paging marker).
+    pub async fn list_node_fields(&self, fields: &[&str]) -> Result<Vec<Node>, IronicError> {
+        let mut wanted: Vec<&str> = fields.to_vec();
+        // Ironic refuses fields newer than the microversion in use.
+        if self.microversion < Microversion::new(1, 95) {
+            wanted.retain(|f| *f != "disable_power_off");
+        }
+        if !wanted.contains(&"uuid") {
+            wanted.push("uuid");
+        }
+        let fields = wanted.join(",");
+        let limit = NODE_PAGE.to_string();
+        let mut nodes: Vec<Node> = Vec::new();
+        loop {
+            let marker = nodes.last().map(|n| n.uuid.clone());
+            let mut query = vec![("fields", fields.as_str()), ("limit", limit.as_str())];
+            if let Some(marker) = marker.as_deref() {
+                query.push(("marker", marker));
+            }
+            let page: Option<NodeList> = self.get_with_query(&["nodes"], &query).await?;
+            let page = page.map(|l| l.nodes).unwrap_or_default();
+            let last_page = page.len() < NODE_PAGE;
+            nodes.extend(page);
+            if last_page {
+                return Ok(nodes);
+            }
+        }
+    }
+
+    /// Records a write to the node a request to `segments` names, if any.
+    fn record_node_write(&self, method: &Method, segments: &[&str]) {
+        if *method == Method::GET {
+            return;
+        }
+        let [first, ident, ..] = segments else {
+            return;
+        };
+        if *first != "nodes" {
+            return;
+        }
+        let now = Instant::now();
+        let mut writes = self
+            .node_writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        writes.retain(|_, at| now.duration_since(*at) < NODE_WRITE_MEMORY);
+        writes.insert((*ident).to_owned(), now);
+    }
+
     async fn call_with_query<T: DeserializeOwned, B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        segments: &[&str],
+        query: &[(&str, &str)],
+        body: Option<&B>,
+    ) -> Result<Option<T>, IronicError> {
+        let result = self.send(method.clone(), segments, query, body).await;
+        // Recorded once the answer is in, whatever it is: a list taken after this
+        // shows the write's effect.
+        self.record_node_write(&method, segments);
+        result
+    }
+
+    async fn send<T: DeserializeOwned, B: Serialize + ?Sized>(
         &self,
         method: Method,
         segments: &[&str],

@@ -78,6 +78,9 @@ pub struct Node {
     pub automated_clean: Option<bool>,
     #[serde(default)]
     pub fault: Option<String>,
+    /// When the provision state last changed (RFC 3339).
+    #[serde(default)]
+    pub provision_updated_at: Option<String>,
     #[serde(default)]
     pub inspection_started_at: Option<String>,
     #[serde(default)]

@@ -1,8 +1,12 @@
 //! [`Store`] on the Kubernetes API.
 
+use std::sync::{Arc, OnceLock};
+
+use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Event, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::reflector;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
@@ -23,16 +27,38 @@ pub struct KubeStore {
     client: kube::Client,
     /// The pod's name, for the events' `reportingInstance`.
     instance: Option<String>,
+    /// The Secrets bmo labelled, as the controller's watch of them sees them; set
+    /// once that watch runs. A Secret not in it is read from the API server.
+    labelled_secrets: Arc<OnceLock<reflector::Store<Secret>>>,
 }
 
 impl KubeStore {
     /// `instance` names this bmo in the events it publishes (`POD_NAME`).
     pub fn new(client: kube::Client, instance: Option<String>) -> Self {
-        Self { client, instance }
+        Self {
+            client,
+            instance,
+            labelled_secrets: Arc::default(),
+        }
     }
 
     pub fn client(&self) -> &kube::Client {
         &self.client
+    }
+
+    /// Answers [`Store::secret`] from `cache` (a reflector of the Secrets carrying
+    /// [`SECRET_LABEL`]) for the Secrets in it; only the first call counts.
+    pub fn cache_labelled_secrets(&self, cache: reflector::Store<Secret>) {
+        let _ = self.labelled_secrets.set(cache);
+    }
+
+    /// The labelled Secret `namespace/name` as the cache holds it, once the cache
+    /// has listed them all.
+    fn cached_secret(&self, namespace: &str, name: &str) -> Option<Secret> {
+        let cache = self.labelled_secrets.get()?;
+        cache.wait_until_ready().now_or_never()?.ok()?;
+        let key = reflector::ObjectRef::new(name).within(namespace);
+        cache.get(&key).map(|secret| Secret::clone(&secret))
     }
 
     fn api<K>(&self, host: &BareMetalHost) -> Api<K>
@@ -261,6 +287,9 @@ impl Store for KubeStore {
     }
 
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, StoreError> {
+        if let Some(secret) = self.cached_secret(namespace, name) {
+            return Ok(Some(secret));
+        }
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         Ok(secrets.get_opt(name).await?)
     }

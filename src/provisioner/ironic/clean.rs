@@ -83,10 +83,10 @@ impl IronicProvisioner {
                 Progress::default(),
                 format!("{failure}: {}", last_error(node)),
             )),
-            _ => self.wait_long(Progress::running(
-                StepKind::Clean,
-                step_name(&node.clean_step),
-            )),
+            _ => self.wait_long(
+                node,
+                Progress::running(StepKind::Clean, step_name(&node.clean_step)),
+            ),
         }
     }
 

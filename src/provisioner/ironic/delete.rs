@@ -15,7 +15,7 @@ impl IronicProvisioner {
         let state = node.state();
         match state {
             // The conductor is working on these; deletion would be refused.
-            state if state.is_busy() => return self.wait_long(()),
+            state if state.is_busy() => return self.wait_long(&node, ()),
             ProvisionState::InspectWait | ProvisionState::CleanWait => {
                 return self
                     .transition(

@@ -36,6 +36,7 @@ impl IronicProvisioner {
             }
             ProvisionState::Available => self.start_deploy(host, &node, request).await,
             ProvisionState::Deploying | ProvisionState::WaitCallBack => self.wait_long(
+                &node,
                 Progress::running(StepKind::Deploy, step_name(&node.deploy_step)),
             ),
             ProvisionState::DeployFailed => {
@@ -160,9 +161,11 @@ impl IronicProvisioner {
             .await
         };
         match node.state() {
-            ProvisionState::Enroll | ProvisionState::Verifying => self.wait(Progress::default()),
+            ProvisionState::Enroll | ProvisionState::Verifying => {
+                self.wait(&node, Progress::default())
+            }
             ProvisionState::Manageable => start().await,
-            ProvisionState::Adopting => self.wait(Progress::default()),
+            ProvisionState::Adopting => self.wait(&node, Progress::default()),
             ProvisionState::AdoptFailed if host.restart_on_failure => start().await,
             ProvisionState::AdoptFailed => Ok(Outcome::failed(
                 Progress::default(),

@@ -49,7 +49,7 @@ impl IronicProvisioner {
                 .await
             }
             ProvisionState::Inspecting | ProvisionState::InspectWait => {
-                self.wait_long(InspectStatus::InProgress)
+                self.wait_long(&node, InspectStatus::InProgress)
             }
             ProvisionState::InspectFailed => {
                 let aborted = node

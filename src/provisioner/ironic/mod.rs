@@ -10,9 +10,12 @@ mod delete;
 mod deploy;
 mod inspect;
 mod node;
+mod node_list;
 mod power;
 mod register;
 
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -24,6 +27,7 @@ use super::types::{
 };
 use super::{Provisioner, ProvisionerError, ProvisionerResult};
 use crate::ironic::{IronicClient, IronicError, Node};
+use node_list::NodeList;
 
 /// Timing of the Ironic provisioner.
 #[derive(Debug, Clone)]
@@ -48,6 +52,10 @@ impl Default for ProvisionerSettings {
 pub struct IronicProvisioner {
     client: IronicClient,
     settings: ProvisionerSettings,
+    /// The shared list of nodes every look at a node reads first.
+    nodes: Arc<NodeList>,
+    /// Boot ports (node UUID, lower-case MAC) seen or made: not looked up again.
+    boot_ports: Arc<Mutex<HashSet<(String, String)>>>,
 }
 
 const MAINTENANCE_REASON: &str = "forcing deletion in bmo";
@@ -55,6 +63,30 @@ const MAINTENANCE_REASON: &str = "forcing deletion in bmo";
 /// past enrollment (Ironic re-verifies BMC access only in `enroll`), so the reason is
 /// reported on every call until the settings change again.
 const BMC_CHECK_ERROR: &str = "bmo_bmc_check_error";
+
+/// The first look after bmo asked Ironic for a change, and the shortest interval
+/// between looks at a node in a transient state: about the time Ironic takes for a
+/// quick step.
+const FIRST_LOOK: Duration = Duration::from_secs(1);
+
+/// When to look again at `node`, which is in a transient state: half the time it has
+/// been in that state (from Ironic's `provision_updated_at`), at least [`FIRST_LOOK`]
+/// and at most `cap`. A step that ends in a second is seen within about a second; a
+/// long one costs a read every `cap`.
+fn follow(node: &Node, cap: Duration) -> Duration {
+    let since = node
+        .provision_updated_at
+        .as_deref()
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .and_then(|t| {
+            let elapsed = k8s_openapi::jiff::Timestamp::now().duration_since(t);
+            Duration::try_from(elapsed).ok()
+        });
+    match since {
+        Some(elapsed) => (elapsed / 2).clamp(FIRST_LOOK.min(cap), cap),
+        None => cap,
+    }
+}
 
 /// Ironic's `last_error` as one sentence: first line, whitespace collapsed, bounded.
 fn sentence(text: &str) -> String {
@@ -99,11 +131,32 @@ fn capabilities(mode: BootMode) -> &'static str {
 
 impl IronicProvisioner {
     pub fn new(client: IronicClient, settings: ProvisionerSettings) -> Self {
-        Self { client, settings }
+        Self {
+            client,
+            settings,
+            nodes: Arc::default(),
+            boot_ports: Arc::default(),
+        }
     }
 
     pub fn client(&self) -> &IronicClient {
         &self.client
+    }
+
+    fn has_boot_port(&self, port: &(String, String)) -> bool {
+        let ports = self
+            .boot_ports
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        ports.contains(port)
+    }
+
+    fn record_boot_port(&self, port: (String, String)) {
+        let mut ports = self
+            .boot_ports
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        ports.insert(port);
     }
 
     fn ironic_err(host: &Host, source: IronicError) -> ProvisionerError {
@@ -123,16 +176,33 @@ impl IronicProvisioner {
         Err(Self::ironic_err(host, e))
     }
 
-    fn wait<T>(&self, value: T) -> ProvisionerResult<T> {
-        Ok(Outcome::wait(value, self.settings.short_delay))
+    /// Looks again while `node` goes through a quick transition (manage, verifying,
+    /// adoption), on the interval [`follow`] gives up to the short delay.
+    fn wait<T>(&self, node: &Node, value: T) -> ProvisionerResult<T> {
+        Ok(Outcome::wait(
+            value,
+            follow(node, self.settings.short_delay),
+        ))
     }
 
-    fn wait_long<T>(&self, value: T) -> ProvisionerResult<T> {
-        Ok(Outcome::wait(value, self.settings.long_delay))
+    /// Looks again while `node` goes through a long operation (inspection, cleaning,
+    /// deployment), on the interval [`follow`] gives up to the long delay.
+    fn wait_long<T>(&self, node: &Node, value: T) -> ProvisionerResult<T> {
+        Ok(Outcome::wait(value, follow(node, self.settings.long_delay)))
     }
 
+    /// Looks again soon after bmo asked Ironic for a change.
     fn changed<T>(&self, value: T) -> ProvisionerResult<T> {
-        Ok(Outcome::changed(value, self.settings.short_delay))
+        Ok(Outcome::changed(
+            value,
+            FIRST_LOOK.min(self.settings.short_delay),
+        ))
+    }
+
+    /// Looks again after the short delay (a change Ironic gives no time of, such as
+    /// power).
+    fn wait_short<T>(&self, value: T) -> ProvisionerResult<T> {
+        Ok(Outcome::wait(value, self.settings.short_delay))
     }
 }
 

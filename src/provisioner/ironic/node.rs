@@ -9,13 +9,22 @@ use crate::provisioner::types::{AutomatedCleaningMode, Host, Outcome, PowerState
 use crate::provisioner::{ProvisionerError, ProvisionerResult};
 
 impl IronicProvisioner {
-    /// The node by recorded UUID, then by `namespace~name`, then (for registration)
-    /// by the boot MAC's port.
+    /// The node by recorded UUID, then by `namespace~name` (from the shared list
+    /// of nodes when it is recent and bmo did not write to the node since, else on
+    /// its own), then (for registration) by the boot MAC's port.
     pub(super) async fn find_node(
         &self,
         host: &Host,
         by_mac: bool,
     ) -> Result<Option<Node>, IronicError> {
+        let id = host.provisioning_id.as_deref().filter(|id| !id.is_empty());
+        if let Some(node) = self
+            .nodes
+            .node(&self.client, id, &host.id.node_name())
+            .await?
+        {
+            return Ok(Some(node));
+        }
         if let Some(id) = host.provisioning_id.as_deref().filter(|id| !id.is_empty())
             && let Some(node) = self.client.get_node(id).await?
         {

@@ -14,7 +14,7 @@ impl IronicProvisioner {
         let node = self.require_node(host).await?;
         let now = Self::power_of(&node);
         if node.target_power_state.is_some() || node.target_provision_state.is_some() {
-            return self.wait(now);
+            return self.wait_short(now);
         }
         if now == PowerState::On {
             return Ok(Outcome::done(now));
@@ -50,7 +50,7 @@ impl IronicProvisioner {
             ));
         }
         if node.target_power_state.is_some() || node.target_provision_state.is_some() {
-            return self.wait(now);
+            return self.wait_short(now);
         }
         if now == PowerState::Off {
             return Ok(Outcome::done(now));

@@ -130,7 +130,7 @@ impl IronicProvisioner {
         match node.state() {
             ProvisionState::Enroll => {
                 if node.target_provision_state.is_some() {
-                    return self.wait(registration);
+                    return self.wait(&node, registration);
                 }
                 if node.last_error.is_some() && !(access_changed || host.restart_on_failure) {
                     let reason = last_error(&node);
@@ -157,7 +157,7 @@ impl IronicProvisioner {
                 )
                 .await
             }
-            ProvisionState::Verifying => self.wait(registration),
+            ProvisionState::Verifying => self.wait(&node, registration),
             _ if !transient && (access_changed || host.restart_on_failure) => {
                 // Past enrollment Ironic does not check new BMC settings itself: ask
                 // the BMC for the boot device, and remember a failure on the node.
@@ -399,13 +399,20 @@ impl IronicProvisioner {
         let Some(mac) = &host.boot_mac else {
             return Ok(None);
         };
+        let known = (node.uuid.clone(), mac.to_ascii_lowercase());
+        if self.has_boot_port(&known) {
+            return Ok(None);
+        }
         let existing = self
             .client
             .find_port_by_mac(mac)
             .await
             .map_err(|e| Self::ironic_err(host, e))?;
         match existing {
-            Some(port) if port.node_uuid == node.uuid => Ok(None),
+            Some(port) if port.node_uuid == node.uuid => {
+                self.record_boot_port(known);
+                Ok(None)
+            }
             Some(port) => Ok(Some(Outcome::failed(
                 (),
                 format!(
@@ -414,7 +421,10 @@ impl IronicProvisioner {
                 ),
             ))),
             None => match self.client.create_port(&node.uuid, mac).await {
-                Ok(_) => Ok(None),
+                Ok(_) => {
+                    self.record_boot_port(known);
+                    Ok(None)
+                }
                 Err(e) => self.busy_or_err(host, e, ()).map(Some),
             },
         }

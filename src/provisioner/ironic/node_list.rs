@@ -1,0 +1,133 @@
+//! One list of all nodes per poll cycle, shared by every host's look at its node.
+//!
+//! Ironic has no watch; bmo polls. Rather than one `GET /v1/nodes/{id}` per host and
+//! look, the first look after the list is [`MAX_AGE`] old fetches every node in one
+//! paged `GET /v1/nodes?fields=…`, and every look until then is answered from it. A
+//! node bmo wrote to after the list was taken is read on its own (the list shows it
+//! as it was before the write), as is one the list does not hold.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::ironic::{IronicClient, IronicError, Node};
+
+/// How old the shared list may be when a host looks at its node: about the shortest
+/// interval between two looks at a node in a transient state.
+pub const MAX_AGE: Duration = Duration::from_secs(1);
+
+/// With many nodes a list costs Ironic (one process, the bottleneck) real time: it is
+/// taken at most once per this many times as long as the last one took, so listing
+/// keeps to about a quarter of Ironic's time however many nodes there are.
+const LIST_TIME_FACTOR: u32 = 4;
+
+/// The oldest the list may get however long listing takes: a node in a transient
+/// state is not looked at less often than this.
+const MAX_AGE_CAP: Duration = Duration::from_secs(10);
+
+/// The node fields bmo reads (every field of [`Node`]).
+const FIELDS: &[&str] = &[
+    "uuid",
+    "name",
+    "driver",
+    "provision_state",
+    "target_provision_state",
+    "power_state",
+    "target_power_state",
+    "last_error",
+    "maintenance",
+    "maintenance_reason",
+    "reservation",
+    "properties",
+    "instance_info",
+    "extra",
+    "driver_info",
+    "instance_uuid",
+    "automated_clean",
+    "fault",
+    "provision_updated_at",
+    "inspection_started_at",
+    "inspection_finished_at",
+    "clean_step",
+    "deploy_step",
+    "boot_interface",
+    "deploy_interface",
+    "inspect_interface",
+    "raid_interface",
+    "power_interface",
+    "disable_power_off",
+    "network_data",
+];
+
+/// Every node as one list saw them.
+#[derive(Debug)]
+struct Snapshot {
+    /// When the list was asked for.
+    taken: Instant,
+    /// How long it took.
+    took: Duration,
+    by_uuid: HashMap<String, Node>,
+    uuid_by_name: HashMap<String, String>,
+}
+
+/// The shared list of nodes.
+#[derive(Debug, Default)]
+pub struct NodeList {
+    latest: tokio::sync::Mutex<Option<Arc<Snapshot>>>,
+}
+
+impl NodeList {
+    /// The node with UUID `id` (else named `name`) as the latest list shows it,
+    /// listing again first when that list is older than [`MAX_AGE`]; `None` when the
+    /// list does not hold it or bmo wrote to it since.
+    pub async fn node(
+        &self,
+        client: &IronicClient,
+        id: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Node>, IronicError> {
+        let snapshot = self.fresh(client).await?;
+        let uuid = id
+            .filter(|id| snapshot.by_uuid.contains_key(*id))
+            .or_else(|| snapshot.uuid_by_name.get(name).map(String::as_str));
+        let Some(uuid) = uuid else {
+            return Ok(None);
+        };
+        let node = snapshot.by_uuid.get(uuid);
+        let written = |ident: Option<&str>| {
+            ident.is_some_and(|ident| client.written_since(ident, snapshot.taken))
+        };
+        if written(Some(uuid)) || written(node.and_then(|n| n.name.as_deref())) {
+            return Ok(None);
+        }
+        Ok(node.cloned())
+    }
+
+    /// The latest list, taken again when it is older than [`MAX_AGE`] (or
+    /// [`LIST_TIME_FACTOR`] times what it took, up to [`MAX_AGE_CAP`]). Lookers that
+    /// arrive while a list is under way wait for it and share it.
+    async fn fresh(&self, client: &IronicClient) -> Result<Arc<Snapshot>, IronicError> {
+        let mut latest = self.latest.lock().await;
+        if let Some(snapshot) = latest.as_ref().filter(|s| {
+            let max_age = (s.took * LIST_TIME_FACTOR).clamp(MAX_AGE, MAX_AGE_CAP);
+            s.taken.elapsed() < max_age
+        }) {
+            return Ok(snapshot.clone());
+        }
+        let taken = Instant::now();
+        let nodes = client.list_node_fields(FIELDS).await?;
+        let uuid_by_name = nodes
+            .iter()
+            .filter_map(|n| Some((n.name.clone()?, n.uuid.clone())))
+            .collect();
+        let by_uuid = nodes.into_iter().map(|n| (n.uuid.clone(), n)).collect();
+        let snapshot = Arc::new(Snapshot {
+            taken,
+            took: taken.elapsed(),
+            by_uuid,
+            uuid_by_name,
+        });
+        *latest = Some(snapshot.clone());
+        Ok(snapshot)
+    }
+}
