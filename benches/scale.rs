@@ -19,6 +19,8 @@
 //!   BMO_SCALE_DIRECT_POLL_MS     how often the direct driver polls a node (1000)
 //!   BMO_SCALE_IRONIC_CONF        extra lines for the Ironic config, `;`-separated
 //!   BMO_STACK_ENV                the stack's env file (target/test-stack.env)
+//!   BMO_SCALE_BMO                the bmo binary to measure (the one cargo built), to
+//!                                compare two builds with one benchmark binary
 //!
 //! Every run gets an empty Ironic of its own (`tests/env/stack private-ironic`) and
 //! its own namespace. bmo talks to both servers through counting proxies in this
@@ -1253,7 +1255,9 @@ async fn run() -> Result<()> {
         stack_dir,
         admin_kubeconfig,
         ca_pem,
-        bmo: PathBuf::from(env!("CARGO_BIN_EXE_bmo")),
+        bmo: std::env::var_os("BMO_SCALE_BMO")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_bmo"))),
         settings,
         stamp: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
