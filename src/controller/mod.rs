@@ -15,6 +15,7 @@ pub mod capacity;
 pub mod conditions;
 mod context;
 pub mod discovery;
+pub mod firmware;
 pub mod known_hosts;
 pub mod lease_details;
 pub mod request;

@@ -20,6 +20,7 @@ use kube::ResourceExt;
 use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails};
 
 pub use kube_store::{FIELD_MANAGER, KubeStore};
+pub(crate) use kube_store::{conflict_or, guarded_list_patch, json_patch, take_over};
 pub use managed_fields::UPSTREAM_FIELD_MANAGER;
 pub use memory::{MemoryStore, RecordedEvent};
 

@@ -52,7 +52,7 @@ fn pointer_segment(key: &str) -> String {
 /// A JSON Patch that sets the list at `path` (read as `current`) to `wanted`, with a
 /// `test` that the list is still as read — or, when it was absent, that the object's
 /// resourceVersion is still as read.
-fn guarded_list_patch(
+pub(crate) fn guarded_list_patch(
     path: &str,
     current: &[Value],
     absent: bool,
@@ -73,7 +73,7 @@ fn guarded_list_patch(
 }
 
 /// A failed `test` comes back as 422 (Invalid), a stale resourceVersion as 409.
-fn conflict_or(e: kube::Error) -> StoreError {
+pub(crate) fn conflict_or(e: kube::Error) -> StoreError {
     match &e {
         kube::Error::Api(status) if status.code == 409 || status.code == 422 => {
             StoreError::Conflict
@@ -113,7 +113,11 @@ where
 /// field manager wrote with Update, as client-go's managed-fields upgrade does: the
 /// managedFields are replaced only if the resourceVersion is still the one read.
 /// The object as it is afterwards, or `None` when there was nothing to take over.
-async fn take_over<K>(api: &Api<K>, object: &K, subresource: &str) -> Result<Option<K>, StoreError>
+pub(crate) async fn take_over<K>(
+    api: &Api<K>,
+    object: &K,
+    subresource: &str,
+) -> Result<Option<K>, StoreError>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -150,7 +154,7 @@ where
 }
 
 /// JSON Patch operations as kube sends them.
-fn json_patch(operations: Vec<Value>) -> Result<json_patch::Patch, StoreError> {
+pub(crate) fn json_patch(operations: Vec<Value>) -> Result<json_patch::Patch, StoreError> {
     serde_json::from_value(Value::Array(operations))
         .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))
 }
