@@ -73,7 +73,7 @@ pub enum Step {
     /// Look the FirmwareSchema of this name up.
     LookUpSchema(String),
     /// Make this FirmwareSchema, owned by the settings object.
-    CreateSchema(FirmwareSchema),
+    CreateSchema(Box<FirmwareSchema>),
     /// Add the settings object to the found FirmwareSchema's owners.
     OwnSchema,
     /// Write this status and publish these events (reason, message).
@@ -112,7 +112,9 @@ pub fn next(facts: &Facts) -> Step {
     let name = schema_name(&bios.schema);
     let schema = match &facts.schema {
         None => return Step::LookUpSchema(name),
-        Some(Lookup::Missing) => return Step::CreateSchema(new_schema(host, settings, bios, name)),
+        Some(Lookup::Missing) => {
+            return Step::CreateSchema(Box::new(new_schema(host, settings, bios, name)));
+        }
         Some(Lookup::Found(schema)) => schema,
     };
     if !owned_by(schema.owner_references(), settings.metadata.uid.as_deref()) {
