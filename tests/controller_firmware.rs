@@ -10,7 +10,9 @@
 //! Ironic's fake BIOS interface instead: its `apply_configuration` clean step stores
 //! the settings it is given (with their registry fields) as the node's BIOS
 //! settings, which `GET /v1/nodes/{id}/bios?detail=True` then returns as it would
-//! from a BMC.
+//! from a BMC. Unlike a BMC, it keeps only the settings a step sent (name and value:
+//! the others and the registry fields go), so the refused-value check runs before
+//! bmo applies anything.
 
 // Tests may panic on what they set up themselves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -323,28 +325,15 @@ async fn bios_settings_reach_their_hosts_and_upstreams_objects_are_adopted() {
     expected_owners.sort();
     assert_eq!(owners, expected_owners);
 
-    // The documented example, applied to host a: a valid change.
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/firmware-settings.yaml");
-    let mut example: Value =
-        serde_norway::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    example["metadata"]["name"] = json!("a");
-    settings
-        .patch(
-            "a",
-            &PatchParams::apply("kubectl").force(),
-            &Patch::Apply(&example),
-        )
-        .await
-        .expect("apply the example");
+    let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &ns);
     eventually(
-        "the example to be a valid change",
+        "host a to be available",
         Duration::from_secs(60),
         || async {
-            let hfs = settings.get("a").await.map_err(|e| e.to_string())?;
-            match (condition(&hfs, "Valid"), condition(&hfs, "ChangeDetected")) {
-                (Some(v), Some(c)) if v.0 == "True" && c.0 == "True" => Ok(()),
-                other => Err(format!("{other:?}")),
+            let h = hosts.get("a").await.map_err(|e| e.to_string())?;
+            match h.provisioning_state() {
+                bmo::api::ProvisioningState::Available => Ok(()),
+                other => Err(other.to_string()),
             }
         },
     )
@@ -417,5 +406,82 @@ async fn bios_settings_reach_their_hosts_and_upstreams_objects_are_adopted() {
         event.reporting_component.as_deref(),
         Some("metal3.io/hostfirmwaresettings-controller")
     );
+
+    // The documented example, applied to host a: a valid change (it replaces the
+    // refused one).
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/firmware-settings.yaml");
+    let mut example: Value =
+        serde_norway::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    example["metadata"]["name"] = json!("a");
+    settings
+        .patch(
+            "a",
+            &PatchParams::apply("kubectl").force(),
+            &Patch::Apply(&example),
+        )
+        .await
+        .expect("apply the example");
+    // A valid change prepares the available host again: Ironic runs the BIOS clean
+    // step, and the settings read back are the wanted ones.
+    let hfs = eventually(
+        "the example's settings to be applied and read back",
+        Duration::from_secs(180),
+        || async {
+            let hfs = settings.get("a").await.map_err(|e| e.to_string())?;
+            let status = hfs.status.clone().unwrap_or_default();
+            let applied = status.settings.get("ProcTurboMode").map(String::as_str)
+                == Some("Disabled")
+                && status.settings.get("BootRetries").map(String::as_str) == Some("5");
+            match condition(&hfs, "ChangeDetected") {
+                Some(c) if applied && c.0 == "False" => Ok(hfs),
+                other => Err(format!("{:?} {other:?}", status.settings)),
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        condition(&hfs, "Valid").map(|c| c.0).as_deref(),
+        Some("True")
+    );
+    let node = ironic.get_node(&format!("{ns}~a")).await.unwrap().unwrap();
+    let bios = ironic.get_bios(&node.uuid).await.unwrap().unwrap();
+    let in_ironic: BTreeMap<String, String> = bios
+        .into_iter()
+        .map(|s| (s.name, s.value.unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        in_ironic.get("ProcTurboMode").map(String::as_str),
+        Some("Disabled")
+    );
+    assert_eq!(in_ironic.get("BootRetries").map(String::as_str), Some("5"));
+    // Ironic's fake BIOS interface keeps only what the step sent (a real BMC keeps
+    // every setting): the node's schema is now another one, and bmo names it anew.
+    let schema_now = hfs.status.as_ref().and_then(|s| s.firmware_schema.clone());
+    assert_ne!(schema_now.map(|s| s.name), Some(expected_schema.clone()));
+    eventually(
+        "host a to be available again",
+        Duration::from_secs(60),
+        || async {
+            let h = hosts.get("a").await.map_err(|e| e.to_string())?;
+            match h.provisioning_state() {
+                bmo::api::ProvisioningState::Available => Ok(()),
+                other => Err(other.to_string()),
+            }
+        },
+    )
+    .await;
+    // The host went through preparing for it (its event says why).
+    let preparing = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some("a"))
+        .filter_map(|e| e.message)
+        .any(|m| m.contains("BIOS settings changed"));
+    assert!(preparing, "host a was prepared again for the BIOS change");
+
     drop(bmo);
 }

@@ -4,6 +4,7 @@
 //! checking or resolving (BMC address, boot MAC, inspection mode) is parsed here, once.
 
 use super::secrets::read_data;
+use super::state_machine::PendingSettings;
 use super::store::{Store, StoreError};
 use crate::api::host::HARDWARE_PROFILES;
 use crate::api::{BareMetalHost, InspectionMode};
@@ -144,15 +145,22 @@ pub async fn provision_request<S: Store>(
     })
 }
 
-/// Input for prepare: the RAID wanted, and whether it differs from what was applied.
-pub fn prepare_request(host: &BareMetalHost) -> PrepareRequest {
+/// Input for prepare: the RAID wanted and whether it differs from what was applied,
+/// and the BIOS settings of the host's HostFirmwareSettings that differ from the
+/// BMC's.
+pub fn prepare_request(host: &BareMetalHost, firmware: &PendingSettings) -> PrepareRequest {
     let applied = host
         .status
         .as_ref()
         .and_then(|s| s.provisioning.raid.as_ref());
+    let bios_settings = match firmware {
+        PendingSettings::Apply(settings) => settings.clone(),
+        PendingSettings::None | PendingSettings::NotReady => Vec::new(),
+    };
     PrepareRequest {
         raid: host.spec.raid.clone(),
-        unprepared: host.spec.raid.as_ref() != applied,
+        unprepared: host.spec.raid.as_ref() != applied || !bios_settings.is_empty(),
+        bios_settings,
         ..Default::default()
     }
 }

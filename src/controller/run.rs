@@ -18,6 +18,7 @@ use super::known_hosts::ClusterHosts;
 use super::store::Store;
 use super::{Context, ReconcileError, backoff, reconcile};
 use crate::api::BareMetalHost;
+use crate::api::firmware::HostFirmwareSettings;
 use crate::metrics;
 use crate::netboot::leases::{LeaseEvent, LeaseTable};
 use crate::netboot::mac::MacAddr;
@@ -71,7 +72,7 @@ impl Backoff for WatchBackoff {
 /// an error state costs one reconcile per backoff step. A Secret wakes the hosts that
 /// own it or name it as their BMC credentials (so a Secret created after its host is
 /// picked up at once). A new provisioning IP wakes every host; a DHCP client wakes the
-/// host with its MAC.
+/// host with its MAC; new conditions on a HostFirmwareSettings wake its host.
 pub async fn run<P: Provisioner + 'static>(
     ctx: Arc<Context<P>>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
@@ -112,9 +113,27 @@ pub async fn run<P: Provisioner + 'static>(
     // the hardware details show it at once rather than at the next steady poll.
     let dhcp_clients = lease_clients(ctx.leases.as_ref())
         .flat_map(move |mac| futures::stream::iter(cluster_hosts.hosts_with(&mac)));
+    // A HostFirmwareSettings judged anew (its conditions changed) may ask an
+    // available host to prepare again, at once rather than at the next steady poll.
+    let firmware_api: Api<HostFirmwareSettings> = match &ctx.settings.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let firmware_changes = watcher(firmware_api, watcher::Config::default())
+        .backoff(WatchBackoff::default())
+        .applied_objects()
+        .predicate_filter(firmware_conditions, Default::default())
+        .filter_map(|settings| async move {
+            let settings = settings.ok()?;
+            Some(
+                ObjectRef::<BareMetalHost>::new(&settings.name_any())
+                    .within(&settings.namespace()?),
+            )
+        });
     let reconciling = Controller::for_stream(host_changes, reader)
         .reconcile_all_on(address_changes)
         .reconcile_on(dhcp_clients)
+        .reconcile_on(firmware_changes)
         .watches(secrets, watcher::Config::default(), move |secret| {
             let ns = secret.metadata.namespace.clone().unwrap_or_default();
             let name = secret.metadata.name.clone().unwrap_or_default();
@@ -175,6 +194,17 @@ pub async fn run<P: Provisioner + 'static>(
             tracing::warn!(grace = ?SHUTDOWN_GRACE, "host controller stopped before its reconciles finished");
         }
     }
+}
+
+/// What of a HostFirmwareSettings the host controller acts on: its conditions
+/// (type, status, observed generation).
+fn firmware_conditions(settings: &HostFirmwareSettings) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    for c in settings.status.iter().flat_map(|s| &s.conditions) {
+        (&c.type_, &c.status, c.observed_generation).hash(&mut hasher);
+    }
+    Some(hasher.finish())
 }
 
 /// The MACs of DHCP clients as bmo's DHCP server sees them; empty without one.

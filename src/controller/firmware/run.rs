@@ -2,7 +2,7 @@
 //!
 //! It reconciles BareMetalHosts (a HostFirmwareSettings may not exist yet, and
 //! kube-runtime only reconciles objects it has seen): a host wakes when its
-//! generation or its node (`status.provisioning.ID`) changes, and when the
+//! generation, its node (`status.provisioning.ID`) or its provisioning state changes, and when the
 //! generation of its HostFirmwareSettings changes (a new `spec.settings`). bmo's own
 //! status writes wake nothing.
 
@@ -22,14 +22,15 @@ use crate::api::BareMetalHost;
 use crate::api::firmware::HostFirmwareSettings;
 use crate::provisioner::FirmwareReader;
 
-/// What of a host matters here: its generation and its node.
+/// What of a host matters here: its generation, its node and its state.
 fn host_node(host: &BareMetalHost) -> Option<u64> {
     let mut hasher = DefaultHasher::new();
     host.metadata.generation.hash(&mut hasher);
     host.metadata.uid.hash(&mut hasher);
+    // Leaving `preparing` means BIOS settings may have been applied: read again.
     host.status
         .as_ref()
-        .map(|s| s.provisioning.id.as_str())
+        .map(|s| (s.provisioning.id.as_str(), s.provisioning.state))
         .hash(&mut hasher);
     Some(hasher.finish())
 }

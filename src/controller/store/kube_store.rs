@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::events;
 use super::managed_fields::take_over_updates;
 use super::{HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference};
+use crate::api::firmware::HostFirmwareSettings;
 use crate::api::host::FINALIZER;
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDataSpec, HardwareDetails,
@@ -262,6 +263,16 @@ impl Store for KubeStore {
             .get_opt(&host.name_any())
             .await?;
         Ok(data.and_then(|d| d.spec.hardware))
+    }
+
+    async fn firmware_settings(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<Option<HostFirmwareSettings>, StoreError> {
+        Ok(self
+            .api::<HostFirmwareSettings>(host)
+            .get_opt(&host.name_any())
+            .await?)
     }
 
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, StoreError> {

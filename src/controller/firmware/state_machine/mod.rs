@@ -354,6 +354,60 @@ fn stamp_transitions(status: &mut HostFirmwareSettingsStatus, now: &Time) {
     }
 }
 
+/// What a host's HostFirmwareSettings asks of preparing, as upstream's host
+/// controller reads it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum PendingSettings {
+    /// Nothing to apply: no object, no change, or a change that is not valid.
+    #[default]
+    None,
+    /// The conditions do not describe the current spec yet (or no settings were
+    /// read): wait for the firmware controller.
+    NotReady,
+    /// Apply these settings (name, value), which differ from what the BMC reports.
+    Apply(Vec<(String, serde_json::Value)>),
+}
+
+/// The settings preparing should apply: only a valid change whose conditions are
+/// as new as the spec; values already in place are left out.
+pub fn pending_settings(settings: Option<&HostFirmwareSettings>) -> PendingSettings {
+    let Some(settings) = settings else {
+        return PendingSettings::None;
+    };
+    let status = settings.status.clone().unwrap_or_default();
+    let find = |kind: &str| status.conditions.iter().find(|c| c.type_ == kind);
+    let Some(changed) = find(SETTINGS_CHANGE_DETECTED) else {
+        return PendingSettings::None;
+    };
+    if changed.observed_generation != settings.metadata.generation {
+        return PendingSettings::NotReady;
+    }
+    if find(SETTINGS_VALID).is_none_or(|c| c.status != "True") || changed.status != "True" {
+        return PendingSettings::None;
+    }
+    if status.settings.is_empty() {
+        return PendingSettings::NotReady;
+    }
+    let apply: Vec<(String, serde_json::Value)> = settings
+        .spec
+        .settings
+        .iter()
+        .filter(|(name, wanted)| status.settings.get(*name) != Some(&value_text(wanted)))
+        .map(|(name, wanted)| {
+            let value = match wanted {
+                IntOrString::Int(i) => serde_json::Value::from(*i),
+                IntOrString::String(s) => serde_json::Value::from(s.as_str()),
+            };
+            (name.clone(), value)
+        })
+        .collect();
+    if apply.is_empty() {
+        PendingSettings::None
+    } else {
+        PendingSettings::Apply(apply)
+    }
+}
+
 /// A wanted value as the BMC shows values: integers in decimal.
 pub fn value_text(value: &IntOrString) -> String {
     match value {

@@ -505,3 +505,94 @@ fn a_condition_keeps_its_transition_time_while_its_status_stays() {
         "ChangeDetected turned True"
     );
 }
+
+fn with_conditions(
+    spec: serde_json::Value,
+    status_settings: serde_json::Value,
+    conditions: serde_json::Value,
+) -> HostFirmwareSettings {
+    let mut settings = hfs(spec, vec![owner("h-uid")]);
+    settings.status = Some(
+        serde_json::from_value(json!({"settings": status_settings, "conditions": conditions}))
+            .expect("valid status"),
+    );
+    settings
+}
+
+fn cond(kind: &str, status: &str, generation: i64) -> serde_json::Value {
+    json!({"type": kind, "status": status, "reason": "Success", "message": "",
+           "observedGeneration": generation, "lastTransitionTime": "2027-01-01T00:00:00Z"})
+}
+
+#[test]
+fn preparing_applies_only_a_valid_change_judged_at_the_current_generation() {
+    // The object's generation is 2.
+    let current = json!({"ProcTurboMode": "Enabled", "BootRetries": "3"});
+    let wanted = json!({"ProcTurboMode": "Disabled", "BootRetries": 3});
+    let table: Vec<(&str, Option<HostFirmwareSettings>, PendingSettings)> = vec![
+        ("no object", None, PendingSettings::None),
+        (
+            "not judged yet",
+            Some(with_conditions(wanted.clone(), current.clone(), json!([]))),
+            PendingSettings::None,
+        ),
+        (
+            "judged at an older generation",
+            Some(with_conditions(
+                wanted.clone(),
+                current.clone(),
+                json!([cond("ChangeDetected", "True", 1), cond("Valid", "True", 1)]),
+            )),
+            PendingSettings::NotReady,
+        ),
+        (
+            "invalid",
+            Some(with_conditions(
+                wanted.clone(),
+                current.clone(),
+                json!([cond("ChangeDetected", "True", 2), cond("Valid", "False", 2)]),
+            )),
+            PendingSettings::None,
+        ),
+        (
+            "no change",
+            Some(with_conditions(
+                wanted.clone(),
+                current.clone(),
+                json!([cond("ChangeDetected", "False", 2), cond("Valid", "True", 2)]),
+            )),
+            PendingSettings::None,
+        ),
+        (
+            "nothing read yet",
+            Some(with_conditions(
+                wanted.clone(),
+                json!({}),
+                json!([cond("ChangeDetected", "True", 2), cond("Valid", "True", 2)]),
+            )),
+            PendingSettings::NotReady,
+        ),
+        (
+            "a valid change: only what differs",
+            Some(with_conditions(
+                wanted,
+                current,
+                json!([cond("ChangeDetected", "True", 2), cond("Valid", "True", 2)]),
+            )),
+            PendingSettings::Apply(vec![("ProcTurboMode".into(), json!("Disabled"))]),
+        ),
+    ];
+    for (case, settings, expected) in table {
+        assert_eq!(pending_settings(settings.as_ref()), expected, "{case}");
+    }
+    // Integers go to Ironic as numbers.
+    let settings = with_conditions(
+        json!({"BootRetries": 5}),
+        json!({"BootRetries": "3"}),
+        json!([cond("ChangeDetected", "True", 2), cond("Valid", "True", 2)]),
+    );
+    assert_eq!(
+        pending_settings(Some(&settings)),
+        PendingSettings::Apply(vec![("BootRetries".into(), json!(5))])
+    );
+}
