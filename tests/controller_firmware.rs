@@ -30,6 +30,7 @@ use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use support::{Stack, bmo_run, create_bmc_secret, eventually, installed_namespace, unique_mac};
 
@@ -39,13 +40,13 @@ const UPSTREAM_MANAGER: &str = "baremetal-operator";
 /// The BIOS of the test's "model": an enumeration, an integer, a read-only string.
 fn seeded_bios() -> Vec<Value> {
     vec![
-        json!({"name": "ProcTurboMode", "value": "Enabled", "attribute_type": "Enumeration",
+        json!({"name": "ProcVirtualization", "value": "Disabled", "attribute_type": "Enumeration",
                "allowable_values": ["Enabled", "Disabled"], "read_only": false,
                "reset_required": true, "unique": false}),
-        json!({"name": "BootRetries", "value": "3", "attribute_type": "Integer",
-               "lower_bound": 0, "upper_bound": 9, "read_only": false}),
+        json!({"name": "BootOrderRetries", "value": "1", "attribute_type": "Integer",
+               "lower_bound": 0, "upper_bound": 10, "read_only": false}),
         json!({"name": "AssetTag", "value": "rack-1", "attribute_type": "String",
-               "min_length": 0, "max_length": 16, "read_only": true}),
+               "min_length": 0, "max_length": 32, "read_only": true}),
     ]
 }
 
@@ -209,7 +210,7 @@ async fn bios_settings_reach_their_hosts_and_upstreams_objects_are_adopted() {
     upstream_hfs.status = Some(
         serde_json::from_value(json!({
             "schema": {"name": expected_schema, "namespace": ns},
-            "settings": {"ProcTurboMode": "Enabled", "RetiredSetting": "1"},
+            "settings": {"ProcVirtualization": "Disabled", "RetiredSetting": "1"},
         }))
         .unwrap(),
     );
@@ -348,7 +349,7 @@ async fn bios_settings_reach_their_hosts_and_upstreams_objects_are_adopted() {
             &Patch::Apply(json!({
                 "apiVersion": "metal3.io/v1alpha1", "kind": "HostFirmwareSettings",
                 "metadata": {"name": "a"},
-                "spec": {"settings": {"ProcTurboMode": "Sideways", "BootRetries": 5}}
+                "spec": {"settings": {"ProcVirtualization": "Sideways", "BootOrderRetries": 3}}
             })),
         )
         .await
@@ -395,7 +396,7 @@ async fn bios_settings_reach_their_hosts_and_upstreams_objects_are_adopted() {
     assert_eq!(
         event.message.as_deref(),
         Some(
-            "Invalid BIOS setting: Setting ProcTurboMode is invalid, unknown enumeration value - Sideways (allowed values: Enabled, Disabled)"
+            "Invalid BIOS setting: Setting ProcVirtualization is invalid, unknown enumeration value - Sideways (allowed values: Enabled, Disabled)"
         )
     );
     assert_eq!(
@@ -407,12 +408,19 @@ async fn bios_settings_reach_their_hosts_and_upstreams_objects_are_adopted() {
         Some("metal3.io/hostfirmwaresettings-controller")
     );
 
-    // The documented example, applied to host a: a valid change (it replaces the
-    // refused one).
+    // The documented example (docs/api.md, examples/upstream-kinds.yaml), applied
+    // to host a: a valid change (it replaces the refused one).
     let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/firmware-settings.yaml");
-    let mut example: Value =
-        serde_norway::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/upstream-kinds.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut example = serde_norway::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).unwrap())
+        .find(|doc| doc["kind"] == "HostFirmwareSettings")
+        .expect("the example has a HostFirmwareSettings");
+    assert_eq!(
+        example["spec"]["settings"],
+        json!({"ProcVirtualization": "Enabled", "BootOrderRetries": 3})
+    );
     example["metadata"]["name"] = json!("a");
     settings
         .patch(
@@ -430,9 +438,12 @@ async fn bios_settings_reach_their_hosts_and_upstreams_objects_are_adopted() {
         || async {
             let hfs = settings.get("a").await.map_err(|e| e.to_string())?;
             let status = hfs.status.clone().unwrap_or_default();
-            let applied = status.settings.get("ProcTurboMode").map(String::as_str)
-                == Some("Disabled")
-                && status.settings.get("BootRetries").map(String::as_str) == Some("5");
+            let applied = status
+                .settings
+                .get("ProcVirtualization")
+                .map(String::as_str)
+                == Some("Enabled")
+                && status.settings.get("BootOrderRetries").map(String::as_str) == Some("3");
             match condition(&hfs, "ChangeDetected") {
                 Some(c) if applied && c.0 == "False" => Ok(hfs),
                 other => Err(format!("{:?} {other:?}", status.settings)),
@@ -451,10 +462,13 @@ async fn bios_settings_reach_their_hosts_and_upstreams_objects_are_adopted() {
         .map(|s| (s.name, s.value.unwrap_or_default()))
         .collect();
     assert_eq!(
-        in_ironic.get("ProcTurboMode").map(String::as_str),
-        Some("Disabled")
+        in_ironic.get("ProcVirtualization").map(String::as_str),
+        Some("Enabled")
     );
-    assert_eq!(in_ironic.get("BootRetries").map(String::as_str), Some("5"));
+    assert_eq!(
+        in_ironic.get("BootOrderRetries").map(String::as_str),
+        Some("3")
+    );
     // Ironic's fake BIOS interface keeps only what the step sent (a real BMC keeps
     // every setting): the node's schema is now another one, and bmo names it anew.
     let schema_now = hfs.status.as_ref().and_then(|s| s.firmware_schema.clone());
