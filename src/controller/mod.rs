@@ -190,11 +190,7 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
         host.provisioning_state(),
         ProvisioningState::Available | ProvisioningState::Ready | ProvisioningState::Preparing
     ) {
-        let settings = ctx
-            .store
-            .firmware_settings(host)
-            .await
-            .map_err(store_err(host))?;
+        let settings = ctx.firmware_settings(host).await.map_err(store_err(host))?;
         facts.firmware = firmware::state_machine::pending_settings(settings.as_ref());
     }
     let mut registration = Extras::default();

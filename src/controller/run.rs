@@ -119,8 +119,11 @@ pub async fn run<P: Provisioner + 'static>(
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
+    let (firmware_reader, firmware_writer) = reflector::store();
+    let _ = ctx.firmware_cache.set(firmware_reader);
     let firmware_changes = watcher(firmware_api, watcher::Config::default())
         .backoff(WatchBackoff::default())
+        .reflect(firmware_writer)
         .applied_objects()
         .predicate_filter(firmware_conditions, Default::default())
         .filter_map(|settings| async move {
