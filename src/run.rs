@@ -165,6 +165,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     }
 
     let provisioner = IronicProvisioner::new(ironic, ProvisionerSettings::default());
+    let firmware_provisioner = provisioner.clone();
     let store = controller::KubeStore::new(kube.clone(), config.pod_name.clone());
     let mut ctx = controller::Context::with_store(store, provisioner, config.controller_settings())
         .with_metrics(health.metrics.clone());
@@ -196,6 +197,12 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     if claims_task.is_some() {
         tracing::info!("HostClaim controller started");
     }
+    let firmware_ctx = Arc::new(controller::firmware::FirmwareContext {
+        provisioner: firmware_provisioner,
+        store: controller::firmware::KubeFirmwareStore::new(kube.clone(), config.pod_name.clone()),
+        namespace: config.watch_namespace.clone(),
+    });
+    let firmware_task = tokio::spawn(controller::firmware::run(firmware_ctx, stopped()));
     tracing::info!(
         namespace = config.watch_namespace.as_deref().unwrap_or("(all)"),
         concurrency = config.concurrency,
@@ -226,6 +233,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     if let Some(task) = claims_task {
         let _ = task.await;
     }
+    let _ = firmware_task.await;
     if let Some(elector) = &elector
         && outcome.is_ok()
     {

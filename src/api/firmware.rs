@@ -4,7 +4,8 @@
 //! (whether changes may run on a provisioned host, through servicing).
 //!
 //! Each is named after its BareMetalHost and lives in the host's namespace. bmo serves
-//! them; no controller acts on them yet.
+//! them; `controller::firmware` manages HostFirmwareSettings and FirmwareSchema, the
+//! other two have no controller yet.
 
 use std::collections::BTreeMap;
 

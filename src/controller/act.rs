@@ -8,7 +8,7 @@ use crate::provisioner::{self, InspectStatus, Outcome, PowerMode, Provisioner};
 
 use super::request::{prepare_request, provision_request};
 use super::save::Extras;
-use super::state_machine::{CallResult, Operation};
+use super::state_machine::{CallResult, Operation, PendingSettings};
 use super::store::Store;
 use super::{Context, ReconcileError, host_labels, store_err};
 
@@ -39,6 +39,7 @@ pub async fn call<P: Provisioner, S: Store>(
     ctx: &Context<P, S>,
     op: Operation,
     phost: &provisioner::Host,
+    firmware: &PendingSettings,
 ) -> Result<(CallResult, Extras), ReconcileError> {
     let p = &ctx.provisioner;
     let mut extras = Extras::default();
@@ -71,7 +72,7 @@ pub async fn call<P: Provisioner, S: Store>(
             }
         }
         Operation::Prepare => {
-            let outcome = p.prepare(phost, &prepare_request(host)).await?;
+            let outcome = p.prepare(phost, &prepare_request(host, firmware)).await?;
             running(&mut extras, outcome.value.current_step.as_ref());
             call_result(&outcome)
         }

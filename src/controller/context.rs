@@ -1,11 +1,17 @@
 //! What every reconcile of the host controller shares: the provisioner, the store,
 //! the settings and the handles to what netboot learns at run time.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use futures::FutureExt;
+use kube::ResourceExt;
+use kube::runtime::reflector::{self, ObjectRef};
 
 use super::capacity::Slots;
 use super::lease_details;
 use super::{ControllerSettings, KubeStore, Store};
+use crate::api::BareMetalHost;
+use crate::api::firmware::HostFirmwareSettings;
 use crate::metrics::Metrics;
 use crate::netboot::DeployImages;
 use crate::netboot::hosts::HostDirectory;
@@ -28,6 +34,9 @@ pub struct Context<P, S = KubeStore> {
     /// bmo's DHCP server's known hosts, when it runs: the controller attaches the
     /// BareMetalHosts it watches.
     pub known_hosts: Option<HostDirectory>,
+    /// The HostFirmwareSettings the running controller watches, so that reading a
+    /// host's costs no API request; without it (tests) the store reads them.
+    pub(super) firmware_cache: OnceLock<reflector::Store<HostFirmwareSettings>>,
     pub(super) slots: Slots,
 }
 
@@ -51,6 +60,7 @@ impl<P: Provisioner, S: Store> Context<P, S> {
             leases: None,
             deploy_images: None,
             known_hosts: None,
+            firmware_cache: OnceLock::new(),
         }
     }
 
@@ -94,6 +104,22 @@ impl<P: Provisioner, S: Store> Context<P, S> {
                 .get_or_insert_with(|| images.ramdisk_url());
         }
         ramdisk
+    }
+
+    /// The host's HostFirmwareSettings: from the watch's cache once it listed them,
+    /// else read through the store.
+    pub(super) async fn firmware_settings(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<Option<HostFirmwareSettings>, super::StoreError> {
+        if let Some(cache) = self.firmware_cache.get()
+            && cache.wait_until_ready().now_or_never().is_some()
+        {
+            let key =
+                ObjectRef::new(&host.name_any()).within(&host.namespace().unwrap_or_default());
+            return Ok(cache.get(&key).map(|s| s.as_ref().clone()));
+        }
+        self.store.firmware_settings(host).await
     }
 
     /// Adds lease details (DHCP hostname, leased address) to `details`; whether

@@ -16,6 +16,7 @@ pub mod claims;
 pub mod conditions;
 mod context;
 pub mod discovery;
+pub mod firmware;
 pub mod known_hosts;
 pub mod lease_details;
 pub mod request;
@@ -36,13 +37,15 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use tracing::Instrument;
 
-use crate::api::{BareMetalHost, OperationalStatus};
+use crate::api::{BareMetalHost, OperationalStatus, ProvisioningState};
 use crate::metrics::{self, HostLabels};
 use crate::provisioner::{self, DeployRamdisk, Provisioner, ProvisionerError};
 pub use context::Context;
 pub use run::run;
 use save::{Extras, save};
-use state_machine::{CallResult, CredentialsCheck, Facts, Gate, RegistrationCheck, Step};
+use state_machine::{
+    CallResult, CredentialsCheck, Facts, Gate, PendingSettings, RegistrationCheck, Step,
+};
 pub use store::{FIELD_MANAGER, KubeStore, SECRET_LABEL, Store, StoreError};
 
 /// Provisioning attempts for one image before bmo stops retrying.
@@ -182,6 +185,15 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
         lease_details,
         credentials_version,
     } = load(host, ctx).await?;
+    // Only an available or preparing host applies BIOS settings (a provisioned one
+    // needs servicing, not done yet).
+    if matches!(
+        host.provisioning_state(),
+        ProvisioningState::Available | ProvisioningState::Ready | ProvisioningState::Preparing
+    ) {
+        let settings = ctx.firmware_settings(host).await.map_err(store_err(host))?;
+        facts.firmware = firmware::state_machine::pending_settings(settings.as_ref());
+    }
     let mut registration = Extras::default();
     loop {
         let step = state_machine::next(host, &facts);
@@ -257,7 +269,7 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
                 let Ok(phost) = phost else {
                     return Ok(Next::After(state_machine::STEADY_POLL));
                 };
-                return call(host, ctx, op, phost).await;
+                return call(host, ctx, op, phost, &facts.firmware).await;
             }
         }
     }
@@ -324,6 +336,7 @@ async fn load<P: Provisioner, S: Store>(
         lease_details_changed: lease_details.is_some(),
         registration: None,
         adoption: None,
+        firmware: PendingSettings::None,
     };
     Ok(Loaded {
         facts,
@@ -339,6 +352,7 @@ async fn call<P: Provisioner, S: Store>(
     ctx: &Context<P, S>,
     op: state_machine::Operation,
     mut phost: provisioner::Host,
+    firmware: &PendingSettings,
 ) -> Result<Next, ReconcileError> {
     let name = host.namespaced_name();
     let state = host.provisioning_state();
@@ -349,7 +363,7 @@ async fn call<P: Provisioner, S: Store>(
     ) {
         ctx.slots.claim(&name, state);
     }
-    let (result, mut extras) = act::call(host, ctx, op, &phost).await?;
+    let (result, mut extras) = act::call(host, ctx, op, &phost, firmware).await?;
     extras.provisioner_reached = true;
     if matches!(op, state_machine::Operation::Inspect { .. })
         && matches!(

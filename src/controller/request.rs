@@ -6,6 +6,7 @@
 use k8s_openapi::api::core::v1::SecretReference;
 
 use super::secrets::read_data;
+use super::state_machine::PendingSettings;
 use super::store::{Store, StoreError};
 use crate::api::host::HARDWARE_PROFILES;
 use crate::api::{BareMetalHost, InspectionMode};
@@ -155,15 +156,22 @@ pub async fn provision_request<S: Store>(
     })
 }
 
-/// Input for prepare: the RAID wanted, and whether it differs from what was applied.
-pub fn prepare_request(host: &BareMetalHost) -> PrepareRequest {
+/// Input for prepare: the RAID wanted and whether it differs from what was applied,
+/// and the BIOS settings of the host's HostFirmwareSettings that differ from the
+/// BMC's.
+pub fn prepare_request(host: &BareMetalHost, firmware: &PendingSettings) -> PrepareRequest {
     let applied = host
         .status
         .as_ref()
         .and_then(|s| s.provisioning.raid.as_ref());
+    let bios_settings = match firmware {
+        PendingSettings::Apply(settings) => settings.clone(),
+        PendingSettings::None | PendingSettings::NotReady => Vec::new(),
+    };
     PrepareRequest {
         raid: host.spec.raid.clone(),
-        unprepared: host.spec.raid.as_ref() != applied,
+        unprepared: host.spec.raid.as_ref() != applied || !bios_settings.is_empty(),
+        bios_settings,
         ..Default::default()
     }
 }

@@ -19,6 +19,7 @@ use super::known_hosts::ClusterHosts;
 use super::store::{SECRET_LABEL, Store};
 use super::{Context, ReconcileError, backoff, reconcile};
 use crate::api::BareMetalHost;
+use crate::api::firmware::HostFirmwareSettings;
 use crate::metrics;
 use crate::netboot::leases::{LeaseEvent, LeaseTable};
 use crate::netboot::mac::MacAddr;
@@ -72,7 +73,7 @@ impl Backoff for WatchBackoff {
 /// an error state costs one reconcile per backoff step. A Secret wakes the hosts that
 /// own it or name it as their BMC credentials (so a Secret created after its host is
 /// picked up at once). A new provisioning IP wakes every host; a DHCP client wakes the
-/// host with its MAC.
+/// host with its MAC; new conditions on a HostFirmwareSettings wake its host.
 pub async fn run<P: Provisioner + 'static>(
     ctx: Arc<Context<P>>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
@@ -155,10 +156,31 @@ pub async fn run<P: Provisioner + 'static>(
         .flat_map(move |mac| futures::stream::iter(cluster_hosts.hosts_with(&mac)));
     // A freed provisioning slot wakes the host next in line for it.
     let slot_takers = freed_slots(ctx.slots.freed());
+    // A HostFirmwareSettings judged anew (its conditions changed) may ask an
+    // available host to prepare again, at once rather than at the next steady poll.
+    let firmware_api: Api<HostFirmwareSettings> = match &ctx.settings.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let (firmware_reader, firmware_writer) = reflector::store();
+    let _ = ctx.firmware_cache.set(firmware_reader);
+    let firmware_changes = watcher(firmware_api, watcher::Config::default())
+        .backoff(WatchBackoff::default())
+        .reflect(firmware_writer)
+        .applied_objects()
+        .predicate_filter(firmware_conditions, Default::default())
+        .filter_map(|settings| async move {
+            let settings = settings.ok()?;
+            Some(
+                ObjectRef::<BareMetalHost>::new(&settings.name_any())
+                    .within(&settings.namespace()?),
+            )
+        });
     let reconciling = Controller::for_stream(host_changes, reader)
         .reconcile_all_on(address_changes)
         .reconcile_on(slot_takers)
         .reconcile_on(dhcp_clients)
+        .reconcile_on(firmware_changes)
         .reconcile_on(labelled_secret_changes)
         .watches(
             secrets,
@@ -252,6 +274,17 @@ fn hosts_using_secret(
             .map(|h| ObjectRef::from_obj(h.as_ref())),
     );
     wake
+}
+
+/// What of a HostFirmwareSettings the host controller acts on: its conditions
+/// (type, status, observed generation).
+fn firmware_conditions(settings: &HostFirmwareSettings) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    for c in settings.status.iter().flat_map(|s| &s.conditions) {
+        (&c.type_, &c.status, c.observed_generation).hash(&mut hasher);
+    }
+    Some(hasher.finish())
 }
 
 /// The MACs of DHCP clients as bmo's DHCP server sees them; empty without one.

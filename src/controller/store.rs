@@ -17,10 +17,13 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
+use crate::api::firmware::HostFirmwareSettings;
 use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails};
 
 pub use kube_store::{FIELD_MANAGER, KubeStore};
-pub(crate) use kube_store::{conflict_or, json_patch, patch_finalizers};
+pub(crate) use kube_store::{
+    conflict_or, guarded_list_patch, json_patch, patch_finalizers, take_over,
+};
 pub use managed_fields::UPSTREAM_FIELD_MANAGER;
 pub use memory::{MemoryStore, RecordedEvent};
 
@@ -91,6 +94,12 @@ pub trait Store: Send + Sync {
         &self,
         host: &BareMetalHost,
     ) -> impl Future<Output = Result<Option<HardwareDetails>, StoreError>> + Send;
+
+    /// The host's HostFirmwareSettings (same name), when it exists.
+    fn firmware_settings(
+        &self,
+        host: &BareMetalHost,
+    ) -> impl Future<Output = Result<Option<HostFirmwareSettings>, StoreError>> + Send;
 
     /// The Secret `name` in `namespace`, when it exists.
     fn secret(

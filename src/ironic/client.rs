@@ -13,7 +13,8 @@ use url::Url;
 
 use super::error::{IronicError, fault_string, without_credentials};
 use super::types::{
-    Microversion, Node, NodeCreate, PatchOp, Port, PowerTarget, ProvisionRequest, ProvisionTarget,
+    BiosSetting, BiosSettingList, Microversion, Node, NodeCreate, PatchOp, Port, PowerTarget,
+    ProvisionRequest, ProvisionTarget,
 };
 use crate::credentials::{Credentials, SecretString};
 
@@ -551,6 +552,19 @@ impl IronicClient {
             .get(&["nodes", ident, "management", "boot_device"])
             .await?
             .unwrap_or(Value::Null))
+    }
+
+    /// The node's BIOS settings with their registry details, as Ironic last cached
+    /// them from the BMC; `None` when Ironic has no such node.
+    pub async fn get_bios(&self, ident: &str) -> Result<Option<Vec<BiosSetting>>, IronicError> {
+        let list: Result<Option<BiosSettingList>, IronicError> = self
+            .get_with_query(&["nodes", ident, "bios"], &[("detail", "True")])
+            .await;
+        match list {
+            Ok(list) => Ok(Some(list.map(|l| l.bios).unwrap_or_default())),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// The ports of one node.

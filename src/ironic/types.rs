@@ -299,6 +299,39 @@ pub struct Port {
     pub pxe_enabled: Option<bool>,
 }
 
+/// One BIOS setting of a node as Ironic caches it from the BMC
+/// (`GET /v1/nodes/{id}/bios?detail=True`), with its registry entry when the BMC
+/// publishes one.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+pub struct BiosSetting {
+    pub name: String,
+    #[serde(default)]
+    pub value: Option<String>,
+    #[serde(default)]
+    pub attribute_type: Option<String>,
+    #[serde(default)]
+    pub allowable_values: Option<Vec<String>>,
+    #[serde(default)]
+    pub lower_bound: Option<i64>,
+    #[serde(default)]
+    pub upper_bound: Option<i64>,
+    #[serde(default)]
+    pub min_length: Option<i64>,
+    #[serde(default)]
+    pub max_length: Option<i64>,
+    #[serde(default)]
+    pub read_only: Option<bool>,
+    #[serde(default)]
+    pub reset_required: Option<bool>,
+    #[serde(default)]
+    pub unique: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct BiosSettingList {
+    pub bios: Vec<BiosSetting>,
+}
+
 /// Targets of `PUT /v1/nodes/{id}/states/provision`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -10,7 +10,10 @@ use super::types::{
     DeployRamdisk, Host, InspectStatus, Outcome, PowerMode, PowerState, PrepareRequest,
     PrepareStatus, Progress, ProvisionRequest, Registration, StepKind,
 };
-use super::{Provisioner, ProvisionerError, ProvisionerResult, hardware};
+use super::{
+    BiosSettings, FirmwareReader, NodeRef, Provisioner, ProvisionerError, ProvisionerResult,
+    hardware,
+};
 use crate::api::HardwareDetails;
 
 const POLL: Duration = Duration::from_millis(1);
@@ -70,6 +73,8 @@ pub struct FixtureProvisioner {
     pub steps: u32,
     /// What inspection reports; by default what an empty inventory gives.
     pub hardware: HardwareDetails,
+    /// BIOS settings by node name (empty for a record without an entry).
+    bios: Mutex<HashMap<String, BiosSettings>>,
 }
 
 impl Default for FixtureProvisioner {
@@ -86,7 +91,14 @@ impl FixtureProvisioner {
             busy: Mutex::default(),
             steps,
             hardware: hardware::from_inventory(&serde_json::Value::Null),
+            bios: Mutex::default(),
         }
+    }
+
+    /// What `node_name`'s BMC reports as its BIOS settings from now on (a node with
+    /// settings exists for reads even when never registered).
+    pub fn set_bios(&self, node_name: &str, settings: BiosSettings) {
+        lock(&self.bios).insert(node_name.to_owned(), settings);
     }
 
     /// Every call of `operation` on `host` (the `namespace~name`) fails with `message`
@@ -183,6 +195,21 @@ impl FixtureHost {
             return Some(Outcome::wait(waiting, POLL));
         }
         Some(Outcome::done(finish(self)))
+    }
+}
+
+impl FirmwareReader for FixtureProvisioner {
+    async fn bios_settings(
+        &self,
+        node: &NodeRef,
+    ) -> Result<Option<BiosSettings>, ProvisionerError> {
+        let name = node.id.node_name();
+        if let Some(bios) = lock(&self.bios).get(&name) {
+            return Ok(Some(bios.clone()));
+        }
+        Ok(lock(&self.hosts)
+            .contains_key(&name)
+            .then(BiosSettings::default))
     }
 }
 

@@ -18,6 +18,7 @@ mod hardware;
 mod ironic;
 mod types;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 
 pub use fixture::{FixtureHost, FixtureOperation, FixtureProvisioner, FixtureState};
@@ -28,6 +29,7 @@ pub use types::{
     Registration, SOFT_POWER_OFF_TIMEOUT,
 };
 
+use crate::api::firmware::SettingSchema;
 use crate::ironic::IronicError;
 
 /// A provisioner call that could not be carried out at all (as opposed to an
@@ -115,4 +117,39 @@ pub trait Provisioner: Send + Sync {
 
     /// Removes the host's record from any state; done when it is gone.
     fn delete(&self, host: &Host) -> impl Future<Output = ProvisionerResult<()>> + Send;
+}
+
+/// Which node a read is about: the host, and the node UUID from
+/// `status.provisioning.ID` when recorded (reads need no BMC access).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRef {
+    pub id: HostId,
+    pub provisioning_id: Option<String>,
+}
+
+/// A node's BIOS settings as its BMC reports them, and what each accepts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BiosSettings {
+    /// Name → current value.
+    pub settings: BTreeMap<String, String>,
+    /// Name → type, allowed values, limits, read-only flag.
+    pub schema: BTreeMap<String, SettingSchema>,
+}
+
+/// Firmware reads for the firmware controllers.
+pub trait FirmwareReader: Send + Sync {
+    /// The node's BIOS settings; `None` when the provisioner has no such node.
+    fn bios_settings(
+        &self,
+        node: &NodeRef,
+    ) -> impl Future<Output = Result<Option<BiosSettings>, ProvisionerError>> + Send;
+}
+
+impl FirmwareReader for IronicProvisioner {
+    async fn bios_settings(
+        &self,
+        node: &NodeRef,
+    ) -> Result<Option<BiosSettings>, ProvisionerError> {
+        self.read_bios(node).await
+    }
 }

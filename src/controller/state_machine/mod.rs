@@ -18,6 +18,7 @@ use crate::api::{
     BareMetalHost, BareMetalHostStatus, CustomDeploy, ErrorType, Image, OperationalStatus,
     ProvisioningState as State,
 };
+pub use crate::controller::firmware::state_machine::PendingSettings;
 
 pub use apply::apply;
 pub use checks::{
@@ -29,6 +30,9 @@ pub use next::{RegistrationCheck, next};
 pub const STEADY_POLL: Duration = Duration::from_secs(60);
 /// How often an unmanaged or detached host is looked at.
 pub const SLOW_POLL: Duration = Duration::from_secs(600);
+/// How long preparing waits for HostFirmwareSettings conditions that describe the
+/// current spec.
+pub const FIRMWARE_WAIT: Duration = Duration::from_secs(10);
 /// After this many failures, deletion gives up on deprovisioning / power-off.
 pub const DELETE_RETRY_LIMIT: i64 = 3;
 
@@ -52,6 +56,9 @@ pub struct Facts {
     pub registration: Option<RegistrationCheck>,
     /// What re-adopting the host reported, once it was made in this reconcile.
     pub adoption: Option<CallResult>,
+    /// BIOS settings the host's HostFirmwareSettings asks for (read for available
+    /// and preparing hosts only).
+    pub firmware: PendingSettings,
 }
 
 /// A `reboot.metal3.io[/suffix]` annotation.
@@ -396,6 +403,10 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
                 refresh: annotation(host, crate::api::host::INSPECT_ANNOTATION).is_some(),
             })
         }
+        // Wait until the firmware controller judged the current spec (upstream).
+        State::Preparing if facts.firmware == PendingSettings::NotReady => {
+            Step::Wait(FIRMWARE_WAIT)
+        }
         State::Preparing => Step::Call(Operation::Prepare),
         State::Available | State::Ready => plan_available(host, &st, facts),
         State::Provisioning => {
@@ -501,6 +512,13 @@ fn plan_available(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts)
             State::Preparing,
             "Preparing",
             "RAID settings changed; preparing again".into(),
+        );
+    }
+    if matches!(facts.firmware, PendingSettings::Apply(_)) {
+        return transition(
+            State::Preparing,
+            "Preparing",
+            "BIOS settings changed; preparing again".into(),
         );
     }
     if needs_provisioning(host) {

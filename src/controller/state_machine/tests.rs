@@ -51,6 +51,7 @@ fn facts() -> Facts {
         lease_details_changed: false,
         registration: None,
         adoption: None,
+        firmware: PendingSettings::None,
     }
 }
 
@@ -587,4 +588,26 @@ fn lease_details_are_saved_first_except_while_deleting() {
     assert_eq!(next(&h, &f), Step::SaveLeaseDetails);
     let d = deleting(host(json!({}), "deleting", json!({})));
     assert_eq!(next(&d, &f), Step::Call(Operation::Delete));
+}
+
+#[test]
+fn changed_bios_settings_prepare_an_available_host_again() {
+    let apply = Facts {
+        firmware: PendingSettings::Apply(vec![("ProcTurboMode".into(), json!("Disabled"))]),
+        ..facts()
+    };
+    let h = host(json!({}), "available", json!({}));
+    match plan(&h, &apply) {
+        Step::Transition(u) => assert_eq!(u.state, Some(State::Preparing)),
+        other => panic!("{other:?}"),
+    }
+    // Not judged yet: an available host goes on as it is; preparing waits.
+    let not_ready = Facts {
+        firmware: PendingSettings::NotReady,
+        ..facts()
+    };
+    assert_eq!(plan(&h, &not_ready), plan(&h, &facts()));
+    let p = host(json!({}), "preparing", json!({}));
+    assert_eq!(plan(&p, &not_ready), Step::Wait(FIRMWARE_WAIT));
+    assert_eq!(plan(&p, &apply), Step::Call(Operation::Prepare));
 }

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use super::events;
 use super::managed_fields::take_over_updates;
 use super::{HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference};
+use crate::api::firmware::HostFirmwareSettings;
 use crate::api::host::FINALIZER;
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDataSpec, HardwareDetails,
@@ -78,7 +79,7 @@ fn pointer_segment(key: &str) -> String {
 /// A JSON Patch that sets the list at `path` (read as `current`) to `wanted`, with a
 /// `test` that the list is still as read — or, when it was absent, that the object's
 /// resourceVersion is still as read.
-fn guarded_list_patch(
+pub(crate) fn guarded_list_patch(
     path: &str,
     current: &[Value],
     absent: bool,
@@ -139,7 +140,11 @@ where
 /// field manager wrote with Update, as client-go's managed-fields upgrade does: the
 /// managedFields are replaced only if the resourceVersion is still the one read.
 /// The object as it is afterwards, or `None` when there was nothing to take over.
-async fn take_over<K>(api: &Api<K>, object: &K, subresource: &str) -> Result<Option<K>, StoreError>
+pub(crate) async fn take_over<K>(
+    api: &Api<K>,
+    object: &K,
+    subresource: &str,
+) -> Result<Option<K>, StoreError>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -284,6 +289,16 @@ impl Store for KubeStore {
             .get_opt(&host.name_any())
             .await?;
         Ok(data.and_then(|d| d.spec.hardware))
+    }
+
+    async fn firmware_settings(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<Option<HostFirmwareSettings>, StoreError> {
+        Ok(self
+            .api::<HostFirmwareSettings>(host)
+            .get_opt(&host.name_any())
+            .await?)
     }
 
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, StoreError> {

@@ -70,6 +70,14 @@ pub fn take_over_updates(
     Some(result)
 }
 
+/// Whether any field manager wrote fields of `subresource` with an Update (so an
+/// apply that leaves them out would not clear them).
+pub fn has_updates(managed: &[ManagedFieldsEntry], subresource: &str) -> bool {
+    managed
+        .iter()
+        .any(|e| e.operation.as_deref() == Some("Update") && of_subresource(e, subresource))
+}
+
 fn of_subresource(entry: &ManagedFieldsEntry, subresource: &str) -> bool {
     entry.subresource.as_deref().unwrap_or_default() == subresource
 }

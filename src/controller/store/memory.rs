@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
 use super::{HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference};
+use crate::api::firmware::HostFirmwareSettings;
 use crate::api::host::FINALIZER;
 use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails};
 
@@ -27,6 +28,7 @@ struct Objects {
     hosts: BTreeMap<String, BareMetalHost>,
     secrets: BTreeMap<String, Secret>,
     hardware: BTreeMap<String, HardwareDetails>,
+    firmware: BTreeMap<String, HostFirmwareSettings>,
     events: Vec<RecordedEvent>,
     status_writes: usize,
     version: u64,
@@ -79,6 +81,12 @@ impl MemoryStore {
         objects
             .hosts
             .insert(key(host.namespace(), &host.name_any()), host);
+    }
+
+    /// Adds (or replaces) a host's HostFirmwareSettings.
+    pub fn put_firmware_settings(&self, settings: HostFirmwareSettings) {
+        let key = key(settings.namespace(), &settings.name_any());
+        self.lock().firmware.insert(key, settings);
     }
 
     /// The host as stored now.
@@ -253,6 +261,17 @@ impl Store for MemoryStore {
         Ok(self
             .lock()
             .hardware
+            .get(&key(host.namespace(), &host.name_any()))
+            .cloned())
+    }
+
+    async fn firmware_settings(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<Option<HostFirmwareSettings>, StoreError> {
+        Ok(self
+            .lock()
+            .firmware
             .get(&key(host.namespace(), &host.name_any()))
             .cloned())
     }

@@ -18,6 +18,13 @@ impl IronicProvisioner {
         request: &PrepareRequest,
     ) -> ProvisionerResult<PrepareStatus> {
         let node = self.require_node(host).await?;
+        // BIOS values the node already has are not applied again: once cleaning
+        // applied them (Ironic reads the settings back after the step), preparing is
+        // done.
+        let request = &match self.bios_still_to_apply(&node, request).await {
+            Ok(request) => request,
+            Err(e) => return self.busy_or_err(host, e, PrepareStatus::default()),
+        };
         let has_work = request.unprepared
             && (request.raid.is_some()
                 || !request.bios_settings.is_empty()
@@ -64,6 +71,29 @@ impl IronicProvisioner {
             }
             _ => Self::unexpected(&node, PrepareStatus::default(), "prepare the host"),
         }
+    }
+
+    /// `request` without the BIOS settings whose values the node already reports.
+    async fn bios_still_to_apply(
+        &self,
+        node: &Node,
+        request: &PrepareRequest,
+    ) -> Result<PrepareRequest, IronicError> {
+        let mut request = request.clone();
+        if request.bios_settings.is_empty() {
+            return Ok(request);
+        }
+        let current = self.client.get_bios(&node.uuid).await?.unwrap_or_default();
+        request.bios_settings.retain(|(name, wanted)| {
+            let wanted = match wanted {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            !current
+                .iter()
+                .any(|s| &s.name == name && s.value.as_deref() == Some(wanted.as_str()))
+        });
+        Ok(request)
     }
 
     /// Follows cleaning that an operation started: waits while Ironic cleans; once

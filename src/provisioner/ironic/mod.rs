@@ -8,6 +8,7 @@
 mod clean;
 mod delete;
 mod deploy;
+mod firmware;
 mod inspect;
 mod node;
 mod node_list;

@@ -1,0 +1,168 @@
+//! The HostFirmwareSettings controller: each BareMetalHost with an Ironic node gets a
+//! HostFirmwareSettings of the same name (owned by the host) whose status holds the
+//! BIOS settings Ironic read from the BMC, and a FirmwareSchema (named by a hash of the
+//! settings' schema, shared by hosts of the same model) describing them. `spec.settings`
+//! is checked against the schema (conditions `Valid` and `ChangeDetected`, an event per
+//! refused setting). Objects upstream's operator left are adopted, never duplicated.
+//!
+//! The same shape as the host controller: [`state_machine`] decides (pure), the
+//! provisioner reads ([`FirmwareReader`]), [`store`] writes, and [`reconcile`] only
+//! loops over them.
+
+mod run;
+pub mod state_machine;
+pub mod store;
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+
+pub use run::run;
+use state_machine::{Facts, Lookup, Step};
+pub use store::{FirmwareStore, KubeFirmwareStore, MemoryFirmwareStore};
+
+use super::Next;
+use crate::api::BareMetalHost;
+use crate::api::firmware::HostFirmwareSettings;
+use crate::controller::StoreError;
+use crate::provisioner::{FirmwareReader, HostId, NodeRef, ProvisionerError};
+
+/// Look again this soon after the provisioner could not answer (upstream's delay).
+pub const PROVISIONER_RETRY: Duration = Duration::from_secs(30);
+
+/// Steps one reconcile takes at most (each a read or a write); more means objects
+/// keep changing under it, and it looks again shortly.
+const MAX_STEPS: usize = 10;
+
+/// What the firmware controllers share.
+pub struct FirmwareContext<P, S = KubeFirmwareStore> {
+    pub provisioner: P,
+    pub store: S,
+    /// `WATCH_NAMESPACE`: only hosts in this namespace; all when `None`.
+    pub namespace: Option<String>,
+}
+
+/// Why a reconcile could not finish; retried after [`PROVISIONER_RETRY`].
+#[derive(Debug, thiserror::Error)]
+pub enum FirmwareError {
+    #[error("HostFirmwareSettings {object}: {source}")]
+    Store {
+        object: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error(transparent)]
+    Provisioner(#[from] ProvisionerError),
+}
+
+/// One reconcile of `host`'s HostFirmwareSettings, as of `now`.
+pub async fn reconcile<P: FirmwareReader, S: FirmwareStore>(
+    host: &BareMetalHost,
+    ctx: &FirmwareContext<P, S>,
+    now: Time,
+) -> Result<Next, FirmwareError> {
+    let namespace = host.namespace().unwrap_or_default();
+    let name = host.name_any();
+    let store_err = |source| FirmwareError::Store {
+        object: format!("{namespace}/{name}"),
+        source,
+    };
+    let mut facts = Facts {
+        host: Some(host.clone()),
+        now: Some(now),
+        ..Facts::default()
+    };
+    if state_machine::next(&facts) == Step::Idle {
+        return Ok(Next::OnChange);
+    }
+    facts.settings = ctx
+        .store
+        .settings(&namespace, &name)
+        .await
+        .map_err(store_err)?;
+    for _ in 0..MAX_STEPS {
+        let step = state_machine::next(&facts);
+        tracing::debug!(?step, "firmware settings step");
+        // Every step past CreateSettings has the settings object.
+        let settings = facts
+            .settings
+            .clone()
+            .unwrap_or_else(|| HostFirmwareSettings::new(&name, Default::default()));
+        match step {
+            Step::Idle => return Ok(Next::OnChange),
+            Step::Done(after) => return Ok(Next::After(after)),
+            Step::CreateSettings => {
+                let created = ctx.store.create_settings(host).await.map_err(store_err)?;
+                tracing::info!("created the host's HostFirmwareSettings");
+                facts.settings = Some(created);
+            }
+            Step::AdoptSettings => {
+                let adopted = ctx
+                    .store
+                    .adopt_settings(host, &settings)
+                    .await
+                    .map_err(store_err)?;
+                facts.settings = Some(adopted);
+            }
+            Step::ReadBios => {
+                let node = NodeRef {
+                    id: HostId::new(&namespace, &name),
+                    provisioning_id: host.status.as_ref().map(|s| s.provisioning.id.clone()),
+                };
+                match ctx.provisioner.bios_settings(&node).await? {
+                    Some(bios) => facts.bios = Some(bios),
+                    // The node is gone: the host controller registers it again, and
+                    // its status write wakes this one.
+                    None => return Ok(Next::OnChange),
+                }
+            }
+            Step::LookUpSchema(schema) => {
+                let found = ctx
+                    .store
+                    .schema(&namespace, &schema)
+                    .await
+                    .map_err(store_err)?;
+                facts.schema = Some(found.map_or(Lookup::Missing, Lookup::Found));
+            }
+            Step::CreateSchema(schema) => {
+                let created = ctx
+                    .store
+                    .create_schema(&settings, &schema)
+                    .await
+                    .map_err(store_err)?;
+                tracing::info!(schema = %created.name_any(), "created a FirmwareSchema");
+                facts.schema = Some(Lookup::Found(created));
+            }
+            Step::OwnSchema => {
+                let Some(Lookup::Found(schema)) = &facts.schema else {
+                    return Ok(Next::After(PROVISIONER_RETRY));
+                };
+                let owned = ctx
+                    .store
+                    .own_schema(&settings, schema)
+                    .await
+                    .map_err(store_err)?;
+                facts.schema = Some(Lookup::Found(owned));
+            }
+            Step::SaveStatus {
+                status,
+                events,
+                requeue,
+            } => {
+                ctx.store
+                    .apply_status(&settings, &status)
+                    .await
+                    .map_err(store_err)?;
+                for (reason, message) in events {
+                    ctx.store.publish(&settings, &reason, &message).await;
+                }
+                return Ok(Next::After(requeue));
+            }
+        }
+    }
+    Ok(Next::After(Duration::from_secs(1)))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,494 @@
+//! What the HostFirmwareSettings controller does next, as pure functions of what it
+//! has read so far (no I/O, no clock).
+//!
+//! The steps, in order: nothing while the host has no node; make the host's
+//! HostFirmwareSettings when it is missing, or adopt the one upstream's operator
+//! left (the host as owner, status fields written with Update taken over); read the
+//! BIOS settings; find the FirmwareSchema named by the hash of their schema (made when
+//! missing, the settings object added to its owners); then save the status when it
+//! changed. Names, hash, conditions and messages follow upstream's controller.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+
+use crate::api::BareMetalHost;
+use crate::api::firmware::{
+    FirmwareSchema, FirmwareSchemaSpec, HostFirmwareSettings, HostFirmwareSettingsStatus,
+    SETTINGS_CHANGE_DETECTED, SETTINGS_VALID, SchemaReference, SettingSchema, SettingType,
+};
+use crate::controller::store::managed_fields::has_updates;
+use crate::provisioner::BiosSettings;
+
+/// Look again this soon while `spec.settings` differs from the BMC's (upstream: so the
+/// status follows once cleaning applied them).
+pub const REQUEUE_CHANGE_DETECTED: Duration = Duration::from_secs(60);
+/// Otherwise, look again this soon (settings changed outside bmo show up).
+pub const REQUEUE: Duration = Duration::from_secs(300);
+
+/// Condition reasons, upstream's.
+pub const REASON_SUCCESS: &str = "Success";
+pub const REASON_CONFIGURATION_ERROR: &str = "ConfigurationError";
+/// Condition message when a setting is refused, upstream's.
+pub const INVALID_MESSAGE: &str = "Invalid BIOS setting";
+/// Event reason for a refused setting, upstream's.
+pub const EVENT_VALIDATION_FAILED: &str = "ValidationFailed";
+
+/// What the reconciler has gathered.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    /// The BareMetalHost of the same name.
+    pub host: Option<BareMetalHost>,
+    /// The HostFirmwareSettings.
+    pub settings: Option<HostFirmwareSettings>,
+    /// The node's BIOS as the provisioner read it.
+    pub bios: Option<BiosSettings>,
+    /// The FirmwareSchema named by the hash of `bios`'s schema, once looked up.
+    pub schema: Option<Lookup<FirmwareSchema>>,
+    pub now: Option<Time>,
+}
+
+/// An object looked up by name.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Lookup<T> {
+    Found(T),
+    Missing,
+}
+
+/// One thing for the reconciler to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// The host is gone, being deleted, or has no node yet: wait for it to change.
+    Idle,
+    /// Make the HostFirmwareSettings, owned by the host, with empty spec and status.
+    CreateSettings,
+    /// The HostFirmwareSettings exists (upstream's operator made it, or the host was
+    /// made again): add the host to its owners and take over its status fields.
+    AdoptSettings,
+    /// Read the node's BIOS settings.
+    ReadBios,
+    /// Look the FirmwareSchema of this name up.
+    LookUpSchema(String),
+    /// Make this FirmwareSchema, owned by the settings object.
+    CreateSchema(Box<FirmwareSchema>),
+    /// Add the settings object to the found FirmwareSchema's owners.
+    OwnSchema,
+    /// Write this status and publish these events (reason, message).
+    SaveStatus {
+        status: HostFirmwareSettingsStatus,
+        events: Vec<(String, String)>,
+        requeue: Duration,
+    },
+    /// Nothing changed; look again after this long.
+    Done(Duration),
+}
+
+/// The next step.
+pub fn next(facts: &Facts) -> Step {
+    let Some(host) = facts.host.as_ref().filter(|h| has_node(h)) else {
+        return Step::Idle;
+    };
+    let Some(settings) = &facts.settings else {
+        return Step::CreateSettings;
+    };
+    if !owned_by(settings.owner_references(), host.metadata.uid.as_deref())
+        || has_updates(
+            settings
+                .metadata
+                .managed_fields
+                .as_deref()
+                .unwrap_or_default(),
+            "status",
+        )
+    {
+        return Step::AdoptSettings;
+    }
+    let Some(bios) = &facts.bios else {
+        return Step::ReadBios;
+    };
+    let name = schema_name(&bios.schema);
+    let schema = match &facts.schema {
+        None => return Step::LookUpSchema(name),
+        Some(Lookup::Missing) => {
+            return Step::CreateSchema(Box::new(new_schema(host, settings, bios, name)));
+        }
+        Some(Lookup::Found(schema)) => schema,
+    };
+    if !owned_by(schema.owner_references(), settings.metadata.uid.as_deref()) {
+        return Step::OwnSchema;
+    }
+    let (mut status, events) = status_for(settings, bios, schema);
+    let requeue = if condition_true(&status.conditions, SETTINGS_CHANGE_DETECTED) {
+        REQUEUE_CHANGE_DETECTED
+    } else {
+        REQUEUE
+    };
+    if settings.status.as_ref() == Some(&status) {
+        return Step::Done(requeue);
+    }
+    if let Some(now) = &facts.now {
+        stamp_transitions(&mut status, now);
+    }
+    status.last_updated = facts.now.clone();
+    Step::SaveStatus {
+        status,
+        events,
+        requeue,
+    }
+}
+
+/// The host has an Ironic node (its UUID is recorded) and is not being deleted.
+fn has_node(host: &BareMetalHost) -> bool {
+    host.metadata.deletion_timestamp.is_none()
+        && host
+            .status
+            .as_ref()
+            .is_some_and(|s| !s.provisioning.id.is_empty())
+}
+
+fn owned_by(
+    owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    uid: Option<&str>,
+) -> bool {
+    uid.is_some_and(|uid| owners.iter().any(|o| o.uid == uid))
+}
+
+fn condition_true(conditions: &[Condition], kind: &str) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == kind && c.status == "True")
+}
+
+/// Upstream's name for a schema: `schema-` and the first 8 hex digits of the SHA-256 of
+/// every setting's name, type, allowed values, bounds, lengths and read-only flag,
+/// sorted, printed as Go prints a string slice (`[a b c]`). Hosts of one model get the
+/// same name, so they share the object; it also names upstream's existing objects.
+pub fn schema_name(schema: &BTreeMap<String, SettingSchema>) -> String {
+    let mut keys: Vec<String> = Vec::new();
+    for (name, setting) in schema {
+        keys.push(name.clone());
+        keys.push(type_name(setting.attribute_type).to_owned());
+        keys.extend(setting.allowable_values.iter().cloned());
+        for bound in [
+            setting.lower_bound,
+            setting.upper_bound,
+            setting.min_length,
+            setting.max_length,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            keys.push(bound.to_string());
+        }
+        if let Some(read_only) = setting.read_only {
+            keys.push(read_only.to_string());
+        }
+    }
+    keys.sort();
+    let text = format!("[{}]", keys.join(" "));
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    let hex: String = digest
+        .as_ref()
+        .iter()
+        .take(4)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("schema-{hex}")
+}
+
+fn type_name(kind: Option<SettingType>) -> &'static str {
+    match kind {
+        None => "",
+        Some(SettingType::Enumeration) => "Enumeration",
+        Some(SettingType::String) => "String",
+        Some(SettingType::Integer) => "Integer",
+        Some(SettingType::Boolean) => "Boolean",
+        Some(SettingType::Password) => "Password",
+    }
+}
+
+/// Password settings are never stored: some BMCs report them (encrypted).
+fn is_password(name: &str) -> bool {
+    name.contains("Password")
+}
+
+/// The FirmwareSchema for `bios`, as upstream makes it: no password settings, the
+/// inspected vendor and model, owned by the settings object.
+fn new_schema(
+    host: &BareMetalHost,
+    settings: &HostFirmwareSettings,
+    bios: &BiosSettings,
+    name: String,
+) -> FirmwareSchema {
+    let vendor = host
+        .status
+        .as_ref()
+        .and_then(|s| s.hardware.as_ref())
+        .and_then(|h| h.system_vendor.as_ref());
+    let schema = bios
+        .schema
+        .iter()
+        .filter(|(n, s)| !is_password(n) && s.attribute_type != Some(SettingType::Password))
+        .map(|(n, s)| (n.clone(), s.clone()))
+        .collect();
+    let mut object = FirmwareSchema::new(
+        &name,
+        FirmwareSchemaSpec {
+            hardware_vendor: vendor.and_then(|v| v.manufacturer.clone()),
+            hardware_model: vendor.and_then(|v| v.product_name.clone()),
+            schema,
+        },
+    );
+    object.metadata.namespace = settings.namespace();
+    object
+}
+
+/// The status for what the BMC reports, with conditions `Valid` and `ChangeDetected`
+/// for `spec.settings`, and the events to publish when a setting is refused.
+pub fn status_for(
+    settings: &HostFirmwareSettings,
+    bios: &BiosSettings,
+    schema: &FirmwareSchema,
+) -> (HostFirmwareSettingsStatus, Vec<(String, String)>) {
+    let old = settings.status.clone().unwrap_or_default();
+    let current: BTreeMap<String, String> = bios
+        .settings
+        .iter()
+        .filter(|(name, _)| !is_password(name))
+        .map(|(n, v)| (n.clone(), v.clone()))
+        .collect();
+    let changed = settings
+        .spec
+        .settings
+        .iter()
+        .any(|(name, wanted)| current.get(name) != Some(&value_text(wanted)));
+    let generation = settings.metadata.generation;
+    let mut conditions = old.conditions.clone();
+    let mut events = Vec::new();
+    let mut set = |kind: &str, status: bool, reason: &str, message: &str| {
+        set_condition(&mut conditions, kind, status, reason, message, generation);
+    };
+    let errors = if changed {
+        validate(&settings.spec.settings, &current, &schema.spec.schema)
+    } else {
+        Vec::new()
+    };
+    set(SETTINGS_CHANGE_DETECTED, changed, REASON_SUCCESS, "");
+    if errors.is_empty() {
+        set(SETTINGS_VALID, true, REASON_SUCCESS, "");
+    } else {
+        set(
+            SETTINGS_VALID,
+            false,
+            REASON_CONFIGURATION_ERROR,
+            INVALID_MESSAGE,
+        );
+        // With nothing read yet every name is unknown: no events (upstream).
+        if !current.is_empty() {
+            events = errors
+                .iter()
+                .map(|e| {
+                    (
+                        EVENT_VALIDATION_FAILED.to_owned(),
+                        format!("{INVALID_MESSAGE}: {e}"),
+                    )
+                })
+                .collect();
+        }
+    }
+    let status = HostFirmwareSettingsStatus {
+        firmware_schema: Some(SchemaReference {
+            namespace: schema.namespace().unwrap_or_default(),
+            name: schema.name_any(),
+        }),
+        settings: current,
+        last_updated: old.last_updated,
+        conditions,
+    };
+    (status, events)
+}
+
+/// Sets condition `kind`, keeping its transition time when its status stays.
+fn set_condition(
+    conditions: &mut Vec<Condition>,
+    kind: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) {
+    let status = if status { "True" } else { "False" };
+    let existing = conditions.iter().position(|c| c.type_ == kind);
+    let transition = existing
+        .map(|i| &conditions[i])
+        .filter(|c| c.status == status)
+        .map(|c| c.last_transition_time.clone());
+    let condition = Condition {
+        type_: kind.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        observed_generation: generation,
+        // A new transition gets its time when saved (the caller stamps it).
+        last_transition_time: transition.unwrap_or_else(epoch),
+    };
+    match existing {
+        Some(i) => conditions[i] = condition,
+        None => conditions.push(condition),
+    }
+}
+
+fn epoch() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
+}
+
+/// Stamps `now` on conditions whose transition has no time yet.
+fn stamp_transitions(status: &mut HostFirmwareSettingsStatus, now: &Time) {
+    for condition in &mut status.conditions {
+        if condition.last_transition_time == epoch() {
+            condition.last_transition_time = now.clone();
+        }
+    }
+}
+
+/// What a host's HostFirmwareSettings asks of preparing, as upstream's host
+/// controller reads it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum PendingSettings {
+    /// Nothing to apply: no object, no change, or a change that is not valid.
+    #[default]
+    None,
+    /// The conditions do not describe the current spec yet (or no settings were
+    /// read): wait for the firmware controller.
+    NotReady,
+    /// Apply these settings (name, value), which differ from what the BMC reports.
+    Apply(Vec<(String, serde_json::Value)>),
+}
+
+/// The settings preparing should apply: only a valid change whose conditions are
+/// as new as the spec; values already in place are left out.
+pub fn pending_settings(settings: Option<&HostFirmwareSettings>) -> PendingSettings {
+    let Some(settings) = settings else {
+        return PendingSettings::None;
+    };
+    let status = settings.status.clone().unwrap_or_default();
+    let find = |kind: &str| status.conditions.iter().find(|c| c.type_ == kind);
+    let Some(changed) = find(SETTINGS_CHANGE_DETECTED) else {
+        return PendingSettings::None;
+    };
+    if changed.observed_generation != settings.metadata.generation {
+        return PendingSettings::NotReady;
+    }
+    if find(SETTINGS_VALID).is_none_or(|c| c.status != "True") || changed.status != "True" {
+        return PendingSettings::None;
+    }
+    if status.settings.is_empty() {
+        return PendingSettings::NotReady;
+    }
+    let apply: Vec<(String, serde_json::Value)> = settings
+        .spec
+        .settings
+        .iter()
+        .filter(|(name, wanted)| status.settings.get(*name) != Some(&value_text(wanted)))
+        .map(|(name, wanted)| {
+            let value = match wanted {
+                IntOrString::Int(i) => serde_json::Value::from(*i),
+                IntOrString::String(s) => serde_json::Value::from(s.as_str()),
+            };
+            (name.clone(), value)
+        })
+        .collect();
+    if apply.is_empty() {
+        PendingSettings::None
+    } else {
+        PendingSettings::Apply(apply)
+    }
+}
+
+/// A wanted value as the BMC shows values: integers in decimal.
+pub fn value_text(value: &IntOrString) -> String {
+    match value {
+        IntOrString::Int(i) => i.to_string(),
+        IntOrString::String(s) => s.clone(),
+    }
+}
+
+/// Why each wanted setting cannot be applied, in upstream's words; an enumeration
+/// value also names the allowed ones.
+pub fn validate(
+    wanted: &BTreeMap<String, IntOrString>,
+    current: &BTreeMap<String, String>,
+    schema: &BTreeMap<String, SettingSchema>,
+) -> Vec<String> {
+    let mut errors = Vec::new();
+    for (name, value) in wanted {
+        if is_password(name) {
+            errors.push("cannot set Password field".to_owned());
+        } else if !current.contains_key(name) {
+            errors.push(format!("setting {name} is not in the Status field"));
+        } else if let Some(reason) = refusal(schema.get(name), name, value) {
+            errors.push(format!("Setting {name} is invalid, {reason}"));
+        }
+    }
+    errors
+}
+
+/// Why `value` does not fit `schema`, if it does not.
+fn refusal(schema: Option<&SettingSchema>, name: &str, value: &IntOrString) -> Option<String> {
+    let Some(schema) = schema else {
+        return Some("it is not in the associated schema".to_owned());
+    };
+    if schema.read_only == Some(true) {
+        return Some("it is ReadOnly".to_owned());
+    }
+    if is_password(name) {
+        return Some("Password fields can't be set".to_owned());
+    }
+    let text = value_text(value);
+    match schema.attribute_type {
+        Some(SettingType::Enumeration) => (!schema.allowable_values.contains(&text)).then(|| {
+            format!(
+                "unknown enumeration value - {text} (allowed values: {})",
+                schema.allowable_values.join(", ")
+            )
+        }),
+        Some(SettingType::Integer) => {
+            let Ok(number) = text.parse::<i64>() else {
+                return Some(format!("String {text} entered while integer expected"));
+            };
+            if let Some(low) = schema.lower_bound.filter(|low| number < *low) {
+                Some(format!("integer {number} is below minimum value {low}"))
+            } else {
+                schema
+                    .upper_bound
+                    .filter(|high| number > *high)
+                    .map(|high| format!("integer {number} is above maximum value {high}"))
+            }
+        }
+        Some(SettingType::String) => {
+            let length = i64::try_from(text.len()).unwrap_or(i64::MAX);
+            if let Some(min) = schema.min_length.filter(|min| length < *min) {
+                Some(format!(
+                    "string {text} length is below minimum length {min}"
+                ))
+            } else {
+                schema
+                    .max_length
+                    .filter(|max| length > *max)
+                    .map(|max| format!("string {text} length is above maximum length {max}"))
+            }
+        }
+        Some(SettingType::Boolean) => {
+            (text != "true" && text != "false").then(|| format!("{text} is not a boolean"))
+        }
+        Some(SettingType::Password) => Some("passwords are immutable".to_owned()),
+        // Without a registry entry there is nothing to check (upstream).
+        None => None,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,532 @@
+//! Every Kubernetes read and write of the HostFirmwareSettings controller, behind one
+//! trait: [`KubeFirmwareStore`] on the API server, [`MemoryFirmwareStore`] for tests.
+//! Owner lists are written with a precondition (JSON Patch `test` of the list as
+//! read), so a lost race is [`StoreError::Conflict`].
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::api::BareMetalHost;
+use crate::api::firmware::{
+    FirmwareSchema, HostFirmwareSettings, HostFirmwareSettingsSpec, HostFirmwareSettingsStatus,
+};
+use crate::controller::store::{
+    FIELD_MANAGER, StoreError, conflict_or, guarded_list_patch, json_patch, owner_reference,
+    take_over,
+};
+
+/// Upstream's `source.component` on HostFirmwareSettings events.
+pub const SOURCE_COMPONENT: &str = "metal3-hostfirmwaresettings-controller";
+/// Upstream's `reportingController` on HostFirmwareSettings events.
+pub const REPORTING_CONTROLLER: &str = "metal3.io/hostfirmwaresettings-controller";
+
+/// The Kubernetes side of the HostFirmwareSettings controller.
+pub trait FirmwareStore: Send + Sync {
+    fn host(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<BareMetalHost>, StoreError>> + Send;
+
+    fn settings(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<HostFirmwareSettings>, StoreError>> + Send;
+
+    /// Makes the host's HostFirmwareSettings (empty spec), owned by the host;
+    /// [`StoreError::Conflict`] when one appeared meanwhile.
+    fn create_settings(
+        &self,
+        host: &BareMetalHost,
+    ) -> impl Future<Output = Result<HostFirmwareSettings, StoreError>> + Send;
+
+    /// Adds the host to `settings`' owners (if they are still as read) and makes bmo
+    /// the owner of the status fields other managers wrote with Update.
+    fn adopt_settings(
+        &self,
+        host: &BareMetalHost,
+        settings: &HostFirmwareSettings,
+    ) -> impl Future<Output = Result<HostFirmwareSettings, StoreError>> + Send;
+
+    fn schema(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<FirmwareSchema>, StoreError>> + Send;
+
+    /// Makes `schema`, owned by `settings`; [`StoreError::Conflict`] when it exists.
+    fn create_schema(
+        &self,
+        settings: &HostFirmwareSettings,
+        schema: &FirmwareSchema,
+    ) -> impl Future<Output = Result<FirmwareSchema, StoreError>> + Send;
+
+    /// Adds `settings` to `schema`'s owners, if they are still as read.
+    fn own_schema(
+        &self,
+        settings: &HostFirmwareSettings,
+        schema: &FirmwareSchema,
+    ) -> impl Future<Output = Result<FirmwareSchema, StoreError>> + Send;
+
+    /// Writes the whole status (server-side apply on the status subresource).
+    fn apply_status(
+        &self,
+        settings: &HostFirmwareSettings,
+        status: &HostFirmwareSettingsStatus,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Publishes an event about `settings`; a failure is logged, not returned.
+    fn publish(
+        &self,
+        settings: &HostFirmwareSettings,
+        reason: &str,
+        message: &str,
+    ) -> impl Future<Output = ()> + Send;
+}
+
+/// `settings` as an owner (of its FirmwareSchema), as upstream sets it.
+fn settings_owner(settings: &HostFirmwareSettings) -> OwnerReference {
+    OwnerReference {
+        api_version: "metal3.io/v1alpha1".into(),
+        kind: "HostFirmwareSettings".into(),
+        name: settings.name_any(),
+        uid: settings.metadata.uid.clone().unwrap_or_default(),
+        controller: None,
+        block_owner_deletion: None,
+    }
+}
+
+/// The empty HostFirmwareSettings of `host`, owned by it.
+fn new_settings(host: &BareMetalHost) -> HostFirmwareSettings {
+    let mut settings =
+        HostFirmwareSettings::new(&host.name_any(), HostFirmwareSettingsSpec::default());
+    settings.metadata.namespace = host.namespace();
+    settings.metadata.owner_references = Some(vec![owner_reference(host, false)]);
+    settings
+}
+
+/// The core/v1 Event upstream's controller posts about `settings`.
+pub fn settings_event(
+    settings: &HostFirmwareSettings,
+    reason: &str,
+    message: &str,
+    instance: Option<&str>,
+    now: &Time,
+) -> Event {
+    Event {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{reason}-")),
+            namespace: settings.namespace(),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("metal3.io/v1alpha1".into()),
+            kind: Some("HostFirmwareSettings".into()),
+            name: Some(settings.name_any()),
+            namespace: settings.namespace(),
+            uid: settings.metadata.uid.clone(),
+            ..ObjectReference::default()
+        },
+        reason: Some(reason.to_owned()),
+        message: Some(message.chars().take(1000).collect()),
+        source: Some(EventSource {
+            component: Some(SOURCE_COMPONENT.into()),
+            host: None,
+        }),
+        first_timestamp: Some(now.clone()),
+        last_timestamp: Some(now.clone()),
+        count: Some(1),
+        // Upstream says Normal for everything; bmo marks refusals as warnings, as it
+        // does for hosts.
+        type_: Some("Warning".into()),
+        reporting_component: Some(REPORTING_CONTROLLER.into()),
+        reporting_instance: instance.map(str::to_owned),
+        ..Event::default()
+    }
+}
+
+/// [`FirmwareStore`] on a Kubernetes client.
+#[derive(Clone)]
+pub struct KubeFirmwareStore {
+    client: kube::Client,
+    instance: Option<String>,
+}
+
+impl KubeFirmwareStore {
+    /// `instance` names this bmo in the events it publishes (`POD_NAME`).
+    pub fn new(client: kube::Client, instance: Option<String>) -> Self {
+        Self { client, instance }
+    }
+
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    fn api<K>(&self, namespace: &str) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+}
+
+/// Adds `owner` to `object`'s owners, if they are still as read.
+async fn add_owner<K>(api: &Api<K>, object: &K, owner: OwnerReference) -> Result<K, StoreError>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let to_value = |o: &OwnerReference| {
+        serde_json::to_value(o).map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))
+    };
+    let current = object
+        .owner_references()
+        .iter()
+        .map(to_value)
+        .collect::<Result<Vec<Value>, _>>()?;
+    let mut wanted = current.clone();
+    wanted.push(to_value(&owner)?);
+    let patch = guarded_list_patch(
+        "/metadata/ownerReferences",
+        &current,
+        object.meta().owner_references.is_none(),
+        object.meta().resource_version.as_deref(),
+        wanted,
+    );
+    api.patch(
+        &object.name_any(),
+        &PatchParams::default(),
+        &Patch::Json::<()>(json_patch(patch)?),
+    )
+    .await
+    .map_err(conflict_or)
+}
+
+fn create_conflict(e: kube::Error) -> StoreError {
+    match &e {
+        kube::Error::Api(status) if status.code == 409 => StoreError::Conflict,
+        _ => StoreError::Kube(e),
+    }
+}
+
+impl FirmwareStore for KubeFirmwareStore {
+    async fn host(&self, namespace: &str, name: &str) -> Result<Option<BareMetalHost>, StoreError> {
+        Ok(self.api::<BareMetalHost>(namespace).get_opt(name).await?)
+    }
+
+    async fn settings(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<HostFirmwareSettings>, StoreError> {
+        Ok(self
+            .api::<HostFirmwareSettings>(namespace)
+            .get_opt(name)
+            .await?)
+    }
+
+    async fn create_settings(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<HostFirmwareSettings, StoreError> {
+        let api = self.api::<HostFirmwareSettings>(&host.namespace().unwrap_or_default());
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PostParams::default()
+        };
+        api.create(&params, &new_settings(host))
+            .await
+            .map_err(create_conflict)
+    }
+
+    async fn adopt_settings(
+        &self,
+        host: &BareMetalHost,
+        settings: &HostFirmwareSettings,
+    ) -> Result<HostFirmwareSettings, StoreError> {
+        let api = self.api::<HostFirmwareSettings>(&settings.namespace().unwrap_or_default());
+        let uid = host.metadata.uid.as_deref().unwrap_or_default();
+        let mut current = settings.clone();
+        if !current.owner_references().iter().any(|o| o.uid == uid) {
+            current = add_owner(&api, &current, owner_reference(host, false)).await?;
+        }
+        if let Some(newer) = take_over(&api, &current, "status").await? {
+            current = newer;
+        }
+        tracing::info!("adopted the host's HostFirmwareSettings");
+        Ok(current)
+    }
+
+    async fn schema(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<FirmwareSchema>, StoreError> {
+        Ok(self.api::<FirmwareSchema>(namespace).get_opt(name).await?)
+    }
+
+    async fn create_schema(
+        &self,
+        settings: &HostFirmwareSettings,
+        schema: &FirmwareSchema,
+    ) -> Result<FirmwareSchema, StoreError> {
+        let mut schema = schema.clone();
+        schema.metadata.owner_references = Some(vec![settings_owner(settings)]);
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PostParams::default()
+        };
+        self.api::<FirmwareSchema>(&settings.namespace().unwrap_or_default())
+            .create(&params, &schema)
+            .await
+            .map_err(create_conflict)
+    }
+
+    async fn own_schema(
+        &self,
+        settings: &HostFirmwareSettings,
+        schema: &FirmwareSchema,
+    ) -> Result<FirmwareSchema, StoreError> {
+        let api = self.api::<FirmwareSchema>(&schema.namespace().unwrap_or_default());
+        add_owner(&api, schema, settings_owner(settings)).await
+    }
+
+    async fn apply_status(
+        &self,
+        settings: &HostFirmwareSettings,
+        status: &HostFirmwareSettingsStatus,
+    ) -> Result<(), StoreError> {
+        let patch = json!({
+            "apiVersion": "metal3.io/v1alpha1",
+            "kind": "HostFirmwareSettings",
+            "status": status,
+        });
+        self.api::<HostFirmwareSettings>(&settings.namespace().unwrap_or_default())
+            .patch_status(
+                &settings.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn publish(&self, settings: &HostFirmwareSettings, reason: &str, message: &str) {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let event = settings_event(settings, reason, message, self.instance.as_deref(), &now);
+        if let Err(e) = self
+            .api::<Event>(&settings.namespace().unwrap_or_default())
+            .create(&PostParams::default(), &event)
+            .await
+        {
+            tracing::debug!(error = %e, reason, "could not publish event");
+        }
+    }
+}
+
+#[derive(Default)]
+struct Objects {
+    hosts: BTreeMap<String, BareMetalHost>,
+    settings: BTreeMap<String, HostFirmwareSettings>,
+    schemas: BTreeMap<String, FirmwareSchema>,
+    events: Vec<(String, String, String)>,
+    status_writes: usize,
+    version: u64,
+}
+
+/// [`FirmwareStore`] in memory: objects by `namespace/name`, a resourceVersion and a
+/// uid per write, every status write and event recorded.
+#[derive(Default)]
+pub struct MemoryFirmwareStore {
+    objects: Mutex<Objects>,
+}
+
+fn key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+fn key_of<K: Resource>(object: &K) -> String {
+    key(
+        object.meta().namespace.as_deref().unwrap_or_default(),
+        object.meta().name.as_deref().unwrap_or_default(),
+    )
+}
+
+impl MemoryFirmwareStore {
+    fn lock(&self) -> MutexGuard<'_, Objects> {
+        self.objects.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Puts (or replaces) a host, as a user would.
+    pub fn put_host(&self, host: BareMetalHost) {
+        let mut objects = self.lock();
+        objects.hosts.insert(key_of(&host), host);
+    }
+
+    /// Puts (or replaces) a HostFirmwareSettings, as a user or another operator would.
+    pub fn put_settings(&self, settings: HostFirmwareSettings) {
+        let mut objects = self.lock();
+        objects.settings.insert(key_of(&settings), settings);
+    }
+
+    /// Puts (or replaces) a FirmwareSchema.
+    pub fn put_schema(&self, schema: FirmwareSchema) {
+        let mut objects = self.lock();
+        objects.schemas.insert(key_of(&schema), schema);
+    }
+
+    pub fn stored_settings(&self, namespace: &str, name: &str) -> Option<HostFirmwareSettings> {
+        self.lock().settings.get(&key(namespace, name)).cloned()
+    }
+
+    pub fn schemas(&self) -> Vec<FirmwareSchema> {
+        self.lock().schemas.values().cloned().collect()
+    }
+
+    /// (object, reason, message) of every event published.
+    pub fn events(&self) -> Vec<(String, String, String)> {
+        self.lock().events.clone()
+    }
+
+    pub fn status_writes(&self) -> usize {
+        self.lock().status_writes
+    }
+}
+
+impl Objects {
+    fn stamp<K: Resource>(&mut self, object: &mut K) {
+        self.version += 1;
+        let meta = object.meta_mut();
+        meta.resource_version = Some(self.version.to_string());
+        if meta.uid.is_none() {
+            meta.uid = Some(format!("uid-{}", self.version));
+        }
+        if meta.generation.is_none() {
+            meta.generation = Some(1);
+        }
+    }
+}
+
+fn unchanged<K: Resource>(stored: Option<&K>, read: &K) -> Result<(), StoreError> {
+    match stored {
+        Some(s) if s.meta().resource_version == read.meta().resource_version => Ok(()),
+        _ => Err(StoreError::Conflict),
+    }
+}
+
+impl FirmwareStore for MemoryFirmwareStore {
+    async fn host(&self, namespace: &str, name: &str) -> Result<Option<BareMetalHost>, StoreError> {
+        Ok(self.lock().hosts.get(&key(namespace, name)).cloned())
+    }
+
+    async fn settings(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<HostFirmwareSettings>, StoreError> {
+        Ok(self.stored_settings(namespace, name))
+    }
+
+    async fn create_settings(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<HostFirmwareSettings, StoreError> {
+        let mut objects = self.lock();
+        let mut settings = new_settings(host);
+        if objects.settings.contains_key(&key_of(&settings)) {
+            return Err(StoreError::Conflict);
+        }
+        objects.stamp(&mut settings);
+        objects.settings.insert(key_of(&settings), settings.clone());
+        Ok(settings)
+    }
+
+    async fn adopt_settings(
+        &self,
+        host: &BareMetalHost,
+        settings: &HostFirmwareSettings,
+    ) -> Result<HostFirmwareSettings, StoreError> {
+        let mut objects = self.lock();
+        unchanged(objects.settings.get(&key_of(settings)), settings)?;
+        let mut adopted = settings.clone();
+        let uid = host.metadata.uid.clone().unwrap_or_default();
+        if !adopted.owner_references().iter().any(|o| o.uid == uid) {
+            adopted
+                .owner_references_mut()
+                .push(owner_reference(host, false));
+        }
+        adopted.metadata.managed_fields = None;
+        objects.stamp(&mut adopted);
+        objects.settings.insert(key_of(&adopted), adopted.clone());
+        Ok(adopted)
+    }
+
+    async fn schema(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<FirmwareSchema>, StoreError> {
+        Ok(self.lock().schemas.get(&key(namespace, name)).cloned())
+    }
+
+    async fn create_schema(
+        &self,
+        settings: &HostFirmwareSettings,
+        schema: &FirmwareSchema,
+    ) -> Result<FirmwareSchema, StoreError> {
+        let mut objects = self.lock();
+        if objects.schemas.contains_key(&key_of(schema)) {
+            return Err(StoreError::Conflict);
+        }
+        let mut schema = schema.clone();
+        schema.metadata.owner_references = Some(vec![settings_owner(settings)]);
+        objects.stamp(&mut schema);
+        objects.schemas.insert(key_of(&schema), schema.clone());
+        Ok(schema)
+    }
+
+    async fn own_schema(
+        &self,
+        settings: &HostFirmwareSettings,
+        schema: &FirmwareSchema,
+    ) -> Result<FirmwareSchema, StoreError> {
+        let mut objects = self.lock();
+        unchanged(objects.schemas.get(&key_of(schema)), schema)?;
+        let mut owned = schema.clone();
+        owned.owner_references_mut().push(settings_owner(settings));
+        objects.stamp(&mut owned);
+        objects.schemas.insert(key_of(&owned), owned.clone());
+        Ok(owned)
+    }
+
+    async fn apply_status(
+        &self,
+        settings: &HostFirmwareSettings,
+        status: &HostFirmwareSettingsStatus,
+    ) -> Result<(), StoreError> {
+        let mut objects = self.lock();
+        let key = key_of(settings);
+        let Some(mut stored) = objects.settings.get(&key).cloned() else {
+            return Err(StoreError::Conflict);
+        };
+        stored.status = Some(status.clone());
+        objects.stamp(&mut stored);
+        objects.settings.insert(key, stored);
+        objects.status_writes += 1;
+        Ok(())
+    }
+
+    async fn publish(&self, settings: &HostFirmwareSettings, reason: &str, message: &str) {
+        self.lock()
+            .events
+            .push((key_of(settings), reason.to_owned(), message.to_owned()));
+    }
+}

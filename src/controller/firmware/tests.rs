@@ -1,0 +1,191 @@
+//! Reconciler tests: the fixture provisioner and the in-memory store.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference};
+use serde_json::json;
+
+use super::state_machine::{REQUEUE, schema_name};
+use super::*;
+use crate::api::firmware::{FirmwareSchema, FirmwareSchemaSpec, SETTINGS_VALID, SettingSchema};
+use crate::provisioner::{BiosSettings, FixtureProvisioner};
+
+fn host(name: &str, node: &str) -> BareMetalHost {
+    super::state_machine::tests::test_host(name, node)
+}
+
+fn bios() -> BiosSettings {
+    let schema: std::collections::BTreeMap<String, SettingSchema> = serde_json::from_value(json!({
+        "ProcTurboMode": {"attribute_type": "Enumeration", "allowable_values": ["Enabled", "Disabled"], "read_only": false},
+        "BootRetries": {"attribute_type": "Integer", "lower_bound": 0, "upper_bound": 9}
+    }))
+    .expect("valid schema");
+    BiosSettings {
+        settings: [("ProcTurboMode", "Enabled"), ("BootRetries", "3")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        schema,
+    }
+}
+
+fn context() -> FirmwareContext<FixtureProvisioner, MemoryFirmwareStore> {
+    let provisioner = FixtureProvisioner::default();
+    provisioner.set_bios("ns~a", bios());
+    provisioner.set_bios("ns~b", bios());
+    FirmwareContext {
+        provisioner,
+        store: MemoryFirmwareStore::default(),
+        namespace: None,
+    }
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).expect("valid time"))
+}
+
+#[tokio::test]
+async fn hosts_of_one_model_get_their_settings_and_share_one_schema() {
+    let ctx = context();
+    let (a, b) = (host("a", "node-a"), host("b", "node-b"));
+    for h in [&a, &b] {
+        ctx.store.put_host(h.clone());
+        let next = reconcile(h, &ctx, now()).await.expect("reconciled");
+        assert_eq!(next, Next::After(REQUEUE));
+    }
+    let schemas = ctx.store.schemas();
+    assert_eq!(schemas.len(), 1, "{schemas:?}");
+    let schema = &schemas[0];
+    assert_eq!(schema.metadata.name, Some(schema_name(&bios().schema)));
+    let owners: Vec<&str> = schema
+        .owner_references()
+        .iter()
+        .map(|o| o.name.as_str())
+        .collect();
+    assert_eq!(owners, ["a", "b"]);
+    for name in ["a", "b"] {
+        let settings = ctx
+            .store
+            .stored_settings("ns", name)
+            .expect("settings made");
+        assert_eq!(settings.owner_references()[0].uid, format!("{name}-uid"));
+        let status = settings.status.expect("status written");
+        assert_eq!(status.settings, bios().settings);
+        assert_eq!(
+            status.firmware_schema.map(|s| s.name),
+            schema.metadata.name.clone()
+        );
+    }
+    // Nothing changed: the next look writes nothing.
+    let writes = ctx.store.status_writes();
+    reconcile(&a, &ctx, now()).await.expect("reconciled");
+    assert_eq!(ctx.store.status_writes(), writes);
+}
+
+#[tokio::test]
+async fn a_host_without_a_node_gets_nothing_yet() {
+    let ctx = context();
+    let h = host("a", "");
+    ctx.store.put_host(h.clone());
+    assert_eq!(
+        reconcile(&h, &ctx, now()).await.expect("reconciled"),
+        Next::OnChange
+    );
+    assert!(ctx.store.stored_settings("ns", "a").is_none());
+}
+
+#[tokio::test]
+async fn upstreams_objects_are_adopted_not_duplicated() {
+    let ctx = context();
+    let h = host("a", "node-a");
+    ctx.store.put_host(h.clone());
+    // As upstream's operator leaves them: the host as owner, a status written with
+    // Update (a setting the BMC no longer reports), and the schema under its hash name.
+    let mut settings: HostFirmwareSettings = serde_json::from_value(json!({
+        "apiVersion": "metal3.io/v1alpha1", "kind": "HostFirmwareSettings",
+        "metadata": {"name": "a", "namespace": "ns", "uid": "upstream-hfs", "generation": 1,
+                     "resourceVersion": "1"},
+        "spec": {"settings": {"ProcTurboMode": "Sideways"}},
+        "status": {"settings": {"Stale": "1"}},
+    }))
+    .expect("valid settings");
+    settings.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "metal3.io/v1alpha1".into(),
+        kind: "BareMetalHost".into(),
+        name: "a".into(),
+        uid: "a-uid".into(),
+        ..OwnerReference::default()
+    }]);
+    settings.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+        manager: Some("baremetal-operator".into()),
+        operation: Some("Update".into()),
+        subresource: Some("status".into()),
+        ..ManagedFieldsEntry::default()
+    }]);
+    ctx.store.put_settings(settings);
+    let name = schema_name(&bios().schema);
+    let mut schema = FirmwareSchema::new(
+        &name,
+        FirmwareSchemaSpec {
+            schema: bios().schema,
+            ..FirmwareSchemaSpec::default()
+        },
+    );
+    schema.metadata.namespace = Some("ns".into());
+    schema.metadata.resource_version = Some("1".into());
+    schema.metadata.owner_references = Some(vec![OwnerReference {
+        kind: "HostFirmwareSettings".into(),
+        name: "a".into(),
+        uid: "upstream-hfs".into(),
+        ..OwnerReference::default()
+    }]);
+    ctx.store.put_schema(schema);
+
+    reconcile(&h, &ctx, now()).await.expect("reconciled");
+
+    let schemas = ctx.store.schemas();
+    assert_eq!(schemas.len(), 1);
+    assert_eq!(
+        schemas[0].owner_references().len(),
+        1,
+        "already owned: not added twice"
+    );
+    let adopted = ctx.store.stored_settings("ns", "a").expect("kept");
+    assert_eq!(adopted.metadata.uid.as_deref(), Some("upstream-hfs"));
+    assert_eq!(adopted.owner_references().len(), 1);
+    assert!(
+        adopted.metadata.managed_fields.is_none(),
+        "status taken over"
+    );
+    let status = adopted.status.expect("status");
+    assert_eq!(
+        status.settings,
+        bios().settings,
+        "the stale setting is gone"
+    );
+    let valid = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == SETTINGS_VALID)
+        .expect("Valid");
+    assert_eq!(valid.status, "False");
+    let events = ctx.store.events();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].1, "ValidationFailed");
+    assert!(
+        events[0].2.contains("ProcTurboMode") && events[0].2.contains("Enabled, Disabled"),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_node_unknown_to_the_provisioner_waits_for_the_host() {
+    let ctx = context();
+    let h = host("c", "node-c");
+    ctx.store.put_host(h.clone());
+    assert_eq!(
+        reconcile(&h, &ctx, now()).await.expect("reconciled"),
+        Next::OnChange
+    );
+    // The settings object is there, with no status until the node is read.
+    let settings = ctx.store.stored_settings("ns", "c").expect("made");
+    assert!(settings.status.is_none());
+}
