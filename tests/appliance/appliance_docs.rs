@@ -80,7 +80,11 @@ fn install_guide_blocks_are_each_run_by_a_test() {
         .flatten()
         .map(|e| e.path())
         .filter(|dir| dir.is_dir())
-        .flat_map(|dir| std::fs::read_dir(dir).expect("a tests/ directory").flatten())
+        .flat_map(|dir| {
+            std::fs::read_dir(dir)
+                .expect("a tests/ directory")
+                .flatten()
+        })
         .map(|e| e.path())
         .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "rs"))
         .filter(|p| !p.ends_with("appliance_docs.rs"))
