@@ -9,8 +9,8 @@
 // Tests and benchmarks may panic on what they set up themselves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/netboot_common/mod.rs"]
-mod netboot_common;
+#[path = "../tests/support/netboot.rs"]
+mod netboot_support;
 
 use std::path::Path;
 use std::process::Command;
@@ -18,16 +18,16 @@ use std::time::{Duration, Instant};
 
 use bmo::netboot::config::DhcpMode;
 use bmo::netboot::leases::LeaseTable;
-use netboot_common::{ChildGuard, NsRef, TempDir, config, require, run, spawn, write_random};
+use netboot_support::{ChildGuard, NsRef, TempDir, config, require, run, spawn, write_random};
 
 struct Net {
-    server: netboot_common::Netns,
-    client: netboot_common::Netns,
+    server: netboot_support::Netns,
+    client: netboot_support::Netns,
 }
 
 fn net() -> Net {
-    let server = netboot_common::Netns::new("bs");
-    let client = netboot_common::Netns::new("bc");
+    let server = netboot_support::Netns::new("bs");
+    let client = netboot_support::Netns::new("bc");
     let ip = |args: &[&str]| run(Command::new("ip").args(args));
     ip(&[
         "-n",

@@ -5,7 +5,7 @@
 //! Each kind's schema comes from its Rust type (kube's derive); [`Shape`] lists what
 //! the derive cannot say (status subresource without a status schema, untyped Go
 //! integers, atomic references, required fields that have a default, condition list
-//! semantics). tests/api_upstream_schema.rs compares every field with facts extracted
+//! semantics). tests/api/api_upstream_schema.rs compares every field with facts extracted
 //! from upstream's CRDs.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -1,6 +1,15 @@
-//! Shared helpers for the integration tests: the real stack that `tests/env/stack`
-//! brings up, read from its env file.
+//! The one support module of the integration tests, included by every test binary
+//! (`tests/AREA/main.rs`): the real stack that `tests/env/stack` brings up, read from
+//! its env file; the lock that says which tests may run side by side (`lock`); network
+//! namespaces and netboot settings (`netboot`); the packaged forms of bmo (`appliance`).
 #![allow(dead_code)] // each test binary uses a different part of this module
+
+pub mod appliance;
+mod lock;
+pub mod netboot;
+
+#[allow(unused_imports)] // not every crate has a test that runs alone
+pub use lock::{exclusive, shared};
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::netboot_common::{ChildGuard, Netns, NsRef, TempDir, run, spawn};
+use crate::support::netboot::{ChildGuard, Netns, NsRef, TempDir, run, spawn};
 use crate::support::{Stack, eventually, free_port};
 
 pub const PROVISIONING_IP: &str = "10.77.0.1";

@@ -1,0 +1,26 @@
+//! The host controller and its Ironic provisioner end to end against the stack's real
+//! kube-apiserver and Ironic: lifecycle, restarts, outages, backoff, leader election,
+//! migration from upstream, and the deploy image URLs following the provisioning IP.
+//!
+//! One test binary per area (docs/architecture.md, "Test layout"): each module is one former test file,
+//! so a test's path names where it lives (`controller_apiserver_outage::...`).
+
+// Tests may panic on what they set up themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod controller_apiserver_outage;
+mod controller_backoff;
+mod controller_claims;
+mod controller_config_drive;
+mod controller_deploy_images;
+mod controller_firmware;
+mod controller_ironic_outage;
+mod controller_ironic_restart;
+mod controller_leader;
+mod controller_lifecycle;
+mod controller_migration;
+mod controller_restart;
+mod ironic_provisioner;
