@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -17,9 +17,10 @@ use crate::api::BareMetalHost;
 use crate::api::firmware::{
     FirmwareSchema, HostFirmwareSettings, HostFirmwareSettingsSpec, HostFirmwareSettingsStatus,
 };
+use crate::controller::store::events::{Reporter, upstream_event};
 use crate::controller::store::{
-    FIELD_MANAGER, StoreError, conflict_or, guarded_list_patch, json_patch, owner_reference,
-    take_over,
+    FIELD_MANAGER, HostEvent, StoreError, conflict_or, guarded_list_patch, json_patch,
+    owner_reference, take_over,
 };
 
 /// Upstream's `source.component` on HostFirmwareSettings events.
@@ -113,7 +114,8 @@ fn new_settings(host: &BareMetalHost) -> HostFirmwareSettings {
     settings
 }
 
-/// The core/v1 Event upstream's controller posts about `settings`.
+/// The core/v1 Event upstream's controller posts about `settings`. Upstream says
+/// Normal for everything; bmo marks refusals as warnings, as it does for hosts.
 pub fn settings_event(
     settings: &HostFirmwareSettings,
     reason: &str,
@@ -121,36 +123,16 @@ pub fn settings_event(
     instance: Option<&str>,
     now: &Time,
 ) -> Event {
-    Event {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{reason}-")),
-            namespace: settings.namespace(),
-            ..ObjectMeta::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("metal3.io/v1alpha1".into()),
-            kind: Some("HostFirmwareSettings".into()),
-            name: Some(settings.name_any()),
-            namespace: settings.namespace(),
-            uid: settings.metadata.uid.clone(),
-            ..ObjectReference::default()
-        },
-        reason: Some(reason.to_owned()),
-        message: Some(message.chars().take(1000).collect()),
-        source: Some(EventSource {
-            component: Some(SOURCE_COMPONENT.into()),
-            host: None,
-        }),
-        first_timestamp: Some(now.clone()),
-        last_timestamp: Some(now.clone()),
-        count: Some(1),
-        // Upstream says Normal for everything; bmo marks refusals as warnings, as it
-        // does for hosts.
-        type_: Some("Warning".into()),
-        reporting_component: Some(REPORTING_CONTROLLER.into()),
-        reporting_instance: instance.map(str::to_owned),
-        ..Event::default()
-    }
+    let event = HostEvent {
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        warning: true,
+    };
+    let reporter = Reporter {
+        component: SOURCE_COMPONENT,
+        controller: REPORTING_CONTROLLER,
+    };
+    upstream_event(settings, reporter, &event, None, instance, now)
 }
 
 /// [`FirmwareStore`] on a Kubernetes client.

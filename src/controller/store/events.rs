@@ -9,7 +9,7 @@
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 
 use super::HostEvent;
 use crate::api::BareMetalHost;
@@ -18,6 +18,20 @@ use crate::api::BareMetalHost;
 pub const SOURCE_COMPONENT: &str = "metal3-baremetal-controller";
 /// Upstream's `reportingController` on host events.
 pub const REPORTING_CONTROLLER: &str = "metal3.io/baremetal-controller";
+
+/// Who an event says posted it: upstream's `source.component` and
+/// `reportingController` of the controller bmo stands in for.
+#[derive(Debug, Clone, Copy)]
+pub struct Reporter {
+    pub component: &'static str,
+    pub controller: &'static str,
+}
+
+/// The host controller's reporter.
+pub const HOST_REPORTER: Reporter = Reporter {
+    component: SOURCE_COMPONENT,
+    controller: REPORTING_CONTROLLER,
+};
 /// Longest message kept (the events API refuses longer notes).
 const MAX_MESSAGE: usize = 1000;
 
@@ -29,33 +43,53 @@ pub fn host_event(
     instance: Option<&str>,
     now: &Time,
 ) -> Event {
+    upstream_event(
+        host,
+        HOST_REPORTER,
+        event,
+        host.spec.consumer_ref.clone(),
+        instance,
+        now,
+    )
+}
+
+/// The core/v1 Event for `event` about `object` of one of bmo's kinds, posted as
+/// upstream's `reporter` posts it; `related` is the object's consumer, if any.
+pub fn upstream_event<K: Resource<DynamicType = ()>>(
+    object: &K,
+    reporter: Reporter,
+    event: &HostEvent,
+    related: Option<ObjectReference>,
+    instance: Option<&str>,
+    now: &Time,
+) -> Event {
     Event {
         metadata: ObjectMeta {
             generate_name: Some(format!("{}-", event.reason)),
-            namespace: host.namespace(),
+            namespace: object.namespace(),
             ..ObjectMeta::default()
         },
         involved_object: ObjectReference {
-            api_version: Some("metal3.io/v1alpha1".into()),
-            kind: Some("BareMetalHost".into()),
-            name: Some(host.name_any()),
-            namespace: host.namespace(),
-            uid: host.metadata.uid.clone(),
+            api_version: Some(K::api_version(&()).into_owned()),
+            kind: Some(K::kind(&()).into_owned()),
+            name: Some(object.name_any()),
+            namespace: object.namespace(),
+            uid: object.meta().uid.clone(),
             ..ObjectReference::default()
         },
         reason: Some(event.reason.clone()),
         message: Some(event.message.chars().take(MAX_MESSAGE).collect()),
         source: Some(EventSource {
-            component: Some(SOURCE_COMPONENT.into()),
+            component: Some(reporter.component.into()),
             host: None,
         }),
         first_timestamp: Some(now.clone()),
         last_timestamp: Some(now.clone()),
         count: Some(1),
         type_: Some(if event.warning { "Warning" } else { "Normal" }.into()),
-        reporting_component: Some(REPORTING_CONTROLLER.into()),
+        reporting_component: Some(reporter.controller.into()),
         reporting_instance: instance.map(str::to_owned),
-        related: host.spec.consumer_ref.clone(),
+        related,
         ..Event::default()
     }
 }
