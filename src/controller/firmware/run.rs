@@ -9,7 +9,7 @@
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
@@ -62,17 +62,35 @@ pub async fn run<P: FirmwareReader + 'static>(
             let s = s.ok()?;
             Some(ObjectRef::<BareMetalHost>::new(&s.name_any()).within(&s.namespace()?))
         });
-    Controller::for_stream(host_changes, reader)
+    let listed = reader.clone();
+    let shutdown = shutdown.shared();
+    let reconciling = Controller::for_stream(host_changes, reader)
         .reconcile_on(settings_changes)
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(reconcile_host, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "firmware settings reconcile did not finish");
             }
-        })
-        .await;
+        });
+    // As the host controller: before the first list of hosts succeeded nothing is in
+    // flight and the controller would wait for that list forever, so it stops at
+    // once; afterwards reconciles in flight get a short grace.
+    let grace = async {
+        shutdown.await;
+        if listed.wait_until_ready().now_or_never().is_none() {
+            return;
+        }
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        () = reconciling => {}
+        () = grace => {}
+    }
 }
+
+/// How long firmware reconciles in flight may take to finish after the shutdown signal.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 async fn reconcile_host<P: FirmwareReader, S: FirmwareStore>(
     host: Arc<BareMetalHost>,
