@@ -146,7 +146,9 @@ impl Site {
         host
     }
 
-    /// `uuid` → (name, provision_state, provision_updated_at) of every Ironic node.
+    /// `uuid` → (name, provision_state, provision_updated_at) of every Ironic node of
+    /// this site's namespace (named `namespace~host`, as upstream and bmo name them;
+    /// other tests make nodes in the same Ironic meanwhile).
     async fn ironic_nodes(&self) -> BTreeMap<String, (String, String, String)> {
         let stack = Stack::get();
         let url = stack
@@ -181,6 +183,7 @@ impl Site {
                     ),
                 )
             })
+            .filter(|(_, (name, _, _))| name.starts_with(&format!("{}~", self.ns)))
             .collect()
     }
 
