@@ -56,6 +56,10 @@ pub struct Config {
     #[command(flatten)]
     pub claims: crate::controller::claims::ClaimSettings,
 
+    /// BareMetalSwitch controller (src/controller/switches).
+    #[command(flatten)]
+    pub switches: crate::controller::switches::SwitchSettings,
+
     /// Turn DHCP requests from MACs no BareMetalHost has into new BareMetalHosts (no
     /// BMC, operationalStatus `discovered`), once per MAC; needs BMO_DHCP_MODE.
     #[arg(long, env = "BMO_DISCOVERY")]

@@ -49,6 +49,8 @@ pub enum RunError {
     #[error(transparent)]
     Leader(#[from] crate::leader::LeaderSettingsError),
     #[error(transparent)]
+    Switches(#[from] crate::controller::switches::SwitchSettingsError),
+    #[error(transparent)]
     NetbootConfig(#[from] crate::netboot::config::NetbootConfigError),
     #[error("leadership of the Lease {0} was lost; exiting so that a restart rejoins the election")]
     LeadershipLost(String),
@@ -70,6 +72,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         return Err(RunError::DiscoveryWithoutDhcp);
     }
     config.netboot.check()?;
+    let switch_targets = config.switches.targets()?;
     let ironic_config = config.ironic.client_config()?;
 
     let kube_config = kube::Config::infer().await.map_err(RunError::KubeConfig)?;
@@ -197,6 +200,15 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     if claims_task.is_some() {
         tracing::info!("HostClaim controller started");
     }
+    let switches_task = switch_targets.map(|targets| {
+        tracing::info!("BareMetalSwitch controller started");
+        tokio::spawn(controller::switches::run(
+            controller::switches::KubeSwitchStore::new(kube.clone()),
+            targets,
+            config.watch_namespace.clone().filter(|ns| !ns.is_empty()),
+            stopped(),
+        ))
+    });
     let firmware_ctx = Arc::new(controller::firmware::FirmwareContext {
         provisioner: firmware_provisioner,
         store: controller::firmware::KubeFirmwareStore::new(kube.clone(), config.pod_name.clone()),
@@ -234,6 +246,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         let _ = task.await;
     }
     let _ = firmware_task.await;
+    if let Some(task) = switches_task {
+        let _ = task.await;
+    }
     if let Some(elector) = &elector
         && outcome.is_ok()
     {

@@ -1,7 +1,7 @@
 //! Switch kinds: `BareMetalSwitch` (a top-of-rack switch Ironic's networking
 //! configures) and `HostNetworkAttachment` (the switch-port settings a BareMetalHost's
-//! NIC references in `spec.networkInterfaces`). bmo serves them; no controller acts on
-//! them yet.
+//! NIC references in `spec.networkInterfaces`). Switches have a controller
+//! (`controller::switches`, with IRONIC_NETWORKING_ENABLED); attachments none.
 
 use k8s_openapi::api::core::v1::SecretReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;

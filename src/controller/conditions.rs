@@ -209,6 +209,36 @@ pub fn set_unreachable(
         .collect()
 }
 
+/// Sets condition `type_` in `conditions` (the other kinds' controllers), keeping its
+/// transition time while its status stays.
+pub fn set(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let status = if ok { "True" } else { "False" };
+    let transition = conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+    let condition = Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        observed_generation: generation,
+        last_transition_time: transition,
+    };
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(existing) => *existing = condition,
+        None => conditions.push(condition),
+    }
+}
+
 fn display_state(state: State) -> &'static str {
     match state {
         State::None => "new",

@@ -26,6 +26,7 @@ pub mod secrets;
 pub mod state_machine;
 pub mod status_annotations;
 pub mod store;
+pub mod switches;
 #[cfg(test)]
 mod tests;
 

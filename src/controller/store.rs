@@ -22,7 +22,7 @@ use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails};
 
 pub use kube_store::{FIELD_MANAGER, KubeStore};
 pub(crate) use kube_store::{
-    conflict_or, guarded_list_patch, json_patch, patch_finalizers, take_over,
+    conflict_or, found, guarded_list_patch, json_patch, patch_finalizers, take_over,
 };
 pub use managed_fields::UPSTREAM_FIELD_MANAGER;
 pub use memory::{MemoryStore, RecordedEvent};

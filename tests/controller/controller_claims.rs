@@ -9,12 +9,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::support::{
-    Stack, apply_shipped_cluster_role, bmo_run, create_bmc_secret, eventually, fake_host,
-    installed_namespace, new_namespace, unique_mac, unique_name, wait_for_state,
+    bmo_run, create_bmc_secret, eventually, fake_host, installed_namespace,
+    kubeconfig_with_shipped_rbac, new_namespace, unique_mac, wait_for_state,
 };
 use bmo::api::{BareMetalHost, HostClaim, ProvisioningState};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
@@ -85,42 +84,6 @@ async fn create_free_host(client: &kube::Client, ns: &str, name: &str, labels: V
         .create(&PostParams::default(), &host)
         .await
         .expect("create host");
-}
-
-/// A kubeconfig for a new user (the admin impersonating it) that holds only
-/// deploy/rbac's ClusterRole, bound cluster-wide: claims live in every namespace.
-async fn kubeconfig_with_shipped_rbac(client: &kube::Client) -> std::path::PathBuf {
-    let role_name = apply_shipped_cluster_role(client).await;
-    let user = unique_name("bmo-claims");
-    let mut binding = ClusterRoleBinding {
-        role_ref: RoleRef {
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            kind: "ClusterRole".into(),
-            name: role_name,
-        },
-        subjects: Some(vec![Subject {
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            kind: "User".into(),
-            name: user.clone(),
-            namespace: None,
-        }]),
-        ..Default::default()
-    };
-    binding.metadata.name = Some(user.clone());
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("bind the ClusterRole");
-    let stack = Stack::get();
-    let admin = std::fs::read_to_string(&stack.kubeconfig).expect("read kubeconfig");
-    let mut config: Value = serde_norway::from_str(&admin).expect("kubeconfig is YAML");
-    for entry in config["users"].as_array_mut().expect("users") {
-        entry["user"]["as"] = json!(user);
-    }
-    let path = stack.dir.join(format!("{user}.kubeconfig"));
-    std::fs::write(&path, serde_norway::to_string(&config).expect("YAML"))
-        .expect("write kubeconfig");
-    path
 }
 
 fn condition(claim: &HostClaim, type_: &str) -> Option<(String, String)> {

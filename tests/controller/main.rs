@@ -23,4 +23,5 @@ mod controller_leader;
 mod controller_lifecycle;
 mod controller_migration;
 mod controller_restart;
+mod controller_switches;
 mod ironic_provisioner;

@@ -86,11 +86,21 @@ pub fn run_build_block(name: &str) -> String {
     } else {
         script.replace("apt-get install ", "apt-get install -s ")
     };
+    // Release artefacts are kept across clones (CI builds in a fresh one each time),
+    // so a run rebuilds bmo only, not its dependencies.
+    let cache = std::env::var("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|_| std::env::var("HOME").map(|home| Path::new(&home).join(".cache")))
+        .unwrap_or_else(|_| Path::new(ROOT).join("target"))
+        .join("bmo-build/static");
     run_script(
         None,
         Path::new(ROOT),
         &script,
-        &[("DEBIAN_FRONTEND", "noninteractive")],
+        &[
+            ("DEBIAN_FRONTEND", "noninteractive"),
+            ("BMO_STATIC_BUILD_DIR", &cache.to_string_lossy()),
+        ],
     )
 }
 

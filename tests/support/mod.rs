@@ -577,6 +577,46 @@ pub fn rbac_documents() -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// A kubeconfig for a new user (the admin impersonating it) that holds only
+/// deploy/rbac's ClusterRole, bound cluster-wide (claims and switches' Secrets live in
+/// every namespace).
+pub async fn kubeconfig_with_shipped_rbac(client: &kube::Client) -> std::path::PathBuf {
+    use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+    use kube::api::PostParams;
+    use serde_json::{Value, json};
+    let role_name = apply_shipped_cluster_role(client).await;
+    let user = unique_name("bmo-shipped-rbac");
+    let mut binding = ClusterRoleBinding {
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: role_name,
+        },
+        subjects: Some(vec![Subject {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "User".into(),
+            name: user.clone(),
+            namespace: None,
+        }]),
+        ..Default::default()
+    };
+    binding.metadata.name = Some(user.clone());
+    kube::Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("bind the ClusterRole");
+    let stack = Stack::get();
+    let admin = std::fs::read_to_string(&stack.kubeconfig).expect("read kubeconfig");
+    let mut config: Value = serde_norway::from_str(&admin).expect("kubeconfig is YAML");
+    for entry in config["users"].as_array_mut().expect("users") {
+        entry["user"]["as"] = json!(user);
+    }
+    let path = stack.dir.join(format!("{user}.kubeconfig"));
+    std::fs::write(&path, serde_norway::to_string(&config).expect("YAML"))
+        .expect("write kubeconfig");
+    path
+}
+
 /// Applies deploy/rbac's ClusterRole exactly as shipped (as `client`, the admin);
 /// returns its name.
 pub async fn apply_shipped_cluster_role(client: &kube::Client) -> String {

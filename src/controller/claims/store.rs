@@ -19,7 +19,7 @@ use super::state_machine::Drive;
 use crate::api::claims::HOST_CLAIM_FINALIZER;
 use crate::api::{BareMetalHost, HostClaim, HostClaimStatus, HostDeployPolicy};
 use crate::controller::store::{
-    FIELD_MANAGER, StoreError, conflict_or, json_patch, patch_finalizers,
+    FIELD_MANAGER, StoreError, conflict_or, found, json_patch, patch_finalizers,
 };
 
 /// Field manager of the host fields a claim drives (apart from bmo's own status
@@ -116,15 +116,6 @@ impl KubeClaimStore {
 
     fn hosts_in(&self, namespace: &str) -> Api<BareMetalHost> {
         Api::namespaced(self.client.clone(), namespace)
-    }
-}
-
-/// The object, or `None` on 404.
-fn found<T>(result: Result<T, kube::Error>) -> Result<Option<T>, StoreError> {
-    match result {
-        Ok(object) => Ok(Some(object)),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
-        Err(e) => Err(StoreError::Kube(e)),
     }
 }
 

@@ -109,6 +109,15 @@ pub(crate) fn conflict_or(e: kube::Error) -> StoreError {
     }
 }
 
+/// The object, or `None` on 404.
+pub(crate) fn found<T>(result: Result<T, kube::Error>) -> Result<Option<T>, StoreError> {
+    match result {
+        Ok(object) => Ok(Some(object)),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+        Err(e) => Err(StoreError::Kube(e)),
+    }
+}
+
 /// Sets `object`'s finalizers to `wanted`, if they are still as read.
 pub(crate) async fn patch_finalizers<K>(
     api: &Api<K>,
