@@ -15,6 +15,7 @@ use super::{
     hardware,
 };
 use crate::api::HardwareDetails;
+use crate::api::firmware::FirmwareComponentStatus;
 
 const POLL: Duration = Duration::from_millis(1);
 
@@ -211,6 +212,17 @@ impl FirmwareReader for FixtureProvisioner {
             .contains_key(&name)
             .then(BiosSettings::default))
     }
+
+    /// The fixture's nodes have no firmware components (as Ironic's fake firmware
+    /// interface, which caches none).
+    async fn firmware_components(
+        &self,
+        node: &NodeRef,
+    ) -> Result<Option<Vec<FirmwareComponentStatus>>, ProvisionerError> {
+        Ok(lock(&self.hosts)
+            .contains_key(&node.id.node_name())
+            .then(Vec::new))
+    }
 }
 
 impl Provisioner for FixtureProvisioner {
@@ -297,6 +309,7 @@ impl Provisioner for FixtureProvisioner {
         let work = request.unprepared
             && (request.raid.is_some()
                 || !request.bios_settings.is_empty()
+                || !request.firmware_updates.is_empty()
                 || request.full_disk_wipe);
         self.with_host(host, op, PrepareStatus::default(), |h, steps| {
             let waiting = Progress::running(StepKind::Clean, h.last_clean_steps.first().cloned());
@@ -315,6 +328,9 @@ impl Provisioner for FixtureProvisioner {
                     }
                     if !request.bios_settings.is_empty() {
                         h.last_clean_steps.push("bios.apply_configuration".into());
+                    }
+                    if !request.firmware_updates.is_empty() {
+                        h.last_clean_steps.push("firmware.update".into());
                     }
                     if request.full_disk_wipe {
                         h.last_clean_steps.push("deploy.erase_devices".into());
