@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
-use crate::api::firmware::HostFirmwareSettings;
+use crate::api::firmware::{FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings};
 use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails};
 
 pub use kube_store::{FIELD_MANAGER, KubeStore};
@@ -100,6 +100,21 @@ pub trait Store: Send + Sync {
         &self,
         host: &BareMetalHost,
     ) -> impl Future<Output = Result<Option<HostFirmwareSettings>, StoreError>> + Send;
+
+    /// The host's HostFirmwareComponents (same name), when it exists.
+    fn firmware_components(
+        &self,
+        host: &BareMetalHost,
+    ) -> impl Future<Output = Result<Option<HostFirmwareComponents>, StoreError>> + Send;
+
+    /// Records in the host's HostFirmwareComponents that preparing started to flash
+    /// `updates` (`status.updates`, and `status.lastUpdated` now), as upstream does
+    /// when the clean steps start.
+    fn record_firmware_updates(
+        &self,
+        host: &BareMetalHost,
+        updates: &[FirmwareUpdate],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// The Secret `name` in `namespace`, when it exists.
     fn secret(

@@ -139,7 +139,7 @@ pub fn settings_event(
 #[derive(Clone)]
 pub struct KubeFirmwareStore {
     client: kube::Client,
-    instance: Option<String>,
+    pub(super) instance: Option<String>,
 }
 
 impl KubeFirmwareStore {
@@ -152,7 +152,7 @@ impl KubeFirmwareStore {
         &self.client
     }
 
-    fn api<K>(&self, namespace: &str) -> Api<K>
+    pub(super) fn api<K>(&self, namespace: &str) -> Api<K>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         K::DynamicType: Default,
@@ -162,7 +162,11 @@ impl KubeFirmwareStore {
 }
 
 /// Adds `owner` to `object`'s owners, if they are still as read.
-async fn add_owner<K>(api: &Api<K>, object: &K, owner: OwnerReference) -> Result<K, StoreError>
+pub(super) async fn add_owner<K>(
+    api: &Api<K>,
+    object: &K,
+    owner: OwnerReference,
+) -> Result<K, StoreError>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -192,7 +196,7 @@ where
     .map_err(conflict_or)
 }
 
-fn create_conflict(e: kube::Error) -> StoreError {
+pub(super) fn create_conflict(e: kube::Error) -> StoreError {
     match &e {
         kube::Error::Api(status) if status.code == 409 => StoreError::Conflict,
         _ => StoreError::Kube(e),

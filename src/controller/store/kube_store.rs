@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::events;
 use super::managed_fields::take_over_updates;
 use super::{HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference};
-use crate::api::firmware::HostFirmwareSettings;
+use crate::api::firmware::{FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings};
 use crate::api::host::FINALIZER;
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDataSpec, HardwareDetails,
@@ -299,6 +299,39 @@ impl Store for KubeStore {
             .api::<HostFirmwareSettings>(host)
             .get_opt(&host.name_any())
             .await?)
+    }
+
+    async fn firmware_components(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<Option<HostFirmwareComponents>, StoreError> {
+        Ok(self
+            .api::<HostFirmwareComponents>(host)
+            .get_opt(&host.name_any())
+            .await?)
+    }
+
+    async fn record_firmware_updates(
+        &self,
+        host: &BareMetalHost,
+        updates: &[FirmwareUpdate],
+    ) -> Result<(), StoreError> {
+        // A merge patch (an Update), not an apply: bmo's apply of the whole status
+        // belongs to the firmware controller, which takes this field over on its
+        // next write, as any field written with Update.
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let patch = json!({"status": {"updates": updates, "lastUpdated": now}});
+        self.api::<HostFirmwareComponents>(host)
+            .patch_status(
+                &host.name_any(),
+                &PatchParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..PatchParams::default()
+                },
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        Ok(())
     }
 
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, StoreError> {
