@@ -85,6 +85,12 @@ pub async fn call<P: Provisioner, S: Store>(
                     .await
                     .map_err(store_err(host))?;
             }
+            if outcome.error.is_some() {
+                ctx.store
+                    .forget_firmware_updates(host)
+                    .await
+                    .map_err(store_err(host))?;
+            }
             running(&mut extras, outcome.value.current_step.as_ref());
             call_result(&outcome)
         }

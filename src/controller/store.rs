@@ -116,6 +116,14 @@ pub trait Store: Send + Sync {
         updates: &[FirmwareUpdate],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Forgets the updates recorded in the host's HostFirmwareComponents while its
+    /// `ChangeDetected` is still `True` (the firmware controller has not seen them
+    /// through): preparing failed, so a retry flashes them again, as upstream.
+    fn forget_firmware_updates(
+        &self,
+        host: &BareMetalHost,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// The Secret `name` in `namespace`, when it exists.
     fn secret(
         &self,
@@ -169,6 +177,17 @@ fn host_owns(host: &BareMetalHost, owner: &OwnerReference) -> bool {
 }
 
 /// The host as an owner: `controller` for objects it alone makes (HardwareData).
+/// Updates are recorded in `object` that the firmware controller has not yet seen
+/// through (`ChangeDetected` still `True`).
+pub fn unconfirmed_updates(object: &HostFirmwareComponents) -> bool {
+    object.status.as_ref().is_some_and(|s| {
+        !s.updates.is_empty()
+            && s.conditions.iter().any(|c| {
+                c.type_ == crate::api::firmware::COMPONENTS_CHANGE_DETECTED && c.status == "True"
+            })
+    })
+}
+
 pub fn owner_reference(host: &BareMetalHost, controller: bool) -> OwnerReference {
     OwnerReference {
         api_version: "metal3.io/v1alpha1".into(),

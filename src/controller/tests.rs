@@ -19,6 +19,8 @@ const NS: &str = "ns";
 
 type TestContext = Context<FixtureProvisioner, MemoryStore>;
 
+mod firmware_updates;
+
 fn context() -> TestContext {
     context_with_steps(1)
 }
@@ -705,59 +707,5 @@ async fn the_running_clean_step_is_in_the_status_until_the_host_is_prepared() {
         step_of(&host),
         None,
         "no step runs once the host is prepared"
-    );
-}
-
-#[tokio::test]
-async fn valid_firmware_updates_are_flashed_once_while_preparing() {
-    use crate::api::firmware::{FirmwareUpdate, HostFirmwareComponents};
-    let ctx = site("h", json!({"image": null, "online": false}));
-    drive(&ctx, "h", in_state(State::Available)).await;
-    let wanted = vec![FirmwareUpdate {
-        component: "bios".into(),
-        url: "http://images/bios.bin".into(),
-    }];
-    let mut object: HostFirmwareComponents = serde_json::from_value(json!({
-        "apiVersion": "metal3.io/v1alpha1", "kind": "HostFirmwareComponents",
-        "metadata": {"name": "h", "namespace": NS, "generation": 2},
-        "spec": {"updates": wanted},
-        "status": {"conditions": [
-            {"type": "ChangeDetected", "status": "True", "reason": "OK", "message": "",
-             "observedGeneration": 2, "lastTransitionTime": "2026-01-01T00:00:00Z"},
-            {"type": "Valid", "status": "True", "reason": "OK", "message": "",
-             "observedGeneration": 2, "lastTransitionTime": "2026-01-01T00:00:00Z"}
-        ]}
-    }))
-    .expect("valid object");
-    ctx.store.put_firmware_components(object.clone());
-    let states = drive(&ctx, "h", |h| {
-        h.is_some_and(|h| state_of(h) == State::Available)
-            && ctx
-                .store
-                .stored_firmware_components(NS, "h")
-                .and_then(|o| o.status)
-                .is_some_and(|s| s.updates == wanted)
-    })
-    .await;
-    assert_eq!(
-        states,
-        [State::Available, State::Preparing, State::Available]
-    );
-    let node = ctx.provisioner.host(&format!("{NS}~h")).expect("node");
-    assert_eq!(node.last_clean_steps, ["firmware.update"]);
-    // Recorded as applied: the next reconciles flash nothing, even before the
-    // firmware controller judges the object again.
-    object = ctx
-        .store
-        .stored_firmware_components(NS, "h")
-        .expect("object");
-    assert_eq!(
-        crate::controller::firmware::components::state_machine::pending_updates(Some(&object)),
-        crate::controller::firmware::components::state_machine::PendingUpdates::None
-    );
-    step(&ctx, "h").await;
-    assert_eq!(
-        state_of(&ctx.store.host(NS, "h").expect("host")),
-        State::Available
     );
 }

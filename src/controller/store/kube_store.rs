@@ -12,7 +12,10 @@ use serde_json::{Value, json};
 
 use super::events;
 use super::managed_fields::take_over_updates;
-use super::{HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference};
+use super::{
+    HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference,
+    unconfirmed_updates,
+};
 use crate::api::firmware::{FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings};
 use crate::api::host::FINALIZER;
 use crate::api::{
@@ -331,6 +334,33 @@ impl Store for KubeStore {
                 &Patch::Merge(&patch),
             )
             .await?;
+        Ok(())
+    }
+
+    async fn forget_firmware_updates(&self, host: &BareMetalHost) -> Result<(), StoreError> {
+        let api = self.api::<HostFirmwareComponents>(host);
+        let Some(object) = api.get_opt(&host.name_any()).await? else {
+            return Ok(());
+        };
+        if !unconfirmed_updates(&object) {
+            return Ok(());
+        }
+        // Only if nobody wrote meanwhile (a newer status may have seen them through).
+        let patch = json!({
+            "metadata": {"resourceVersion": object.resource_version()},
+            "status": {"updates": null},
+        });
+        api.patch_status(
+            &host.name_any(),
+            &PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(conflict_or)?;
+        tracing::info!("preparing failed: the firmware updates will be flashed again on retry");
         Ok(())
     }
 

@@ -317,6 +317,18 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    async fn forget_firmware_updates(&self, host: &BareMetalHost) -> Result<(), StoreError> {
+        let mut objects = self.lock();
+        let key = key(host.namespace(), &host.name_any());
+        if let Some(object) = objects.components.get_mut(&key)
+            && super::unconfirmed_updates(object)
+            && let Some(status) = object.status.as_mut()
+        {
+            status.updates.clear();
+        }
+        Ok(())
+    }
+
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, StoreError> {
         Ok(self.secret_now(namespace, name))
     }
