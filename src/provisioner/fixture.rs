@@ -76,6 +76,8 @@ pub struct FixtureProvisioner {
     pub hardware: HardwareDetails,
     /// BIOS settings by node name (empty for a record without an entry).
     bios: Mutex<HashMap<String, BiosSettings>>,
+    /// Firmware components by node name (none for a record without an entry).
+    firmware: Mutex<HashMap<String, Vec<FirmwareComponentStatus>>>,
 }
 
 impl Default for FixtureProvisioner {
@@ -93,6 +95,7 @@ impl FixtureProvisioner {
             steps,
             hardware: hardware::from_inventory(&serde_json::Value::Null),
             bios: Mutex::default(),
+            firmware: Mutex::default(),
         }
     }
 
@@ -100,6 +103,16 @@ impl FixtureProvisioner {
     /// settings exists for reads even when never registered).
     pub fn set_bios(&self, node_name: &str, settings: BiosSettings) {
         lock(&self.bios).insert(node_name.to_owned(), settings);
+    }
+
+    /// What `node_name`'s BMC reports as its firmware components from now on (a node
+    /// with components exists for reads even when never registered).
+    pub fn set_firmware_components(
+        &self,
+        node_name: &str,
+        components: Vec<FirmwareComponentStatus>,
+    ) {
+        lock(&self.firmware).insert(node_name.to_owned(), components);
     }
 
     /// Every call of `operation` on `host` (the `namespace~name`) fails with `message`
@@ -213,15 +226,17 @@ impl FirmwareReader for FixtureProvisioner {
             .then(BiosSettings::default))
     }
 
-    /// The fixture's nodes have no firmware components (as Ironic's fake firmware
-    /// interface, which caches none).
+    /// Without [`Self::set_firmware_components`], a node has none (as with Ironic's
+    /// fake firmware interface, which caches none).
     async fn firmware_components(
         &self,
         node: &NodeRef,
     ) -> Result<Option<Vec<FirmwareComponentStatus>>, ProvisionerError> {
-        Ok(lock(&self.hosts)
-            .contains_key(&node.id.node_name())
-            .then(Vec::new))
+        let name = node.id.node_name();
+        if let Some(components) = lock(&self.firmware).get(&name) {
+            return Ok(Some(components.clone()));
+        }
+        Ok(lock(&self.hosts).contains_key(&name).then(Vec::new))
     }
 }
 

@@ -156,3 +156,6 @@ pub async fn reconcile<P: FirmwareReader, S: ComponentsStore>(
     }
     Ok(Next::After(Duration::from_secs(1)))
 }
+
+#[cfg(test)]
+mod tests;

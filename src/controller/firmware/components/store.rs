@@ -16,7 +16,9 @@ use crate::api::BareMetalHost;
 use crate::api::firmware::{
     HostFirmwareComponents, HostFirmwareComponentsSpec, HostFirmwareComponentsStatus,
 };
-use crate::controller::firmware::store::{KubeFirmwareStore, add_owner, create_conflict};
+use crate::controller::firmware::store::{
+    KubeFirmwareStore, MemoryFirmwareStore, add_owner, create_conflict, key, key_of, unchanged,
+};
 use crate::controller::store::events::{Reporter, upstream_event};
 use crate::controller::store::{
     FIELD_MANAGER, HostEvent, StoreError, conflict_or, owner_reference, take_over,
@@ -87,6 +89,15 @@ pub fn components_event(
     upstream_event(object, reporter, &event, None, instance, now)
 }
 
+/// The empty HostFirmwareComponents of `host`, owned by it.
+fn new_components(host: &BareMetalHost) -> HostFirmwareComponents {
+    let mut object =
+        HostFirmwareComponents::new(&host.name_any(), HostFirmwareComponentsSpec::default());
+    object.metadata.namespace = host.namespace();
+    object.metadata.owner_references = Some(vec![owner_reference(host, false)]);
+    object
+}
+
 impl ComponentsStore for KubeFirmwareStore {
     async fn components(
         &self,
@@ -103,10 +114,7 @@ impl ComponentsStore for KubeFirmwareStore {
         &self,
         host: &BareMetalHost,
     ) -> Result<HostFirmwareComponents, StoreError> {
-        let mut object =
-            HostFirmwareComponents::new(&host.name_any(), HostFirmwareComponentsSpec::default());
-        object.metadata.namespace = host.namespace();
-        object.metadata.owner_references = Some(vec![owner_reference(host, false)]);
+        let object = new_components(host);
         let params = PostParams {
             field_manager: Some(FIELD_MANAGER.into()),
             ..PostParams::default()
@@ -172,5 +180,78 @@ impl ComponentsStore for KubeFirmwareStore {
         {
             tracing::debug!(error = %e, reason, "could not publish event");
         }
+    }
+}
+
+/// As on the API server: the status write and adoption are refused
+/// ([`StoreError::Conflict`]) when the object changed since it was read.
+impl ComponentsStore for MemoryFirmwareStore {
+    async fn components(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<HostFirmwareComponents>, StoreError> {
+        Ok(self.lock().components.get(&key(namespace, name)).cloned())
+    }
+
+    async fn create_components(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<HostFirmwareComponents, StoreError> {
+        let mut objects = self.lock();
+        let mut object = new_components(host);
+        if objects.components.contains_key(&key_of(&object)) {
+            return Err(StoreError::Conflict);
+        }
+        objects.stamp(&mut object);
+        objects.components.insert(key_of(&object), object.clone());
+        Ok(object)
+    }
+
+    async fn adopt_components(
+        &self,
+        host: &BareMetalHost,
+        object: &HostFirmwareComponents,
+    ) -> Result<HostFirmwareComponents, StoreError> {
+        let mut objects = self.lock();
+        unchanged(objects.components.get(&key_of(object)), object)?;
+        let mut adopted = object.clone();
+        let uid = host.metadata.uid.clone().unwrap_or_default();
+        if !adopted.owner_references().iter().any(|o| o.uid == uid) {
+            adopted
+                .owner_references_mut()
+                .push(owner_reference(host, false));
+        }
+        adopted.metadata.managed_fields = None;
+        objects.stamp(&mut adopted);
+        objects.components.insert(key_of(&adopted), adopted.clone());
+        Ok(adopted)
+    }
+
+    async fn apply_components_status(
+        &self,
+        object: &HostFirmwareComponents,
+        status: &HostFirmwareComponentsStatus,
+    ) -> Result<(), StoreError> {
+        let mut objects = self.lock();
+        let key = key_of(object);
+        unchanged(objects.components.get(&key), object)?;
+        let mut stored = object.clone();
+        stored.status = Some(status.clone());
+        objects.stamp(&mut stored);
+        objects.components.insert(key, stored);
+        objects.status_writes += 1;
+        Ok(())
+    }
+
+    async fn publish_components(
+        &self,
+        object: &HostFirmwareComponents,
+        reason: &str,
+        message: &str,
+    ) {
+        self.lock()
+            .events
+            .push((key_of(object), reason.to_owned(), message.to_owned()));
     }
 }
