@@ -255,3 +255,48 @@ impl ComponentsStore for MemoryFirmwareStore {
             .push((key_of(object), reason.to_owned(), message.to_owned()));
     }
 }
+
+/// A shared store (tests share one between the controller and a concurrent writer).
+impl<T: ComponentsStore> ComponentsStore for std::sync::Arc<T> {
+    async fn components(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<HostFirmwareComponents>, StoreError> {
+        self.as_ref().components(namespace, name).await
+    }
+
+    async fn create_components(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<HostFirmwareComponents, StoreError> {
+        self.as_ref().create_components(host).await
+    }
+
+    async fn adopt_components(
+        &self,
+        host: &BareMetalHost,
+        object: &HostFirmwareComponents,
+    ) -> Result<HostFirmwareComponents, StoreError> {
+        self.as_ref().adopt_components(host, object).await
+    }
+
+    async fn apply_components_status(
+        &self,
+        object: &HostFirmwareComponents,
+        status: &HostFirmwareComponentsStatus,
+    ) -> Result<(), StoreError> {
+        self.as_ref().apply_components_status(object, status).await
+    }
+
+    async fn publish_components(
+        &self,
+        object: &HostFirmwareComponents,
+        reason: &str,
+        message: &str,
+    ) {
+        self.as_ref()
+            .publish_components(object, reason, message)
+            .await;
+    }
+}

@@ -170,3 +170,64 @@ async fn an_unknown_component_gets_one_event_until_the_spec_changes() {
         "{events:?}"
     );
 }
+
+/// Records the spec's updates in the stored object while the controller reads the
+/// node, as the host controller does when the clean steps start.
+struct RecordingWhileRead {
+    provisioner: FixtureProvisioner,
+    store: std::sync::Arc<MemoryFirmwareStore>,
+}
+
+impl crate::provisioner::FirmwareReader for RecordingWhileRead {
+    async fn bios_settings(
+        &self,
+        node: &crate::provisioner::NodeRef,
+    ) -> Result<Option<crate::provisioner::BiosSettings>, crate::provisioner::ProvisionerError>
+    {
+        self.provisioner.bios_settings(node).await
+    }
+
+    async fn firmware_components(
+        &self,
+        node: &crate::provisioner::NodeRef,
+    ) -> Result<Option<Vec<FirmwareComponentStatus>>, crate::provisioner::ProvisionerError> {
+        if let Some(mut object) = self.store.stored_components("ns", "with")
+            && object.status.as_ref().is_some_and(|s| s.updates.is_empty())
+        {
+            object.status.get_or_insert_default().updates = object.spec.updates.clone();
+            self.store.put_components(object);
+        }
+        self.provisioner.firmware_components(node).await
+    }
+}
+
+#[tokio::test]
+async fn updates_recorded_meanwhile_are_not_overwritten() {
+    let store = std::sync::Arc::new(MemoryFirmwareStore::default());
+    let plain = context();
+    let with = host("with");
+    reconcile(&with, &plain, now()).await.expect("reconciled");
+    let mut object = plain.store.stored_components("ns", "with").expect("made");
+    object.spec.updates =
+        serde_json::from_value(json!([{"component": "bmc", "url": "http://images/bmc.bin"}]))
+            .expect("valid updates");
+    object.metadata.generation = Some(2);
+    store.put_components(object.clone());
+    let ctx = FirmwareContext {
+        provisioner: RecordingWhileRead {
+            provisioner: context().provisioner,
+            store: store.clone(),
+        },
+        store: store.clone(),
+        namespace: None,
+    };
+    reconcile(&with, &ctx, now()).await.expect("reconciled");
+    let stored = store.stored_components("ns", "with").expect("kept");
+    let status = stored.status.clone().expect("status");
+    assert_eq!(status.updates, object.spec.updates, "the record survives");
+    assert_eq!(
+        condition(&stored, "ChangeDetected"),
+        Some(("False".into(), "OK".into())),
+        "judged on the record"
+    );
+}
