@@ -195,7 +195,6 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
         let settings = ctx.firmware_settings(host).await.map_err(store_err(host))?;
         facts.firmware = firmware::state_machine::pending_settings(settings.as_ref());
         let components = ctx
-            .store
             .firmware_components(host)
             .await
             .map_err(store_err(host))?;

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 
@@ -32,10 +32,12 @@ use crate::provisioner::{FirmwareReader, HostId, NodeRef};
 
 /// Hosts whose HostFirmwareComponents was judged anew (its conditions changed): a
 /// valid change asks an available host to prepare again, at once rather than at its
-/// next steady poll. For the host controller's watch.
+/// next steady poll. For the host controller's watch, which also keeps every object
+/// in `cache`.
 pub fn judged_hosts(
     client: kube::Client,
     namespace: Option<&str>,
+    cache: reflector::store::Writer<HostFirmwareComponents>,
 ) -> impl futures::Stream<Item = ObjectRef<BareMetalHost>> + Send + 'static {
     let api: Api<HostFirmwareComponents> = match namespace {
         Some(ns) => Api::namespaced(client, ns),
@@ -43,6 +45,7 @@ pub fn judged_hosts(
     };
     watcher(api, watcher::Config::default())
         .default_backoff()
+        .reflect(cache)
         .applied_objects()
         .predicate_filter(conditions_hash, Default::default())
         .filter_map(|object| async move {
