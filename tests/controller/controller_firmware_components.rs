@@ -10,9 +10,11 @@
 //!   firmware versions: `get_versions` is "Not implemented"). Ironic's redfish
 //!   firmware interface caches what it finds when the node is verified, so a Redfish
 //!   host shows one component, `bmc`.
-//! - sushy-emulator's `UpdateService.SimpleUpdate` refuses Manager targets (400) and,
-//!   on the fake driver, BIOS targets too (500, no versions to bump); and Ironic's
-//!   redfish `update` clean step needs the agent ramdisk, which needs a machine.
+//! - sushy-emulator's `UpdateService.SimpleUpdate` refuses Manager targets (400,
+//!   "Manager is not currently a supported Target.") and, on the fake driver, System
+//!   targets too (500, "Failed fetching BIOS information"); it has no
+//!   `UpdateService/FirmwareInventory` (404). Ironic's redfish `update` clean step
+//!   also needs the agent ramdisk (`requires_ramdisk=True`), which needs a machine.
 //!   So updates run on a fake-hardware host: Ironic's fake firmware interface runs
 //!   the `update` clean step with the settings bmo sends (and flashes nothing, and
 //!   caches no components). Ironic's node history records each cleaning with its
