@@ -27,11 +27,20 @@ use crate::api::firmware::{HostFirmwareComponents, HostFirmwareSettings};
 use crate::controller::Next;
 use crate::provisioner::FirmwareReader;
 
-/// What of a host matters here: its generation, its node and its state.
+/// What of a host matters here: its generation, its node and its state, and whether
+/// it is paused or detached (upstream leaves such hosts' firmware alone).
 fn host_node(host: &BareMetalHost) -> Option<u64> {
+    use crate::api::host::{DETACHED_ANNOTATION, PAUSED_ANNOTATION};
     let mut hasher = DefaultHasher::new();
     host.metadata.generation.hash(&mut hasher);
     host.metadata.uid.hash(&mut hasher);
+    for key in [PAUSED_ANNOTATION, DETACHED_ANNOTATION] {
+        host.annotations().contains_key(key).hash(&mut hasher);
+    }
+    host.status
+        .as_ref()
+        .map(|s| s.operational_status.to_string())
+        .hash(&mut hasher);
     // Leaving `preparing` means BIOS settings may have been applied: read again.
     host.status
         .as_ref()

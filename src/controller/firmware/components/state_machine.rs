@@ -360,9 +360,40 @@ mod tests {
     }
 
     #[test]
-    fn hosts_without_a_node_are_left_alone() {
+    fn hosts_without_a_node_paused_detached_or_unmanaged_are_left_alone() {
         let mut f = facts(None, bmc());
         f.host.as_mut().unwrap().status = None;
+        assert_eq!(next(&f), Step::Idle);
+        for annotation in [
+            "baremetalhost.metal3.io/paused",
+            "baremetalhost.metal3.io/detached",
+        ] {
+            let mut f = facts(None, bmc());
+            f.host
+                .as_mut()
+                .unwrap()
+                .annotations_mut()
+                .insert(annotation.into(), String::new());
+            assert_eq!(next(&f), Step::Idle, "{annotation}");
+        }
+        let mut f = facts(None, bmc());
+        f.host
+            .as_mut()
+            .unwrap()
+            .status
+            .as_mut()
+            .unwrap()
+            .provisioning
+            .state = crate::api::ProvisioningState::Unmanaged;
+        assert_eq!(next(&f), Step::Idle);
+        let mut f = facts(None, bmc());
+        f.host
+            .as_mut()
+            .unwrap()
+            .status
+            .as_mut()
+            .unwrap()
+            .operational_status = crate::api::OperationalStatus::Detached;
         assert_eq!(next(&f), Step::Idle);
     }
 }

@@ -140,13 +140,24 @@ pub fn next(facts: &Facts) -> Step {
     }
 }
 
-/// The host has an Ironic node (its UUID is recorded) and is not being deleted.
+/// The host has an Ironic node (its UUID is recorded) and is not being deleted, and
+/// upstream's firmware controllers would look at it: it is managed, and neither
+/// paused nor detached.
 pub(crate) fn has_node(host: &BareMetalHost) -> bool {
+    use crate::api::host::{DETACHED_ANNOTATION, PAUSED_ANNOTATION};
+    use crate::api::{OperationalStatus, ProvisioningState};
+    let annotated = |key: &str| host.annotations().contains_key(key);
     host.metadata.deletion_timestamp.is_none()
-        && host
-            .status
-            .as_ref()
-            .is_some_and(|s| !s.provisioning.id.is_empty())
+        && !annotated(PAUSED_ANNOTATION)
+        && !annotated(DETACHED_ANNOTATION)
+        && host.status.as_ref().is_some_and(|s| {
+            !s.provisioning.id.is_empty()
+                && s.operational_status != OperationalStatus::Detached
+                && !matches!(
+                    s.provisioning.state,
+                    ProvisioningState::None | ProvisioningState::Unmanaged
+                )
+        })
 }
 
 pub(crate) fn owned_by(
