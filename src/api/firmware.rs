@@ -4,8 +4,8 @@
 //! (whether changes may run on a provisioned host, through servicing).
 //!
 //! Each is named after its BareMetalHost and lives in the host's namespace. bmo serves
-//! them; `controller::firmware` manages HostFirmwareSettings and FirmwareSchema, the
-//! other two have no controller yet.
+//! them; `controller::firmware` manages HostFirmwareSettings, FirmwareSchema and
+//! HostFirmwareComponents; HostUpdatePolicy has no controller yet.
 
 use std::collections::BTreeMap;
 
@@ -19,6 +19,13 @@ use serde::{Deserialize, Serialize};
 pub const SETTINGS_CHANGE_DETECTED: &str = "ChangeDetected";
 /// Condition type: `spec.settings` fits the FirmwareSchema.
 pub const SETTINGS_VALID: &str = "Valid";
+
+/// Condition type: `spec.updates` differs from `status.updates` (the updates applied).
+pub const COMPONENTS_CHANGE_DETECTED: &str = "ChangeDetected";
+/// Condition type: every component named in `spec.updates` is one bmo can update.
+pub const COMPONENTS_VALID: &str = "Valid";
+/// Components named `nic:<id>` are network cards (upstream's prefix).
+pub const NIC_COMPONENT_PREFIX: &str = "nic:";
 
 /// BIOS settings of one host: `spec` holds the wanted values, `status` what the BMC reports.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -8,7 +8,7 @@ use crate::provisioner::{self, InspectStatus, Outcome, PowerMode, Provisioner};
 
 use super::request::{prepare_request, provision_request};
 use super::save::Extras;
-use super::state_machine::{CallResult, Operation, PendingSettings};
+use super::state_machine::{CallResult, Facts, Operation, PendingUpdates};
 use super::store::Store;
 use super::{Context, ReconcileError, host_labels, store_err};
 
@@ -39,7 +39,7 @@ pub async fn call<P: Provisioner, S: Store>(
     ctx: &Context<P, S>,
     op: Operation,
     phost: &provisioner::Host,
-    firmware: &PendingSettings,
+    facts: &Facts,
 ) -> Result<(CallResult, Extras), ReconcileError> {
     let p = &ctx.provisioner;
     let mut extras = Extras::default();
@@ -72,7 +72,25 @@ pub async fn call<P: Provisioner, S: Store>(
             }
         }
         Operation::Prepare => {
-            let outcome = p.prepare(phost, &prepare_request(host, firmware)).await?;
+            let request = prepare_request(host, &facts.firmware, &facts.firmware_updates);
+            let outcome = p.prepare(phost, &request).await?;
+            // Recorded once the clean steps run, as upstream, so that they are not
+            // started again once cleaning is over.
+            if let PendingUpdates::Apply { spec, .. } = &facts.firmware_updates
+                && outcome.value.started
+                && !request.firmware_updates.is_empty()
+            {
+                ctx.store
+                    .record_firmware_updates(host, spec)
+                    .await
+                    .map_err(store_err(host))?;
+            }
+            if outcome.error.is_some() {
+                ctx.store
+                    .forget_firmware_updates(host)
+                    .await
+                    .map_err(store_err(host))?;
+            }
             running(&mut extras, outcome.value.current_step.as_ref());
             call_result(&outcome)
         }

@@ -11,7 +11,8 @@ use super::capacity::Slots;
 use super::lease_details;
 use super::{ControllerSettings, KubeStore, Store};
 use crate::api::BareMetalHost;
-use crate::api::firmware::HostFirmwareSettings;
+use crate::api::firmware::{HostFirmwareComponents, HostFirmwareSettings};
+use crate::controller::firmware::components::state_machine::{PendingUpdates, pending_updates};
 use crate::metrics::Metrics;
 use crate::netboot::DeployImages;
 use crate::netboot::hosts::HostDirectory;
@@ -37,6 +38,8 @@ pub struct Context<P, S = KubeStore> {
     /// The HostFirmwareSettings the running controller watches, so that reading a
     /// host's costs no API request; without it (tests) the store reads them.
     pub(super) firmware_cache: OnceLock<reflector::Store<HostFirmwareSettings>>,
+    /// The same for HostFirmwareComponents.
+    pub(super) components_cache: OnceLock<reflector::Store<HostFirmwareComponents>>,
     pub(super) slots: Slots,
 }
 
@@ -61,6 +64,7 @@ impl<P: Provisioner, S: Store> Context<P, S> {
             deploy_images: None,
             known_hosts: None,
             firmware_cache: OnceLock::new(),
+            components_cache: OnceLock::new(),
         }
     }
 
@@ -120,6 +124,30 @@ impl<P: Provisioner, S: Store> Context<P, S> {
             return Ok(cache.get(&key).map(|s| s.as_ref().clone()));
         }
         self.store.firmware_settings(host).await
+    }
+
+    /// The host's HostFirmwareComponents: from the watch's cache once it listed them,
+    /// else (and whenever the cached one asks for updates) read through the store:
+    /// updates are flashed only on a current read, since the cache may not yet hold
+    /// the updates this controller recorded as flashed.
+    pub(super) async fn firmware_components(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<Option<HostFirmwareComponents>, super::StoreError> {
+        if let Some(cache) = self.components_cache.get()
+            && cache.wait_until_ready().now_or_never().is_some()
+        {
+            let key =
+                ObjectRef::new(&host.name_any()).within(&host.namespace().unwrap_or_default());
+            let cached = cache.get(&key).map(|c| c.as_ref().clone());
+            if !matches!(
+                pending_updates(cached.as_ref()),
+                PendingUpdates::Apply { .. }
+            ) {
+                return Ok(cached);
+            }
+        }
+        self.store.firmware_components(host).await
     }
 
     /// Adds lease details (DHCP hostname, leased address) to `details`; whether

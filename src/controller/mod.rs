@@ -45,7 +45,8 @@ pub use context::Context;
 pub use run::run;
 use save::{Extras, save};
 use state_machine::{
-    CallResult, CredentialsCheck, Facts, Gate, PendingSettings, RegistrationCheck, Step,
+    CallResult, CredentialsCheck, Facts, Gate, PendingSettings, PendingUpdates, RegistrationCheck,
+    Step,
 };
 pub use store::{FIELD_MANAGER, KubeStore, SECRET_LABEL, Store, StoreError};
 
@@ -186,14 +187,20 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
         lease_details,
         credentials_version,
     } = load(host, ctx).await?;
-    // Only an available or preparing host applies BIOS settings (a provisioned one
-    // needs servicing, not done yet).
+    // Only an available or preparing host applies BIOS settings and firmware updates
+    // (a provisioned one needs servicing, not done yet).
     if matches!(
         host.provisioning_state(),
         ProvisioningState::Available | ProvisioningState::Ready | ProvisioningState::Preparing
     ) {
         let settings = ctx.firmware_settings(host).await.map_err(store_err(host))?;
         facts.firmware = firmware::state_machine::pending_settings(settings.as_ref());
+        let components = ctx
+            .firmware_components(host)
+            .await
+            .map_err(store_err(host))?;
+        facts.firmware_updates =
+            firmware::components::state_machine::pending_updates(components.as_ref());
     }
     let mut registration = Extras::default();
     loop {
@@ -270,7 +277,7 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
                 let Ok(phost) = phost else {
                     return Ok(Next::After(state_machine::STEADY_POLL));
                 };
-                return call(host, ctx, op, phost, &facts.firmware).await;
+                return call(host, ctx, op, phost, &facts).await;
             }
         }
     }
@@ -338,6 +345,7 @@ async fn load<P: Provisioner, S: Store>(
         registration: None,
         adoption: None,
         firmware: PendingSettings::None,
+        firmware_updates: PendingUpdates::None,
     };
     Ok(Loaded {
         facts,
@@ -353,7 +361,7 @@ async fn call<P: Provisioner, S: Store>(
     ctx: &Context<P, S>,
     op: state_machine::Operation,
     mut phost: provisioner::Host,
-    firmware: &PendingSettings,
+    facts: &Facts,
 ) -> Result<Next, ReconcileError> {
     let name = host.namespaced_name();
     let state = host.provisioning_state();
@@ -364,7 +372,7 @@ async fn call<P: Provisioner, S: Store>(
     ) {
         ctx.slots.claim(&name, state);
     }
-    let (result, mut extras) = act::call(host, ctx, op, &phost, firmware).await?;
+    let (result, mut extras) = act::call(host, ctx, op, &phost, facts).await?;
     extras.provisioner_reached = true;
     if matches!(op, state_machine::Operation::Inspect { .. })
         && matches!(

@@ -6,7 +6,7 @@
 use k8s_openapi::api::core::v1::SecretReference;
 
 use super::secrets::read_data;
-use super::state_machine::PendingSettings;
+use super::state_machine::{PendingSettings, PendingUpdates};
 use super::store::{Store, StoreError};
 use crate::api::host::HARDWARE_PROFILES;
 use crate::api::{BareMetalHost, InspectionMode};
@@ -157,9 +157,13 @@ pub async fn provision_request<S: Store>(
 }
 
 /// Input for prepare: the RAID wanted and whether it differs from what was applied,
-/// and the BIOS settings of the host's HostFirmwareSettings that differ from the
-/// BMC's.
-pub fn prepare_request(host: &BareMetalHost, firmware: &PendingSettings) -> PrepareRequest {
+/// the BIOS settings of the host's HostFirmwareSettings that differ from the BMC's,
+/// and the updates of its HostFirmwareComponents not flashed yet.
+pub fn prepare_request(
+    host: &BareMetalHost,
+    firmware: &PendingSettings,
+    updates: &PendingUpdates,
+) -> PrepareRequest {
     let applied = host
         .status
         .as_ref()
@@ -168,10 +172,17 @@ pub fn prepare_request(host: &BareMetalHost, firmware: &PendingSettings) -> Prep
         PendingSettings::Apply(settings) => settings.clone(),
         PendingSettings::None | PendingSettings::NotReady => Vec::new(),
     };
+    let firmware_updates = match updates {
+        PendingUpdates::Apply { flash, .. } => flash.clone(),
+        PendingUpdates::None | PendingUpdates::NotReady => Vec::new(),
+    };
     PrepareRequest {
         raid: host.spec.raid.clone(),
-        unprepared: host.spec.raid.as_ref() != applied || !bios_settings.is_empty(),
+        unprepared: host.spec.raid.as_ref() != applied
+            || !bios_settings.is_empty()
+            || !firmware_updates.is_empty(),
         bios_settings,
+        firmware_updates,
         ..Default::default()
     }
 }

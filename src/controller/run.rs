@@ -176,11 +176,19 @@ pub async fn run<P: Provisioner + 'static>(
                     .within(&settings.namespace()?),
             )
         });
+    let (components_reader, components_writer) = reflector::store();
+    let _ = ctx.components_cache.set(components_reader);
+    let components_changes = crate::controller::firmware::components::judged_hosts(
+        client.clone(),
+        ctx.settings.namespace.as_deref(),
+        components_writer,
+    );
     let reconciling = Controller::for_stream(host_changes, reader)
         .reconcile_all_on(address_changes)
         .reconcile_on(slot_takers)
         .reconcile_on(dhcp_clients)
         .reconcile_on(firmware_changes)
+        .reconcile_on(components_changes)
         .reconcile_on(labelled_secret_changes)
         .watches(
             secrets,

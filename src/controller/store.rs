@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
-use crate::api::firmware::HostFirmwareSettings;
+use crate::api::firmware::{FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings};
 use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails};
 
 pub use kube_store::{FIELD_MANAGER, KubeStore};
@@ -101,6 +101,29 @@ pub trait Store: Send + Sync {
         host: &BareMetalHost,
     ) -> impl Future<Output = Result<Option<HostFirmwareSettings>, StoreError>> + Send;
 
+    /// The host's HostFirmwareComponents (same name), when it exists.
+    fn firmware_components(
+        &self,
+        host: &BareMetalHost,
+    ) -> impl Future<Output = Result<Option<HostFirmwareComponents>, StoreError>> + Send;
+
+    /// Records in the host's HostFirmwareComponents that preparing started to flash
+    /// `updates` (`status.updates`, and `status.lastUpdated` now), as upstream does
+    /// when the clean steps start.
+    fn record_firmware_updates(
+        &self,
+        host: &BareMetalHost,
+        updates: &[FirmwareUpdate],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Forgets the updates recorded in the host's HostFirmwareComponents while its
+    /// `ChangeDetected` is still `True` (the firmware controller has not seen them
+    /// through): preparing failed, so a retry flashes them again, as upstream.
+    fn forget_firmware_updates(
+        &self,
+        host: &BareMetalHost,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// The Secret `name` in `namespace`, when it exists.
     fn secret(
         &self,
@@ -154,6 +177,17 @@ fn host_owns(host: &BareMetalHost, owner: &OwnerReference) -> bool {
 }
 
 /// The host as an owner: `controller` for objects it alone makes (HardwareData).
+/// Updates are recorded in `object` that the firmware controller has not yet seen
+/// through (`ChangeDetected` still `True`).
+pub fn unconfirmed_updates(object: &HostFirmwareComponents) -> bool {
+    object.status.as_ref().is_some_and(|s| {
+        !s.updates.is_empty()
+            && s.conditions.iter().any(|c| {
+                c.type_ == crate::api::firmware::COMPONENTS_CHANGE_DETECTED && c.status == "True"
+            })
+    })
+}
+
 pub fn owner_reference(host: &BareMetalHost, controller: bool) -> OwnerReference {
     OwnerReference {
         api_version: "metal3.io/v1alpha1".into(),

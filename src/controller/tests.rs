@@ -19,6 +19,8 @@ const NS: &str = "ns";
 
 type TestContext = Context<FixtureProvisioner, MemoryStore>;
 
+mod firmware_updates;
+
 fn context() -> TestContext {
     context_with_steps(1)
 }

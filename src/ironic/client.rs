@@ -13,8 +13,8 @@ use url::Url;
 
 use super::error::{IronicError, fault_string, without_credentials};
 use super::types::{
-    BiosSetting, BiosSettingList, Microversion, Node, NodeCreate, PatchOp, Port, PowerTarget,
-    ProvisionRequest, ProvisionTarget,
+    BiosSetting, BiosSettingList, FirmwareComponent, FirmwareComponentList, Microversion, Node,
+    NodeCreate, PatchOp, Port, PowerTarget, ProvisionRequest, ProvisionTarget,
 };
 use crate::credentials::{Credentials, SecretString};
 
@@ -565,6 +565,36 @@ impl IronicClient {
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// The node's firmware components (BIOS, BMC, NICs) with their versions, as
+    /// Ironic last cached them from the BMC (on verify, inspection and cleaning);
+    /// `None` when Ironic has no such node. Needs microversion 1.86 (bmo's floor is
+    /// above it).
+    pub async fn get_firmware(
+        &self,
+        ident: &str,
+    ) -> Result<Option<Vec<FirmwareComponent>>, IronicError> {
+        let list: Result<Option<FirmwareComponentList>, IronicError> =
+            self.get(&["nodes", ident, "firmware"]).await;
+        match list {
+            Ok(list) => Ok(Some(list.map(|l| l.firmware).unwrap_or_default())),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The node's history (`GET /v1/nodes/{id}/history`): events such as the start
+    /// and end of each cleaning with the steps it ran, oldest first.
+    pub async fn node_history(&self, ident: &str) -> Result<Vec<Value>, IronicError> {
+        let list: Option<Value> = self.get(&["nodes", ident, "history"]).await?;
+        Ok(list
+            .and_then(|mut l| l.get_mut("history").map(Value::take))
+            .and_then(|h| match h {
+                Value::Array(items) => Some(items),
+                _ => None,
+            })
+            .unwrap_or_default())
     }
 
     /// The ports of one node.

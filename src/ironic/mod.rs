@@ -10,6 +10,6 @@ pub use client::{ClientConfig, IronicAuth, IronicClient, MIN_MICROVERSION};
 pub use error::{IronicError, without_credentials};
 pub use settings::{DEFAULT_IRONIC_ENDPOINT, IronicSettings};
 pub use types::{
-    BiosSetting, Microversion, Node, NodeCreate, PatchOp, Port, PowerTarget, ProvisionRequest,
-    ProvisionState, ProvisionTarget,
+    BiosSetting, FirmwareComponent, Microversion, Node, NodeCreate, PatchOp, Port, PowerTarget,
+    ProvisionRequest, ProvisionState, ProvisionTarget,
 };

@@ -332,6 +332,27 @@ pub(crate) struct BiosSettingList {
     pub bios: Vec<BiosSetting>,
 }
 
+/// One firmware component of a node (`GET /v1/nodes/{id}/firmware`).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct FirmwareComponent {
+    /// `bios`, `bmc` or `nic:<id>`.
+    pub component: String,
+    #[serde(default)]
+    pub initial_version: Option<String>,
+    #[serde(default)]
+    pub current_version: Option<String>,
+    #[serde(default)]
+    pub last_version_flashed: Option<String>,
+    /// When Ironic last changed the record (RFC 3339).
+    #[serde(default)]
+    pub updated_at: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct FirmwareComponentList {
+    pub firmware: Vec<FirmwareComponent>,
+}
+
 /// Targets of `PUT /v1/nodes/{id}/states/provision`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

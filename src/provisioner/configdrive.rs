@@ -100,6 +100,16 @@ pub fn clean_plan(request: &PrepareRequest) -> CleanPlan {
             .collect();
         plan.steps.push(json!({"interface": "bios", "step": "apply_configuration", "args": {"settings": settings}}));
     }
+    if !request.firmware_updates.is_empty() {
+        let settings: Vec<Value> = request
+            .firmware_updates
+            .iter()
+            .map(|u| json!({"component": u.component, "url": u.url}))
+            .collect();
+        plan.steps.push(
+            json!({"interface": "firmware", "step": "update", "args": {"settings": settings}}),
+        );
+    }
     if request.full_disk_wipe {
         plan.steps
             .push(json!({"interface": "deploy", "step": "erase_devices"}));
@@ -379,6 +389,10 @@ mod tests {
                 software_raid_volumes: None,
             }),
             bios_settings: vec![("SriovGlobalEnable".into(), json!("Enabled"))],
+            firmware_updates: vec![crate::api::firmware::FirmwareUpdate {
+                component: "bmc".into(),
+                url: "https://images.example/bmc.bin".into(),
+            }],
             ..Default::default()
         });
         assert!(!hw.software_raid);
@@ -387,8 +401,13 @@ mod tests {
             [
                 "raid.delete_configuration",
                 "raid.create_configuration",
-                "bios.apply_configuration"
+                "bios.apply_configuration",
+                "firmware.update"
             ]
+        );
+        assert_eq!(
+            hw.steps[3]["args"]["settings"],
+            json!([{"component": "bmc", "url": "https://images.example/bmc.bin"}])
         );
         let disk = &hw.target_raid_config.as_ref().unwrap()["logical_disks"][0];
         assert_eq!(disk["size_gb"], "MAX");

@@ -15,6 +15,7 @@ use super::{
     hardware,
 };
 use crate::api::HardwareDetails;
+use crate::api::firmware::FirmwareComponentStatus;
 
 const POLL: Duration = Duration::from_millis(1);
 
@@ -75,6 +76,8 @@ pub struct FixtureProvisioner {
     pub hardware: HardwareDetails,
     /// BIOS settings by node name (empty for a record without an entry).
     bios: Mutex<HashMap<String, BiosSettings>>,
+    /// Firmware components by node name (none for a record without an entry).
+    firmware: Mutex<HashMap<String, Vec<FirmwareComponentStatus>>>,
 }
 
 impl Default for FixtureProvisioner {
@@ -92,6 +95,7 @@ impl FixtureProvisioner {
             steps,
             hardware: hardware::from_inventory(&serde_json::Value::Null),
             bios: Mutex::default(),
+            firmware: Mutex::default(),
         }
     }
 
@@ -99,6 +103,16 @@ impl FixtureProvisioner {
     /// settings exists for reads even when never registered).
     pub fn set_bios(&self, node_name: &str, settings: BiosSettings) {
         lock(&self.bios).insert(node_name.to_owned(), settings);
+    }
+
+    /// What `node_name`'s BMC reports as its firmware components from now on (a node
+    /// with components exists for reads even when never registered).
+    pub fn set_firmware_components(
+        &self,
+        node_name: &str,
+        components: Vec<FirmwareComponentStatus>,
+    ) {
+        lock(&self.firmware).insert(node_name.to_owned(), components);
     }
 
     /// Every call of `operation` on `host` (the `namespace~name`) fails with `message`
@@ -211,6 +225,19 @@ impl FirmwareReader for FixtureProvisioner {
             .contains_key(&name)
             .then(BiosSettings::default))
     }
+
+    /// Without [`Self::set_firmware_components`], a node has none (as with Ironic's
+    /// fake firmware interface, which caches none).
+    async fn firmware_components(
+        &self,
+        node: &NodeRef,
+    ) -> Result<Option<Vec<FirmwareComponentStatus>>, ProvisionerError> {
+        let name = node.id.node_name();
+        if let Some(components) = lock(&self.firmware).get(&name) {
+            return Ok(Some(components.clone()));
+        }
+        Ok(lock(&self.hosts).contains_key(&name).then(Vec::new))
+    }
 }
 
 impl Provisioner for FixtureProvisioner {
@@ -297,6 +324,7 @@ impl Provisioner for FixtureProvisioner {
         let work = request.unprepared
             && (request.raid.is_some()
                 || !request.bios_settings.is_empty()
+                || !request.firmware_updates.is_empty()
                 || request.full_disk_wipe);
         self.with_host(host, op, PrepareStatus::default(), |h, steps| {
             let waiting = Progress::running(StepKind::Clean, h.last_clean_steps.first().cloned());
@@ -315,6 +343,9 @@ impl Provisioner for FixtureProvisioner {
                     }
                     if !request.bios_settings.is_empty() {
                         h.last_clean_steps.push("bios.apply_configuration".into());
+                    }
+                    if !request.firmware_updates.is_empty() {
+                        h.last_clean_steps.push("firmware.update".into());
                     }
                     if request.full_disk_wipe {
                         h.last_clean_steps.push("deploy.erase_devices".into());

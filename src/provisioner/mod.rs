@@ -29,7 +29,7 @@ pub use types::{
     Registration, SOFT_POWER_OFF_TIMEOUT,
 };
 
-use crate::api::firmware::SettingSchema;
+use crate::api::firmware::{FirmwareComponentStatus, SettingSchema};
 use crate::ironic::IronicError;
 
 /// A provisioner call that could not be carried out at all (as opposed to an
@@ -143,6 +143,13 @@ pub trait FirmwareReader: Send + Sync {
         &self,
         node: &NodeRef,
     ) -> impl Future<Output = Result<Option<BiosSettings>, ProvisionerError>> + Send;
+
+    /// The node's firmware components (`bios`, `bmc`, `nic:…`) with their versions;
+    /// `None` when the provisioner has no such node.
+    fn firmware_components(
+        &self,
+        node: &NodeRef,
+    ) -> impl Future<Output = Result<Option<Vec<FirmwareComponentStatus>>, ProvisionerError>> + Send;
 }
 
 impl FirmwareReader for IronicProvisioner {
@@ -151,5 +158,12 @@ impl FirmwareReader for IronicProvisioner {
         node: &NodeRef,
     ) -> Result<Option<BiosSettings>, ProvisionerError> {
         self.read_bios(node).await
+    }
+
+    async fn firmware_components(
+        &self,
+        node: &NodeRef,
+    ) -> Result<Option<Vec<FirmwareComponentStatus>>, ProvisionerError> {
+        self.read_firmware_components(node).await
     }
 }

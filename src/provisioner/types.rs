@@ -112,6 +112,9 @@ pub struct PrepareRequest {
     pub raid: Option<RaidConfig>,
     /// BIOS settings to apply, name → value.
     pub bios_settings: Vec<(String, serde_json::Value)>,
+    /// Firmware images to flash (component and URL), with Ironic's firmware
+    /// interface's `update` clean step.
+    pub firmware_updates: Vec<crate::api::firmware::FirmwareUpdate>,
     /// Opt-in: erase every disk completely (slow), not only its metadata.
     pub full_disk_wipe: bool,
     /// The wanted settings differ from what was last applied.

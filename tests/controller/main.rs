@@ -17,6 +17,7 @@ mod controller_claims;
 mod controller_config_drive;
 mod controller_deploy_images;
 mod controller_firmware;
+mod controller_firmware_components;
 mod controller_ironic_outage;
 mod controller_ironic_restart;
 mod controller_leader;

@@ -1,14 +1,16 @@
-//! The HostFirmwareSettings controller: each BareMetalHost with an Ironic node gets a
+//! The firmware controllers. HostFirmwareSettings: each BareMetalHost with an Ironic node gets a
 //! HostFirmwareSettings of the same name (owned by the host) whose status holds the
 //! BIOS settings Ironic read from the BMC, and a FirmwareSchema (named by a hash of the
 //! settings' schema, shared by hosts of the same model) describing them. `spec.settings`
 //! is checked against the schema (conditions `Valid` and `ChangeDetected`, an event per
 //! refused setting). Objects upstream's operator left are adopted, never duplicated.
+//! HostFirmwareComponents: see [`components`]; both run on the same watch of hosts.
 //!
 //! The same shape as the host controller: [`state_machine`] decides (pure), the
 //! provisioner reads ([`FirmwareReader`]), [`store`] writes, and [`reconcile`] only
 //! loops over them.
 
+pub mod components;
 mod run;
 pub mod state_machine;
 pub mod store;
@@ -46,7 +48,7 @@ pub struct FirmwareContext<P, S = KubeFirmwareStore> {
 /// Why a reconcile could not finish; retried after [`PROVISIONER_RETRY`].
 #[derive(Debug, thiserror::Error)]
 pub enum FirmwareError {
-    #[error("HostFirmwareSettings {object}: {source}")]
+    #[error("{object}: {source}")]
     Store {
         object: String,
         #[source]
@@ -65,7 +67,7 @@ pub async fn reconcile<P: FirmwareReader, S: FirmwareStore>(
     let namespace = host.namespace().unwrap_or_default();
     let name = host.name_any();
     let store_err = |source| FirmwareError::Store {
-        object: format!("{namespace}/{name}"),
+        object: format!("HostFirmwareSettings {namespace}/{name}"),
         source,
     };
     let mut facts = Facts {

@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 
 use crate::api::BareMetalHost;
 use crate::api::firmware::{
-    FirmwareSchema, HostFirmwareSettings, HostFirmwareSettingsSpec, HostFirmwareSettingsStatus,
+    FirmwareSchema, HostFirmwareComponents, HostFirmwareSettings, HostFirmwareSettingsSpec,
+    HostFirmwareSettingsStatus,
 };
 use crate::controller::store::events::{Reporter, upstream_event};
 use crate::controller::store::{
@@ -139,7 +140,7 @@ pub fn settings_event(
 #[derive(Clone)]
 pub struct KubeFirmwareStore {
     client: kube::Client,
-    instance: Option<String>,
+    pub(super) instance: Option<String>,
 }
 
 impl KubeFirmwareStore {
@@ -152,7 +153,7 @@ impl KubeFirmwareStore {
         &self.client
     }
 
-    fn api<K>(&self, namespace: &str) -> Api<K>
+    pub(super) fn api<K>(&self, namespace: &str) -> Api<K>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         K::DynamicType: Default,
@@ -162,7 +163,11 @@ impl KubeFirmwareStore {
 }
 
 /// Adds `owner` to `object`'s owners, if they are still as read.
-async fn add_owner<K>(api: &Api<K>, object: &K, owner: OwnerReference) -> Result<K, StoreError>
+pub(super) async fn add_owner<K>(
+    api: &Api<K>,
+    object: &K,
+    owner: OwnerReference,
+) -> Result<K, StoreError>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -192,7 +197,7 @@ where
     .map_err(conflict_or)
 }
 
-fn create_conflict(e: kube::Error) -> StoreError {
+pub(super) fn create_conflict(e: kube::Error) -> StoreError {
     match &e {
         kube::Error::Api(status) if status.code == 409 => StoreError::Conflict,
         _ => StoreError::Kube(e),
@@ -315,12 +320,13 @@ impl FirmwareStore for KubeFirmwareStore {
 }
 
 #[derive(Default)]
-struct Objects {
+pub(super) struct Objects {
     hosts: BTreeMap<String, BareMetalHost>,
     settings: BTreeMap<String, HostFirmwareSettings>,
     schemas: BTreeMap<String, FirmwareSchema>,
-    events: Vec<(String, String, String)>,
-    status_writes: usize,
+    pub(super) components: BTreeMap<String, HostFirmwareComponents>,
+    pub(super) events: Vec<(String, String, String)>,
+    pub(super) status_writes: usize,
     version: u64,
 }
 
@@ -331,11 +337,11 @@ pub struct MemoryFirmwareStore {
     objects: Mutex<Objects>,
 }
 
-fn key(namespace: &str, name: &str) -> String {
+pub(super) fn key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
-fn key_of<K: Resource>(object: &K) -> String {
+pub(super) fn key_of<K: Resource>(object: &K) -> String {
     key(
         object.meta().namespace.as_deref().unwrap_or_default(),
         object.meta().name.as_deref().unwrap_or_default(),
@@ -343,7 +349,7 @@ fn key_of<K: Resource>(object: &K) -> String {
 }
 
 impl MemoryFirmwareStore {
-    fn lock(&self) -> MutexGuard<'_, Objects> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Objects> {
         self.objects.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -365,6 +371,18 @@ impl MemoryFirmwareStore {
         objects.schemas.insert(key_of(&schema), schema);
     }
 
+    /// Puts (or replaces) a HostFirmwareComponents, as a user or another operator
+    /// would; it gets a resourceVersion.
+    pub fn put_components(&self, mut components: HostFirmwareComponents) {
+        let mut objects = self.lock();
+        objects.stamp(&mut components);
+        objects.components.insert(key_of(&components), components);
+    }
+
+    pub fn stored_components(&self, namespace: &str, name: &str) -> Option<HostFirmwareComponents> {
+        self.lock().components.get(&key(namespace, name)).cloned()
+    }
+
     pub fn stored_settings(&self, namespace: &str, name: &str) -> Option<HostFirmwareSettings> {
         self.lock().settings.get(&key(namespace, name)).cloned()
     }
@@ -384,7 +402,7 @@ impl MemoryFirmwareStore {
 }
 
 impl Objects {
-    fn stamp<K: Resource>(&mut self, object: &mut K) {
+    pub(super) fn stamp<K: Resource>(&mut self, object: &mut K) {
         self.version += 1;
         let meta = object.meta_mut();
         meta.resource_version = Some(self.version.to_string());
@@ -397,7 +415,7 @@ impl Objects {
     }
 }
 
-fn unchanged<K: Resource>(stored: Option<&K>, read: &K) -> Result<(), StoreError> {
+pub(super) fn unchanged<K: Resource>(stored: Option<&K>, read: &K) -> Result<(), StoreError> {
     match stored {
         Some(s) if s.meta().resource_version == read.meta().resource_version => Ok(()),
         _ => Err(StoreError::Conflict),

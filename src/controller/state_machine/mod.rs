@@ -18,6 +18,7 @@ use crate::api::{
     BareMetalHost, BareMetalHostStatus, CustomDeploy, ErrorType, Image, OperationalStatus,
     ProvisioningState as State,
 };
+pub use crate::controller::firmware::components::state_machine::PendingUpdates;
 pub use crate::controller::firmware::state_machine::PendingSettings;
 
 pub use apply::apply;
@@ -59,6 +60,9 @@ pub struct Facts {
     /// BIOS settings the host's HostFirmwareSettings asks for (read for available
     /// and preparing hosts only).
     pub firmware: PendingSettings,
+    /// Firmware updates the host's HostFirmwareComponents asks for (read for
+    /// available and preparing hosts only).
+    pub firmware_updates: PendingUpdates,
 }
 
 /// A `reboot.metal3.io[/suffix]` annotation.
@@ -404,7 +408,10 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
             })
         }
         // Wait until the firmware controller judged the current spec (upstream).
-        State::Preparing if facts.firmware == PendingSettings::NotReady => {
+        State::Preparing
+            if facts.firmware == PendingSettings::NotReady
+                || facts.firmware_updates == PendingUpdates::NotReady =>
+        {
             Step::Wait(FIRMWARE_WAIT)
         }
         State::Preparing => Step::Call(Operation::Prepare),
@@ -519,6 +526,13 @@ fn plan_available(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts)
             State::Preparing,
             "Preparing",
             "BIOS settings changed; preparing again".into(),
+        );
+    }
+    if matches!(facts.firmware_updates, PendingUpdates::Apply { .. }) {
+        return transition(
+            State::Preparing,
+            "Preparing",
+            "firmware updates requested; preparing again".into(),
         );
     }
     if needs_provisioning(host) {

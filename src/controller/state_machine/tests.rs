@@ -52,6 +52,7 @@ fn facts() -> Facts {
         registration: None,
         adoption: None,
         firmware: PendingSettings::None,
+        firmware_updates: PendingUpdates::None,
     }
 }
 
@@ -604,6 +605,33 @@ fn changed_bios_settings_prepare_an_available_host_again() {
     // Not judged yet: an available host goes on as it is; preparing waits.
     let not_ready = Facts {
         firmware: PendingSettings::NotReady,
+        ..facts()
+    };
+    assert_eq!(plan(&h, &not_ready), plan(&h, &facts()));
+    let p = host(json!({}), "preparing", json!({}));
+    assert_eq!(plan(&p, &not_ready), Step::Wait(FIRMWARE_WAIT));
+    assert_eq!(plan(&p, &apply), Step::Call(Operation::Prepare));
+}
+
+#[test]
+fn requested_firmware_updates_prepare_an_available_host_again() {
+    let apply = Facts {
+        firmware_updates: PendingUpdates::Apply {
+            flash: vec![crate::api::firmware::FirmwareUpdate {
+                component: "bios".into(),
+                url: "http://images.example/bios.bin".into(),
+            }],
+            spec: Vec::new(),
+        },
+        ..facts()
+    };
+    let h = host(json!({}), "available", json!({}));
+    match plan(&h, &apply) {
+        Step::Transition(u) => assert_eq!(u.state, Some(State::Preparing)),
+        other => panic!("{other:?}"),
+    }
+    let not_ready = Facts {
+        firmware_updates: PendingUpdates::NotReady,
         ..facts()
     };
     assert_eq!(plan(&h, &not_ready), plan(&h, &facts()));

@@ -12,8 +12,11 @@ use serde_json::{Value, json};
 
 use super::events;
 use super::managed_fields::take_over_updates;
-use super::{HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference};
-use crate::api::firmware::HostFirmwareSettings;
+use super::{
+    HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference,
+    unconfirmed_updates,
+};
+use crate::api::firmware::{FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings};
 use crate::api::host::FINALIZER;
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDataSpec, HardwareDetails,
@@ -308,6 +311,66 @@ impl Store for KubeStore {
             .api::<HostFirmwareSettings>(host)
             .get_opt(&host.name_any())
             .await?)
+    }
+
+    async fn firmware_components(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<Option<HostFirmwareComponents>, StoreError> {
+        Ok(self
+            .api::<HostFirmwareComponents>(host)
+            .get_opt(&host.name_any())
+            .await?)
+    }
+
+    async fn record_firmware_updates(
+        &self,
+        host: &BareMetalHost,
+        updates: &[FirmwareUpdate],
+    ) -> Result<(), StoreError> {
+        // A merge patch (an Update), not an apply: bmo's apply of the whole status
+        // belongs to the firmware controller, which takes this field over on its
+        // next write, as any field written with Update.
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let patch = json!({"status": {"updates": updates, "lastUpdated": now}});
+        self.api::<HostFirmwareComponents>(host)
+            .patch_status(
+                &host.name_any(),
+                &PatchParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..PatchParams::default()
+                },
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn forget_firmware_updates(&self, host: &BareMetalHost) -> Result<(), StoreError> {
+        let api = self.api::<HostFirmwareComponents>(host);
+        let Some(object) = api.get_opt(&host.name_any()).await? else {
+            return Ok(());
+        };
+        if !unconfirmed_updates(&object) {
+            return Ok(());
+        }
+        // Only if nobody wrote meanwhile (a newer status may have seen them through).
+        let patch = json!({
+            "metadata": {"resourceVersion": object.resource_version()},
+            "status": {"updates": null},
+        });
+        api.patch_status(
+            &host.name_any(),
+            &PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(conflict_or)?;
+        tracing::info!("preparing failed: the firmware updates will be flashed again on retry");
+        Ok(())
     }
 
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, StoreError> {

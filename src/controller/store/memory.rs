@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
 use super::{HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference};
-use crate::api::firmware::HostFirmwareSettings;
+use crate::api::firmware::{FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings};
 use crate::api::host::FINALIZER;
 use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails};
 
@@ -29,6 +29,7 @@ struct Objects {
     secrets: BTreeMap<String, Secret>,
     hardware: BTreeMap<String, HardwareDetails>,
     firmware: BTreeMap<String, HostFirmwareSettings>,
+    components: BTreeMap<String, HostFirmwareComponents>,
     events: Vec<RecordedEvent>,
     status_writes: usize,
     version: u64,
@@ -87,6 +88,21 @@ impl MemoryStore {
     pub fn put_firmware_settings(&self, settings: HostFirmwareSettings) {
         let key = key(settings.namespace(), &settings.name_any());
         self.lock().firmware.insert(key, settings);
+    }
+
+    /// Adds (or replaces) a host's HostFirmwareComponents.
+    pub fn put_firmware_components(&self, components: HostFirmwareComponents) {
+        let key = key(components.namespace(), &components.name_any());
+        self.lock().components.insert(key, components);
+    }
+
+    /// A host's HostFirmwareComponents as stored now.
+    pub fn stored_firmware_components(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<HostFirmwareComponents> {
+        stored(&self.lock().components, namespace, name)
     }
 
     /// The host as stored now.
@@ -274,6 +290,43 @@ impl Store for MemoryStore {
             .firmware
             .get(&key(host.namespace(), &host.name_any()))
             .cloned())
+    }
+
+    async fn firmware_components(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<Option<HostFirmwareComponents>, StoreError> {
+        Ok(self
+            .lock()
+            .components
+            .get(&key(host.namespace(), &host.name_any()))
+            .cloned())
+    }
+
+    async fn record_firmware_updates(
+        &self,
+        host: &BareMetalHost,
+        updates: &[FirmwareUpdate],
+    ) -> Result<(), StoreError> {
+        let mut objects = self.lock();
+        let object = objects
+            .components
+            .get_mut(&key(host.namespace(), &host.name_any()))
+            .ok_or(StoreError::Conflict)?;
+        object.status.get_or_insert_default().updates = updates.to_vec();
+        Ok(())
+    }
+
+    async fn forget_firmware_updates(&self, host: &BareMetalHost) -> Result<(), StoreError> {
+        let mut objects = self.lock();
+        let key = key(host.namespace(), &host.name_any());
+        if let Some(object) = objects.components.get_mut(&key)
+            && super::unconfirmed_updates(object)
+            && let Some(status) = object.status.as_mut()
+        {
+            status.updates.clear();
+        }
+        Ok(())
     }
 
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, StoreError> {

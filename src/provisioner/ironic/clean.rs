@@ -1,4 +1,4 @@
-//! Preparing (manual cleaning: RAID, BIOS, disk wipe) and the one way back from
+//! Preparing (manual cleaning: RAID, BIOS, firmware updates, disk wipe) and the one way back from
 //! failed cleaning.
 
 use serde_json::Value;
@@ -28,6 +28,7 @@ impl IronicProvisioner {
         let has_work = request.unprepared
             && (request.raid.is_some()
                 || !request.bios_settings.is_empty()
+                || !request.firmware_updates.is_empty()
                 || request.full_disk_wipe);
         match node.state() {
             ProvisionState::Available if has_work => {

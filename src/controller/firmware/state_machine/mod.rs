@@ -130,7 +130,7 @@ pub fn next(facts: &Facts) -> Step {
         return Step::Done(requeue);
     }
     if let Some(now) = &facts.now {
-        stamp_transitions(&mut status, now);
+        stamp_transitions(&mut status.conditions, now);
     }
     status.last_updated = facts.now.clone();
     Step::SaveStatus {
@@ -140,23 +140,34 @@ pub fn next(facts: &Facts) -> Step {
     }
 }
 
-/// The host has an Ironic node (its UUID is recorded) and is not being deleted.
-fn has_node(host: &BareMetalHost) -> bool {
+/// The host has an Ironic node (its UUID is recorded) and is not being deleted, and
+/// upstream's firmware controllers would look at it: it is managed, and neither
+/// paused nor detached.
+pub(crate) fn has_node(host: &BareMetalHost) -> bool {
+    use crate::api::host::{DETACHED_ANNOTATION, PAUSED_ANNOTATION};
+    use crate::api::{OperationalStatus, ProvisioningState};
+    let annotated = |key: &str| host.annotations().contains_key(key);
     host.metadata.deletion_timestamp.is_none()
-        && host
-            .status
-            .as_ref()
-            .is_some_and(|s| !s.provisioning.id.is_empty())
+        && !annotated(PAUSED_ANNOTATION)
+        && !annotated(DETACHED_ANNOTATION)
+        && host.status.as_ref().is_some_and(|s| {
+            !s.provisioning.id.is_empty()
+                && s.operational_status != OperationalStatus::Detached
+                && !matches!(
+                    s.provisioning.state,
+                    ProvisioningState::None | ProvisioningState::Unmanaged
+                )
+        })
 }
 
-fn owned_by(
+pub(crate) fn owned_by(
     owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
     uid: Option<&str>,
 ) -> bool {
     uid.is_some_and(|uid| owners.iter().any(|o| o.uid == uid))
 }
 
-fn condition_true(conditions: &[Condition], kind: &str) -> bool {
+pub(crate) fn condition_true(conditions: &[Condition], kind: &str) -> bool {
     conditions
         .iter()
         .any(|c| c.type_ == kind && c.status == "True")
@@ -312,7 +323,7 @@ pub fn status_for(
 }
 
 /// Sets condition `kind`, keeping its transition time when its status stays.
-fn set_condition(
+pub(crate) fn set_condition(
     conditions: &mut Vec<Condition>,
     kind: &str,
     status: bool,
@@ -341,13 +352,13 @@ fn set_condition(
     }
 }
 
-fn epoch() -> Time {
+pub(crate) fn epoch() -> Time {
     Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
 }
 
 /// Stamps `now` on conditions whose transition has no time yet.
-fn stamp_transitions(status: &mut HostFirmwareSettingsStatus, now: &Time) {
-    for condition in &mut status.conditions {
+pub(crate) fn stamp_transitions(conditions: &mut [Condition], now: &Time) {
+    for condition in conditions {
         if condition.last_transition_time == epoch() {
             condition.last_transition_time = now.clone();
         }

@@ -139,6 +139,7 @@ pub(crate) fn test_host(name: &str, node: &str) -> BareMetalHost {
     .expect("valid host");
     let mut status = crate::api::BareMetalHostStatus::default();
     status.provisioning.id = node.to_owned();
+    status.provisioning.state = crate::api::ProvisioningState::Available;
     host.status = Some(status);
     host
 }

@@ -1,0 +1,399 @@
+//! The HostFirmwareComponents decisions, free of I/O: what to do next for one host,
+//! the status for what Ironic reports, and which updates preparing should flash.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+
+use crate::api::BareMetalHost;
+use crate::api::firmware::{
+    COMPONENTS_CHANGE_DETECTED, COMPONENTS_VALID, FirmwareComponentStatus, FirmwareUpdate,
+    HostFirmwareComponents, HostFirmwareComponentsStatus, NIC_COMPONENT_PREFIX,
+};
+use crate::controller::firmware::state_machine::{
+    REQUEUE, REQUEUE_CHANGE_DETECTED, condition_true, has_node, owned_by, set_condition,
+    stamp_transitions,
+};
+use crate::controller::store::managed_fields::has_updates;
+
+/// Upstream's condition reason when every update names a known component.
+pub const REASON_OK: &str = "OK";
+/// Upstream's condition reason when an update names an unknown component.
+pub const REASON_INVALID_COMPONENT: &str = "InvalidComponent";
+/// Upstream's prefix of the `Valid` message and of the event.
+pub const INVALID_MESSAGE: &str = "Invalid Firmware Components";
+/// Upstream's event reason for refused updates.
+pub const EVENT_VALIDATION_FAILED: &str = "ValidationFailed";
+
+/// What one reconcile knows so far.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    pub host: Option<BareMetalHost>,
+    /// The host's HostFirmwareComponents, once looked up (`Some(None)`: none).
+    pub object: Option<Option<HostFirmwareComponents>>,
+    /// The node's components as Ironic reports them, once read.
+    pub components: Option<Vec<FirmwareComponentStatus>>,
+    pub now: Option<Time>,
+}
+
+/// The next thing to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// The host has no node (or is going away): nothing to do until it changes.
+    Idle,
+    /// Look the host's HostFirmwareComponents up.
+    LookUp,
+    /// Read the node's firmware components.
+    ReadComponents,
+    /// Make the HostFirmwareComponents (empty `spec.updates`), owned by the host:
+    /// only when the node has components, as upstream.
+    Create,
+    /// The object exists (upstream's operator or the user made it): add the host to
+    /// its owners and take over the status fields written with Update.
+    Adopt,
+    /// Write this status and publish these events (reason, message).
+    SaveStatus {
+        status: HostFirmwareComponentsStatus,
+        events: Vec<(String, String)>,
+        requeue: Duration,
+    },
+    /// Nothing changed; look again after this long.
+    Done(Duration),
+}
+
+/// The next step.
+pub fn next(facts: &Facts) -> Step {
+    let Some(host) = facts.host.as_ref().filter(|h| has_node(h)) else {
+        return Step::Idle;
+    };
+    let Some(object) = &facts.object else {
+        return Step::LookUp;
+    };
+    let Some(components) = &facts.components else {
+        return Step::ReadComponents;
+    };
+    let Some(object) = object else {
+        // Upstream makes the object only for nodes whose BMC reports components.
+        return if components.is_empty() {
+            Step::Done(REQUEUE)
+        } else {
+            Step::Create
+        };
+    };
+    let status_updated = has_updates(
+        object
+            .metadata
+            .managed_fields
+            .as_deref()
+            .unwrap_or_default(),
+        "status",
+    );
+    if !owned_by(object.owner_references(), host.metadata.uid.as_deref()) || status_updated {
+        return Step::Adopt;
+    }
+    let (mut status, events) = status_for(object, components);
+    let requeue = if condition_true(&status.conditions, COMPONENTS_CHANGE_DETECTED) {
+        REQUEUE_CHANGE_DETECTED
+    } else {
+        REQUEUE
+    };
+    if object.status.as_ref() == Some(&status) {
+        return Step::Done(requeue);
+    }
+    if let Some(now) = &facts.now {
+        stamp_transitions(&mut status.conditions, now);
+    }
+    status.last_updated = facts.now.clone();
+    Step::SaveStatus {
+        status,
+        events,
+        requeue,
+    }
+}
+
+/// The status for the components Ironic reports, with conditions `ChangeDetected`
+/// (`spec.updates` differs from the updates applied) and `Valid`, and the event to
+/// publish when an update names an unknown component. `status.updates` is kept: the
+/// host controller records there what preparing flashed.
+pub fn status_for(
+    object: &HostFirmwareComponents,
+    components: &[FirmwareComponentStatus],
+) -> (HostFirmwareComponentsStatus, Vec<(String, String)>) {
+    let old = object.status.clone().unwrap_or_default();
+    let changed = old.updates != object.spec.updates;
+    let generation = object.metadata.generation;
+    let mut conditions = old.conditions.clone();
+    let mut events = Vec::new();
+    let mut set = |kind: &str, status: bool, reason: &str, message: &str| {
+        set_condition(&mut conditions, kind, status, reason, message, generation);
+    };
+    set(COMPONENTS_CHANGE_DETECTED, changed, REASON_OK, "");
+    match validate(&object.spec.updates).filter(|_| changed) {
+        Some(error) => {
+            let message = format!("{INVALID_MESSAGE}: {error}");
+            set(COMPONENTS_VALID, false, REASON_INVALID_COMPONENT, &message);
+            events.push((EVENT_VALIDATION_FAILED.to_owned(), message));
+        }
+        None => set(COMPONENTS_VALID, true, REASON_OK, ""),
+    }
+    let status = HostFirmwareComponentsStatus {
+        updates: old.updates,
+        components: components.to_vec(),
+        last_updated: old.last_updated,
+        conditions,
+    };
+    (status, events)
+}
+
+/// Why `updates` cannot be applied, in upstream's words: the first update whose
+/// component is not `bios`, `bmc` or `nic:…`, with the names allowed.
+pub fn validate(updates: &[FirmwareUpdate]) -> Option<String> {
+    updates
+        .iter()
+        .find(|u| !known_component(&u.component))
+        .map(|u| {
+            format!(
+                "component {} is invalid, only 'bmc', 'bios', or names starting with '{NIC_COMPONENT_PREFIX}' are allowed as update names",
+                u.component
+            )
+        })
+}
+
+fn known_component(name: &str) -> bool {
+    name == "bios" || name == "bmc" || name.starts_with(NIC_COMPONENT_PREFIX)
+}
+
+/// What a host's HostFirmwareComponents asks of preparing, as upstream's host
+/// controller reads it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum PendingUpdates {
+    /// Nothing to flash: no object, no change, a refused change, or every update
+    /// already recorded as applied.
+    #[default]
+    None,
+    /// The conditions do not describe the current spec yet: wait for the firmware
+    /// controller.
+    NotReady,
+    /// Flash `flash` (the updates in the spec that `status.updates` lacks); once
+    /// cleaning started, `status.updates` records `spec` (the whole list, as
+    /// upstream).
+    Apply {
+        flash: Vec<FirmwareUpdate>,
+        spec: Vec<FirmwareUpdate>,
+    },
+}
+
+/// The updates preparing should flash: only a valid change whose conditions are as
+/// new as the spec, and only those not recorded as applied (upstream's difference
+/// by component and URL).
+pub fn pending_updates(object: Option<&HostFirmwareComponents>) -> PendingUpdates {
+    let Some(object) = object else {
+        return PendingUpdates::None;
+    };
+    let status = object.status.clone().unwrap_or_default();
+    let find = |kind: &str| status.conditions.iter().find(|c| c.type_ == kind);
+    let Some(changed) = find(COMPONENTS_CHANGE_DETECTED) else {
+        return PendingUpdates::None;
+    };
+    if changed.observed_generation != object.metadata.generation {
+        return PendingUpdates::NotReady;
+    }
+    if find(COMPONENTS_VALID).is_none_or(|c| c.status != "True") || changed.status != "True" {
+        return PendingUpdates::None;
+    }
+    let apply: Vec<FirmwareUpdate> = object
+        .spec
+        .updates
+        .iter()
+        .filter(|wanted| {
+            !status
+                .updates
+                .iter()
+                .any(|done| done.component == wanted.component && done.url == wanted.url)
+        })
+        .cloned()
+        .collect();
+    if apply.is_empty() {
+        PendingUpdates::None
+    } else {
+        PendingUpdates::Apply {
+            flash: apply,
+            spec: object.spec.updates.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    use super::*;
+    use crate::api::firmware::HostFirmwareComponentsSpec;
+
+    fn host() -> BareMetalHost {
+        crate::controller::firmware::state_machine::tests::test_host("h", "node-1")
+    }
+
+    fn update(component: &str) -> FirmwareUpdate {
+        FirmwareUpdate {
+            component: component.into(),
+            url: format!("http://images.example/{component}.bin"),
+        }
+    }
+
+    fn object(updates: Vec<FirmwareUpdate>) -> HostFirmwareComponents {
+        let mut o = HostFirmwareComponents::new("h", HostFirmwareComponentsSpec { updates });
+        o.metadata.namespace = Some("ns".into());
+        o.metadata.generation = Some(2);
+        o.metadata.owner_references = Some(vec![OwnerReference {
+            uid: "h-uid".into(),
+            ..OwnerReference::default()
+        }]);
+        o
+    }
+
+    fn bmc() -> Vec<FirmwareComponentStatus> {
+        vec![FirmwareComponentStatus {
+            component: "bmc".into(),
+            initial_version: "1.00".into(),
+            current_version: Some("1.00".into()),
+            ..Default::default()
+        }]
+    }
+
+    fn facts(object: Option<HostFirmwareComponents>, read: Vec<FirmwareComponentStatus>) -> Facts {
+        Facts {
+            host: Some(host()),
+            object: Some(object),
+            components: Some(read),
+            now: Some(Time(
+                k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap(),
+            )),
+        }
+    }
+
+    fn saved(step: Step) -> (HostFirmwareComponentsStatus, Vec<(String, String)>) {
+        match step {
+            Step::SaveStatus { status, events, .. } => (status, events),
+            other => panic!("expected a status write, got {other:?}"),
+        }
+    }
+
+    fn condition<'a>(status: &'a HostFirmwareComponentsStatus, kind: &str) -> (&'a str, &'a str) {
+        let c = status.conditions.iter().find(|c| c.type_ == kind).unwrap();
+        (c.status.as_str(), c.reason.as_str())
+    }
+
+    #[test]
+    fn made_only_for_nodes_with_components() {
+        assert_eq!(next(&facts(None, Vec::new())), Step::Done(REQUEUE));
+        assert_eq!(next(&facts(None, bmc())), Step::Create);
+    }
+
+    #[test]
+    fn an_object_someone_else_made_is_adopted_first() {
+        let mut o = object(Vec::new());
+        o.metadata.owner_references = None;
+        assert_eq!(next(&facts(Some(o), bmc())), Step::Adopt);
+    }
+
+    #[test]
+    fn components_and_settled_conditions_are_saved_then_left_alone() {
+        let (status, events) = saved(next(&facts(Some(object(Vec::new())), bmc())));
+        assert_eq!(status.components, bmc());
+        assert_eq!(condition(&status, "ChangeDetected"), ("False", "OK"));
+        assert_eq!(condition(&status, "Valid"), ("True", "OK"));
+        assert!(status.last_updated.is_some());
+        assert!(events.is_empty());
+        let mut o = object(Vec::new());
+        o.status = Some(status);
+        assert_eq!(next(&facts(Some(o), bmc())), Step::Done(REQUEUE));
+    }
+
+    #[test]
+    fn an_unknown_component_is_refused_with_the_allowed_names() {
+        let (status, events) = saved(next(&facts(
+            Some(object(vec![update("bios"), update("cpld")])),
+            bmc(),
+        )));
+        assert_eq!(condition(&status, "ChangeDetected"), ("True", "OK"));
+        assert_eq!(condition(&status, "Valid"), ("False", "InvalidComponent"));
+        let message = "Invalid Firmware Components: component cpld is invalid, only 'bmc', 'bios', or names starting with 'nic:' are allowed as update names";
+        assert_eq!(
+            events,
+            vec![("ValidationFailed".to_owned(), message.to_owned())]
+        );
+        let mut o = object(vec![update("bios"), update("cpld")]);
+        o.status = Some(status);
+        assert_eq!(pending_updates(Some(&o)), PendingUpdates::None);
+    }
+
+    #[test]
+    fn a_valid_change_is_pending_until_recorded_as_applied() {
+        let wanted = vec![update("bios"), update("nic:NIC.1")];
+        let (status, _) = saved(next(&facts(Some(object(wanted.clone())), bmc())));
+        let mut o = object(wanted.clone());
+        o.status = Some(status);
+        assert_eq!(
+            pending_updates(Some(&o)),
+            PendingUpdates::Apply {
+                flash: wanted.clone(),
+                spec: wanted.clone()
+            }
+        );
+        // Only what is not recorded yet.
+        o.status.as_mut().unwrap().updates = vec![update("bios")];
+        assert_eq!(
+            pending_updates(Some(&o)),
+            PendingUpdates::Apply {
+                flash: vec![update("nic:NIC.1")],
+                spec: wanted.clone()
+            }
+        );
+        // Recorded: nothing left, even before the conditions are refreshed.
+        o.status.as_mut().unwrap().updates = wanted;
+        assert_eq!(pending_updates(Some(&o)), PendingUpdates::None);
+        // A spec newer than the conditions: wait for them.
+        o.metadata.generation = Some(3);
+        assert_eq!(pending_updates(Some(&o)), PendingUpdates::NotReady);
+    }
+
+    #[test]
+    fn hosts_without_a_node_paused_detached_or_unmanaged_are_left_alone() {
+        let mut f = facts(None, bmc());
+        f.host.as_mut().unwrap().status = None;
+        assert_eq!(next(&f), Step::Idle);
+        for annotation in [
+            "baremetalhost.metal3.io/paused",
+            "baremetalhost.metal3.io/detached",
+        ] {
+            let mut f = facts(None, bmc());
+            f.host
+                .as_mut()
+                .unwrap()
+                .annotations_mut()
+                .insert(annotation.into(), String::new());
+            assert_eq!(next(&f), Step::Idle, "{annotation}");
+        }
+        let mut f = facts(None, bmc());
+        f.host
+            .as_mut()
+            .unwrap()
+            .status
+            .as_mut()
+            .unwrap()
+            .provisioning
+            .state = crate::api::ProvisioningState::Unmanaged;
+        assert_eq!(next(&f), Step::Idle);
+        let mut f = facts(None, bmc());
+        f.host
+            .as_mut()
+            .unwrap()
+            .status
+            .as_mut()
+            .unwrap()
+            .operational_status = crate::api::OperationalStatus::Detached;
+        assert_eq!(next(&f), Step::Idle);
+    }
+}
