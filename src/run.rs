@@ -169,9 +169,15 @@ pub async fn run(config: Config) -> Result<(), RunError> {
 
     let provisioner = IronicProvisioner::new(ironic, ProvisionerSettings::default());
     let firmware_provisioner = provisioner.clone();
+    let data_image_provisioner = provisioner.clone();
+    let data_image_store =
+        controller::dataimage::KubeDataImageStore::new(kube.clone(), config.pod_name.clone());
     let store = controller::KubeStore::new(kube.clone(), config.pod_name.clone());
-    let mut ctx = controller::Context::with_store(store, provisioner, config.controller_settings())
-        .with_metrics(health.metrics.clone());
+    let settings = config.controller_settings();
+    let max_backoff = settings.max_backoff;
+    let mut ctx = controller::Context::with_store(store, provisioner, settings)
+        .with_metrics(health.metrics.clone())
+        .with_data_images(data_image_store.clone());
     // Without explicit URLs, Ironic boots the IPA images bmo itself serves, on the
     // provisioning IP in use at each reconcile.
     if let Some(netboot) = &netboot {
@@ -215,6 +221,13 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         namespace: config.watch_namespace.clone(),
     });
     let firmware_task = tokio::spawn(controller::firmware::run(firmware_ctx, stopped()));
+    let data_image_ctx = Arc::new(controller::dataimage::DataImageContext {
+        provisioner: data_image_provisioner,
+        store: data_image_store,
+        namespace: config.watch_namespace.clone(),
+        max_backoff,
+    });
+    let data_image_task = tokio::spawn(controller::dataimage::run(data_image_ctx, stopped()));
     tracing::info!(
         namespace = config.watch_namespace.as_deref().unwrap_or("(all)"),
         concurrency = config.concurrency,
@@ -249,6 +262,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     if let Some(task) = switches_task {
         let _ = task.await;
     }
+    let _ = data_image_task.await;
     if let Some(elector) = &elector
         && outcome.is_ok()
     {

@@ -1,8 +1,8 @@
 //! Image kinds: `DataImage` (an ISO to attach to a host through the BMC's virtual
 //! media) and `PreprovisioningImage` (the deploy ramdisk or ISO built for one host).
 //!
-//! Both are named after their BareMetalHost. bmo serves them; no controller acts on
-//! them yet.
+//! Both are named after their BareMetalHost. DataImages are acted on by
+//! `controller::dataimage`; no controller acts on PreprovisioningImages yet.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;

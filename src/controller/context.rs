@@ -8,6 +8,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{self, ObjectRef};
 
 use super::capacity::Slots;
+use super::dataimage::KubeDataImageStore;
 use super::lease_details;
 use super::{ControllerSettings, KubeStore, Store};
 use crate::api::BareMetalHost;
@@ -41,6 +42,9 @@ pub struct Context<P, S = KubeStore> {
     /// The same for HostFirmwareComponents.
     pub(super) components_cache: OnceLock<reflector::Store<HostFirmwareComponents>>,
     pub(super) slots: Slots,
+    /// Where the DataImages of hosts about to be powered on are read and written;
+    /// without it (tests) DataImages are left alone.
+    pub(super) data_images: Option<KubeDataImageStore>,
 }
 
 impl<P: Provisioner> Context<P> {
@@ -65,6 +69,7 @@ impl<P: Provisioner, S: Store> Context<P, S> {
             known_hosts: None,
             firmware_cache: OnceLock::new(),
             components_cache: OnceLock::new(),
+            data_images: None,
         }
     }
 
@@ -85,6 +90,12 @@ impl<P: Provisioner, S: Store> Context<P, S> {
     /// host is reconciled again when their address changes.
     pub fn with_deploy_images(mut self, images: DeployImages) -> Self {
         self.deploy_images = Some(images);
+        self
+    }
+
+    /// Attaches DataImages through `store` before provisioned hosts power on.
+    pub fn with_data_images(mut self, store: KubeDataImageStore) -> Self {
+        self.data_images = Some(store);
         self
     }
 

@@ -15,6 +15,7 @@ pub mod capacity;
 pub mod claims;
 pub mod conditions;
 mod context;
+pub mod dataimage;
 pub mod discovery;
 pub mod firmware;
 pub mod known_hosts;
@@ -273,6 +274,12 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
                 }
                 return Ok(Next::After(after));
             }
+            Step::PrepareDataImage => {
+                if let Some(next) = prepare_data_image(host, ctx).await? {
+                    return Ok(next);
+                }
+                facts.data_image_checked = true;
+            }
             Step::Call(op) => {
                 let Ok(phost) = phost else {
                     return Ok(Next::After(state_machine::STEADY_POLL));
@@ -280,6 +287,31 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
                 return call(host, ctx, op, phost, &facts).await;
             }
         }
+    }
+}
+
+/// The host's DataImage before power-on; `Some` holds the power-on until then.
+async fn prepare_data_image<P: Provisioner, S: Store>(
+    host: &BareMetalHost,
+    ctx: &Context<P, S>,
+) -> Result<Option<Next>, ReconcileError> {
+    let Some(store) = &ctx.data_images else {
+        return Ok(None);
+    };
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    match dataimage::prepare_power_on(
+        host,
+        &ctx.provisioner,
+        store,
+        ctx.settings.max_backoff,
+        &now,
+    )
+    .await
+    {
+        Ok(next) => Ok(next),
+        Err(dataimage::DataImageError::Provisioner(e)) => Err(e.into()),
+        Err(dataimage::DataImageError::Store { source, .. }) => Err(store_err(host)(source)),
     }
 }
 
@@ -346,6 +378,7 @@ async fn load<P: Provisioner, S: Store>(
         adoption: None,
         firmware: PendingSettings::None,
         firmware_updates: PendingUpdates::None,
+        data_image_checked: false,
     };
     Ok(Loaded {
         facts,

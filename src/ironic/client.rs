@@ -14,7 +14,7 @@ use url::Url;
 use super::error::{IronicError, fault_string, without_credentials};
 use super::types::{
     BiosSetting, BiosSettingList, FirmwareComponent, FirmwareComponentList, Microversion, Node,
-    NodeCreate, PatchOp, Port, PowerTarget, ProvisionRequest, ProvisionTarget,
+    NodeCreate, PatchOp, Port, PowerTarget, ProvisionRequest, ProvisionTarget, VirtualMedia,
 };
 use crate::credentials::{Credentials, SecretString};
 
@@ -22,6 +22,8 @@ use crate::credentials::{Credentials, SecretString};
 pub const MIN_MICROVERSION: Microversion = Microversion::new(1, 89);
 /// The newest microversion bmo knows the behaviour of; it asks for no more than this.
 const MAX_MICROVERSION: Microversion = Microversion::new(1, 95);
+/// The first microversion that reads a node's virtual media (`GET .../vmedia`).
+const GET_VMEDIA: Microversion = Microversion::new(1, 93);
 const VERSION_HEADER: &str = "X-OpenStack-Ironic-API-Version";
 
 /// How bmo authenticates to Ironic.
@@ -584,6 +586,26 @@ impl IronicClient {
         }
     }
 
+    /// `GET /v1/nodes/{id}/vmedia` (microversion 1.93): the node's virtual media
+    /// devices as its BMC reports them; `None` when Ironic has no such node.
+    pub async fn get_virtual_media(
+        &self,
+        ident: &str,
+    ) -> Result<Option<Vec<VirtualMedia>>, IronicError> {
+        if self.microversion < GET_VMEDIA {
+            return Err(IronicError::MicroversionTooOld {
+                endpoint: without_credentials(&self.endpoint),
+                max: self.microversion,
+                needed: GET_VMEDIA,
+            });
+        }
+        match self.get(&["nodes", ident, "vmedia"]).await {
+            Ok(list) => Ok(Some(list.unwrap_or_default())),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The node's history (`GET /v1/nodes/{id}/history`): events such as the start
     /// and end of each cleaning with the steps it ran, oldest first.
     pub async fn node_history(&self, ident: &str) -> Result<Vec<Value>, IronicError> {
@@ -595,6 +617,37 @@ impl IronicClient {
                 _ => None,
             })
             .unwrap_or_default())
+    }
+
+    /// `POST /v1/nodes/{id}/vmedia`: starts inserting `image_url` as the node's
+    /// virtual CD. Ironic answers at once; the conductor downloads the image, serves
+    /// it from its own HTTP server and inserts it in the background, and a failure
+    /// ends up in the node's `last_error`.
+    pub async fn attach_virtual_media(
+        &self,
+        ident: &str,
+        image_url: &str,
+    ) -> Result<(), IronicError> {
+        self.call::<Value, _>(
+            Method::POST,
+            &["nodes", ident, "vmedia"],
+            Some(&json!({ "device_type": "cdrom", "image_url": image_url })),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// `DELETE /v1/nodes/{id}/vmedia?device_types=cdrom`: starts ejecting the
+    /// node's virtual CD (in the background, as attaching).
+    pub async fn detach_virtual_media(&self, ident: &str) -> Result<(), IronicError> {
+        self.call_with_query::<Value, ()>(
+            Method::DELETE,
+            &["nodes", ident, "vmedia"],
+            &[("device_types", "cdrom")],
+            None,
+        )
+        .await
+        .map(drop)
     }
 
     /// The ports of one node.

@@ -11,5 +11,5 @@ pub use error::{IronicError, without_credentials};
 pub use settings::{DEFAULT_IRONIC_ENDPOINT, IronicSettings};
 pub use types::{
     BiosSetting, FirmwareComponent, Microversion, Node, NodeCreate, PatchOp, Port, PowerTarget,
-    ProvisionRequest, ProvisionState, ProvisionTarget,
+    ProvisionRequest, ProvisionState, ProvisionTarget, VirtualMedia,
 };

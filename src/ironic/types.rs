@@ -299,6 +299,20 @@ pub struct Port {
     pub pxe_enabled: Option<bool>,
 }
 
+/// One virtual media device of a node (`GET /v1/nodes/{id}/vmedia`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub struct VirtualMedia {
+    /// Redfish media types the device takes (`CD`, `DVD`, `USBStick`, …).
+    #[serde(default)]
+    pub media_types: Vec<String>,
+    #[serde(default)]
+    pub inserted: bool,
+    /// What the BMC has inserted: Ironic's own copy of the image, not the URL it
+    /// was given.
+    #[serde(default)]
+    pub image: Option<String>,
+}
+
 /// One BIOS setting of a node as Ironic caches it from the BMC
 /// (`GET /v1/nodes/{id}/bios?detail=True`), with its registry entry when the BMC
 /// publishes one.

@@ -11,8 +11,8 @@ use super::types::{
     PrepareStatus, Progress, ProvisionRequest, Registration, StepKind,
 };
 use super::{
-    BiosSettings, FirmwareReader, NodeRef, Provisioner, ProvisionerError, ProvisionerResult,
-    hardware,
+    BiosSettings, DataImageProvisioner, FirmwareReader, NodeRef, Provisioner, ProvisionerError,
+    ProvisionerResult, VirtualCd, hardware,
 };
 use crate::api::HardwareDetails;
 use crate::api::firmware::FirmwareComponentStatus;
@@ -78,6 +78,8 @@ pub struct FixtureProvisioner {
     bios: Mutex<HashMap<String, BiosSettings>>,
     /// Firmware components by node name (none for a record without an entry).
     firmware: Mutex<HashMap<String, Vec<FirmwareComponentStatus>>>,
+    /// The image in each node's virtual CD, by node name.
+    virtual_cds: Mutex<HashMap<String, String>>,
 }
 
 impl Default for FixtureProvisioner {
@@ -96,7 +98,13 @@ impl FixtureProvisioner {
             hardware: hardware::from_inventory(&serde_json::Value::Null),
             bios: Mutex::default(),
             firmware: Mutex::default(),
+            virtual_cds: Mutex::default(),
         }
+    }
+
+    /// The image in `node_name`'s virtual CD, if one is inserted.
+    pub fn virtual_cd_image(&self, node_name: &str) -> Option<String> {
+        lock(&self.virtual_cds).get(node_name).cloned()
     }
 
     /// What `node_name`'s BMC reports as its BIOS settings from now on (a node with
@@ -237,6 +245,40 @@ impl FirmwareReader for FixtureProvisioner {
             return Ok(Some(components.clone()));
         }
         Ok(lock(&self.hosts).contains_key(&name).then(Vec::new))
+    }
+}
+
+/// Attaching and detaching take effect at once; [`FixtureOperation::Power`] failures
+/// (virtual media lives on the BMC as power does) refuse them.
+impl DataImageProvisioner for FixtureProvisioner {
+    async fn virtual_cd(&self, node: &NodeRef) -> Result<Option<VirtualCd>, ProvisionerError> {
+        let name = node.id.node_name();
+        if !lock(&self.hosts).contains_key(&name) {
+            return Ok(None);
+        }
+        Ok(Some(VirtualCd {
+            inserted: lock(&self.virtual_cds).contains_key(&name),
+            busy: lock(&self.busy).contains(&name),
+            failure: None,
+        }))
+    }
+
+    async fn attach_virtual_cd(
+        &self,
+        node: &NodeRef,
+        url: &str,
+    ) -> Result<Option<String>, ProvisionerError> {
+        let name = node.id.node_name();
+        if let Some(message) = lock(&self.failures).get(&(name.clone(), FixtureOperation::Power)) {
+            return Ok(Some(message.clone()));
+        }
+        lock(&self.virtual_cds).insert(name, url.to_owned());
+        Ok(None)
+    }
+
+    async fn detach_virtual_cd(&self, node: &NodeRef) -> Result<Option<String>, ProvisionerError> {
+        lock(&self.virtual_cds).remove(&node.id.node_name());
+        Ok(None)
     }
 }
 

@@ -61,7 +61,7 @@ pub type ProvisionerResult<T> = Result<Outcome<T>, ProvisionerError>;
 
 /// Lifecycle operations on one host. Implementations keep no per-host state that the
 /// controller could not rebuild: everything needed is in [`Host`] and the hardware.
-pub trait Provisioner: Send + Sync {
+pub trait Provisioner: DataImageProvisioner {
     /// Creates or updates the host's record (node, boot port, BMC access) and checks
     /// the credentials; `value.credentials_valid` once the BMC answered.
     fn register(&self, host: &Host)
@@ -165,5 +165,58 @@ impl FirmwareReader for IronicProvisioner {
         node: &NodeRef,
     ) -> Result<Option<Vec<FirmwareComponentStatus>>, ProvisionerError> {
         self.read_firmware_components(node).await
+    }
+}
+
+/// A node's virtual CD, as far as DataImages need it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VirtualCd {
+    /// An image is inserted.
+    pub inserted: bool,
+    /// An operation on the node (an attach or detach running) holds it; ask again
+    /// shortly.
+    pub busy: bool,
+    /// Why the last attach or detach failed, when it did.
+    pub failure: Option<String>,
+}
+
+/// Virtual media for DataImages. Attaching and detaching only start the work: the
+/// next [`Self::virtual_cd`] tells how it went.
+pub trait DataImageProvisioner: Send + Sync {
+    /// The node's virtual CD; `None` when the provisioner has no such node.
+    fn virtual_cd(
+        &self,
+        node: &NodeRef,
+    ) -> impl Future<Output = Result<Option<VirtualCd>, ProvisionerError>> + Send;
+
+    /// Starts inserting the image at `url`; `Some(reason)` when refused.
+    fn attach_virtual_cd(
+        &self,
+        node: &NodeRef,
+        url: &str,
+    ) -> impl Future<Output = Result<Option<String>, ProvisionerError>> + Send;
+
+    /// Starts ejecting the virtual CD; `Some(reason)` when refused.
+    fn detach_virtual_cd(
+        &self,
+        node: &NodeRef,
+    ) -> impl Future<Output = Result<Option<String>, ProvisionerError>> + Send;
+}
+
+impl DataImageProvisioner for IronicProvisioner {
+    async fn virtual_cd(&self, node: &NodeRef) -> Result<Option<VirtualCd>, ProvisionerError> {
+        self.read_virtual_cd(node).await
+    }
+
+    async fn attach_virtual_cd(
+        &self,
+        node: &NodeRef,
+        url: &str,
+    ) -> Result<Option<String>, ProvisionerError> {
+        self.insert_virtual_cd(node, url).await
+    }
+
+    async fn detach_virtual_cd(&self, node: &NodeRef) -> Result<Option<String>, ProvisionerError> {
+        self.eject_virtual_cd(node).await
     }
 }

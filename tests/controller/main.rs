@@ -15,6 +15,7 @@ mod controller_apiserver_outage;
 mod controller_backoff;
 mod controller_claims;
 mod controller_config_drive;
+mod controller_dataimage;
 mod controller_deploy_images;
 mod controller_firmware;
 mod controller_firmware_components;

@@ -63,6 +63,9 @@ pub struct Facts {
     /// Firmware updates the host's HostFirmwareComponents asks for (read for
     /// available and preparing hosts only).
     pub firmware_updates: PendingUpdates,
+    /// The DataImage of a provisioned host about to be powered on was seen to (it
+    /// is attached, changed or ejected first, as upstream does).
+    pub data_image_checked: bool,
 }
 
 /// A `reboot.metal3.io[/suffix]` annotation.
@@ -155,6 +158,9 @@ pub enum Step {
     Readopt,
     /// Change the status only (no hardware involved), then look again at once.
     Transition(Update),
+    /// Attach, change or eject the host's DataImage before powering it on
+    /// (`controller::dataimage::prepare_power_on`), then ask again.
+    PrepareDataImage,
     /// Ask the provisioner.
     Call(Operation),
     /// Nothing to do; look again after this long.
@@ -589,6 +595,16 @@ fn plan_power(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts) -> 
     }
     let wanted = host.spec.online && facts.reboot.is_none();
     match (observed, wanted) {
+        // Upstream attaches DataImages only here: a provisioned host powering on.
+        (false, true)
+            if !facts.data_image_checked
+                && matches!(
+                    st.provisioning.state,
+                    State::Provisioned | State::ExternallyProvisioned
+                ) =>
+        {
+            Step::PrepareDataImage
+        }
         (false, true) => Step::Call(Operation::PowerOn),
         (true, false) if !host.spec.disable_power_off || facts.reboot.is_some() => {
             let hard = facts.reboot.is_some_and(|r| r.hard)

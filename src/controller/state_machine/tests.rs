@@ -53,6 +53,7 @@ fn facts() -> Facts {
         adoption: None,
         firmware: PendingSettings::None,
         firmware_updates: PendingUpdates::None,
+        data_image_checked: true,
     }
 }
 
@@ -263,6 +264,30 @@ fn removing_the_image_deprovisions_a_provisioned_host() {
         json!({"provisioning": {"state": "provisioned", "ID": "n", "image": image()}}),
     );
     assert_eq!(next_state(&plan(&h, &facts())), None);
+}
+
+#[test]
+fn a_provisioned_host_sees_to_its_data_image_before_powering_on() {
+    let unchecked = Facts {
+        data_image_checked: false,
+        ..facts()
+    };
+    for state in ["provisioned", "externally provisioned"] {
+        let h = host(
+            json!({"online": true, "image": image(), "externallyProvisioned": state != "provisioned"}),
+            state,
+            json!({"provisioning": {"state": state, "ID": "n", "image": image()}}),
+        );
+        assert_eq!(plan(&h, &unchecked), Step::PrepareDataImage, "{state}");
+        assert_eq!(
+            plan(&h, &facts()),
+            Step::Call(Operation::PowerOn),
+            "{state}"
+        );
+    }
+    // Upstream attaches in provisioned states only.
+    let h = host(json!({"online": true}), "available", json!({}));
+    assert_eq!(plan(&h, &unchecked), Step::Call(Operation::PowerOn));
 }
 
 #[test]
