@@ -56,6 +56,10 @@ pub struct Config {
     #[command(flatten)]
     pub claims: crate::controller::claims::ClaimSettings,
 
+    /// PreprovisioningImages (src/controller/preprov_image).
+    #[command(flatten)]
+    pub preprov_image: crate::controller::preprov_image::PreprovImageSettings,
+
     /// Turn DHCP requests from MACs no BareMetalHost has into new BareMetalHosts (no
     /// BMC, operationalStatus `discovered`), once per MAC; needs BMO_DHCP_MODE.
     #[arg(long, env = "BMO_DISCOVERY")]

@@ -17,6 +17,7 @@ use crate::api::firmware::HostFirmwareSettings;
 use crate::api::host::FINALIZER;
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDataSpec, HardwareDetails,
+    PreprovisioningImage,
 };
 
 /// Field manager for everything bmo writes.
@@ -299,6 +300,31 @@ impl Store for KubeStore {
             .api::<HostFirmwareSettings>(host)
             .get_opt(&host.name_any())
             .await?)
+    }
+
+    async fn preprovisioning_image(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<Option<PreprovisioningImage>, StoreError> {
+        Ok(self
+            .api::<PreprovisioningImage>(host)
+            .get_opt(&host.name_any())
+            .await?)
+    }
+
+    async fn apply_preprovisioning_image(
+        &self,
+        host: &BareMetalHost,
+        image: &PreprovisioningImage,
+    ) -> Result<(), StoreError> {
+        self.api::<PreprovisioningImage>(host)
+            .patch(
+                &host.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(image),
+            )
+            .await?;
+        Ok(())
     }
 
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, StoreError> {

@@ -14,7 +14,7 @@ use kube::ResourceExt;
 use super::{HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference};
 use crate::api::firmware::HostFirmwareSettings;
 use crate::api::host::FINALIZER;
-use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails};
+use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails, PreprovisioningImage};
 
 /// An event as [`MemoryStore`] recorded it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +29,7 @@ struct Objects {
     secrets: BTreeMap<String, Secret>,
     hardware: BTreeMap<String, HardwareDetails>,
     firmware: BTreeMap<String, HostFirmwareSettings>,
+    preprovisioning_images: BTreeMap<String, PreprovisioningImage>,
     events: Vec<RecordedEvent>,
     status_writes: usize,
     version: u64,
@@ -112,6 +113,24 @@ impl MemoryStore {
                 k8s_openapi::jiff::Timestamp::now(),
             ));
         host.metadata.resource_version = Some(version);
+    }
+
+    /// Adds (or replaces) a PreprovisioningImage, as its builder would write it.
+    pub fn put_preprovisioning_image(&self, mut image: PreprovisioningImage) {
+        let mut objects = self.lock();
+        image.metadata.resource_version = Some(objects.bump());
+        objects
+            .preprovisioning_images
+            .insert(key(image.namespace(), &image.name_any()), image);
+    }
+
+    /// The PreprovisioningImage as stored now.
+    pub fn preprovisioning_image_now(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<PreprovisioningImage> {
+        stored(&self.lock().preprovisioning_images, namespace, name)
     }
 
     pub fn put_secret(&self, mut secret: Secret) {
@@ -274,6 +293,42 @@ impl Store for MemoryStore {
             .firmware
             .get(&key(host.namespace(), &host.name_any()))
             .cloned())
+    }
+
+    async fn preprovisioning_image(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<Option<PreprovisioningImage>, StoreError> {
+        Ok(stored(
+            &self.lock().preprovisioning_images,
+            &host.namespace().unwrap_or_default(),
+            &host.name_any(),
+        ))
+    }
+
+    /// Keeps the stored status and generation, as the API server does for an apply
+    /// without status; the generation moves when the spec changes.
+    async fn apply_preprovisioning_image(
+        &self,
+        host: &BareMetalHost,
+        image: &PreprovisioningImage,
+    ) -> Result<(), StoreError> {
+        let mut objects = self.lock();
+        let version = objects.bump();
+        let k = key(host.namespace(), &host.name_any());
+        let mut written = image.clone();
+        written.metadata.resource_version = Some(version);
+        match objects.preprovisioning_images.get(&k) {
+            Some(old) => {
+                written.status = old.status.clone();
+                let generation = old.metadata.generation.unwrap_or(1);
+                written.metadata.generation =
+                    Some(generation + i64::from(old.spec != written.spec));
+            }
+            None => written.metadata.generation = Some(1),
+        }
+        objects.preprovisioning_images.insert(k, written);
+        Ok(())
     }
 
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, StoreError> {
