@@ -319,6 +319,17 @@ async fn a_host_boots_its_own_ramdisk_with_its_network_data_appended() {
     )
     .await;
 
+    // An image taken over from upstream carries its finalizers; bmo removes them once
+    // the image is deleted.
+    let finalizers = json!({"metadata": {"finalizers": [
+        "preprovisioningimage.metal3.io",
+        "baremetalhost.metal3.io/preprovisioningImage",
+    ]}});
+    images
+        .patch(lost, &PatchParams::default(), &Patch::Merge(&finalizers))
+        .await
+        .expect("add upstream's finalizers");
+
     // Leave Ironic as found.
     for h in [name, lost] {
         hosts
@@ -335,6 +346,31 @@ async fn a_host_boots_its_own_ramdisk_with_its_network_data_appended() {
             Ok(())
         } else {
             Err(format!("{} hosts left", left.items.len()))
+        }
+    })
+    .await;
+    // The test stack runs no garbage collector: delete the images as it would.
+    for i in [name, lost] {
+        images
+            .delete(i, &DeleteParams::default())
+            .await
+            .expect("delete image");
+    }
+    eventually("the images to be gone", Duration::from_secs(30), || async {
+        let left = images
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        if left.items.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{:?}",
+                left.items
+                    .iter()
+                    .map(|i| (i.name_any(), i.finalizers().to_vec()))
+                    .collect::<Vec<_>>()
+            ))
         }
     })
     .await;

@@ -24,9 +24,10 @@ use tracing::Instrument;
 
 use super::build::{self, NETWORK_DATA_KEYS, NetworkData};
 use crate::api::PreprovisioningImage;
-use crate::controller::FIELD_MANAGER;
 use crate::controller::run::WatchBackoff;
 use crate::controller::store::events::{Reporter, upstream_event};
+use crate::controller::store::patch_finalizers;
+use crate::controller::{FIELD_MANAGER, StoreError};
 use crate::netboot::host_ramdisks::RamdiskServer;
 
 /// Who bmo's image events say posted them.
@@ -42,6 +43,17 @@ const READY_RECHECK: Duration = Duration::from_secs(60);
 const FAILED_RETRY: Duration = Duration::from_secs(15);
 /// Pause after a failed API call.
 const ERROR_RETRY: Duration = Duration::from_secs(5);
+/// Pause after a lost write race.
+const CONFLICT_RETRY: Duration = Duration::from_secs(1);
+
+/// Finalizers upstream puts on images: its image controller's (to discard the image
+/// it built) and its host controller's. Neither is bmo's, and no upstream
+/// controller runs beside bmo to remove them, so bmo removes them from an image
+/// being deleted (images taken over from upstream, docs/migration.md).
+pub const UPSTREAM_FINALIZERS: &[&str] = &[
+    "preprovisioningimage.metal3.io",
+    "baremetalhost.metal3.io/preprovisioningImage",
+];
 
 /// Why a reconcile of an image did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +63,12 @@ pub enum BuildError {
         image: String,
         #[source]
         source: kube::Error,
+    },
+    #[error("PreprovisioningImage {image}: {source}")]
+    Store {
+        image: String,
+        #[source]
+        source: StoreError,
     },
 }
 
@@ -127,17 +145,40 @@ async fn reconcile(
         namespace = image.namespace().unwrap_or_default(),
         name = image.name_any()
     );
+    let key = format!(
+        "{}/{}",
+        image.namespace().unwrap_or_default(),
+        image.name_any()
+    );
+    if image.metadata.deletion_timestamp.is_some() {
+        return release(&image, &ctx)
+            .instrument(span)
+            .await
+            .map_err(|source| BuildError::Store { image: key, source });
+    }
     reconcile_image(&image, &ctx)
         .instrument(span)
         .await
-        .map_err(|source| BuildError::Kube {
-            image: format!(
-                "{}/{}",
-                image.namespace().unwrap_or_default(),
-                image.name_any()
-            ),
-            source,
-        })
+        .map_err(|source| BuildError::Kube { image: key, source })
+}
+
+/// An image being deleted: its ramdisk is no longer served, and upstream's
+/// finalizers go.
+async fn release(image: &PreprovisioningImage, ctx: &BuildContext) -> Result<Action, StoreError> {
+    let namespace = image.namespace().unwrap_or_default();
+    ctx.server.ramdisks.remove(&namespace, &image.name_any());
+    let kept: Vec<String> = image
+        .finalizers()
+        .iter()
+        .filter(|f| !UPSTREAM_FINALIZERS.contains(&f.as_str()))
+        .cloned()
+        .collect();
+    if kept.len() != image.finalizers().len() {
+        tracing::info!("removing upstream's finalizers from the deleted PreprovisioningImage");
+        let api: Api<PreprovisioningImage> = Api::namespaced(ctx.client.clone(), &namespace);
+        patch_finalizers(&api, image, kept).await?;
+    }
+    Ok(Action::await_change())
 }
 
 async fn reconcile_image(
@@ -248,6 +289,13 @@ fn error_policy(
     error: &BuildError,
     _: Arc<BuildContext>,
 ) -> Action {
+    if let BuildError::Store {
+        source: StoreError::Conflict,
+        ..
+    } = error
+    {
+        return Action::requeue(CONFLICT_RETRY);
+    }
     tracing::warn!(image = %image.name_any(), %error, "PreprovisioningImage reconcile failed; retrying");
     Action::requeue(ERROR_RETRY)
 }
