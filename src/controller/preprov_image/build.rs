@@ -9,7 +9,7 @@
 //! config drive. It is the file Ironic itself puts on the virtual media config drive
 //! of a ramdisk, so the agent reads it the same way whichever way it came.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
 use crate::api::images::SecretStatus;
@@ -236,7 +236,6 @@ fn failed(image: &PreprovisioningImage, reason: &str, message: String, now: &Tim
     }
 }
 
-/// Sets condition `type_`, keeping its transition time while its status holds.
 fn set_condition(
     status: &mut PreprovisioningImageStatus,
     image: &PreprovisioningImage,
@@ -246,25 +245,13 @@ fn set_condition(
     message: &str,
     now: &Time,
 ) {
-    let wanted = if ok { "True" } else { "False" };
-    let generation = image.metadata.generation;
-    match status.conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) => {
-            if c.status != wanted {
-                c.last_transition_time = now.clone();
-            }
-            c.status = wanted.into();
-            c.reason = reason.into();
-            c.message = message.into();
-            c.observed_generation = generation;
-        }
-        None => status.conditions.push(Condition {
-            type_: type_.into(),
-            status: wanted.into(),
-            reason: reason.into(),
-            message: message.into(),
-            observed_generation: generation,
-            last_transition_time: now.clone(),
-        }),
-    }
+    crate::controller::conditions::set_condition(
+        &mut status.conditions,
+        image.metadata.generation,
+        type_,
+        ok,
+        reason,
+        message,
+        now,
+    );
 }
