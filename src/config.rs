@@ -59,6 +59,9 @@ pub struct Config {
     /// BareMetalSwitch controller (src/controller/switches).
     #[command(flatten)]
     pub switches: crate::controller::switches::SwitchSettings,
+    /// PreprovisioningImages (src/controller/preprov_image).
+    #[command(flatten)]
+    pub preprov_image: crate::controller::preprov_image::PreprovImageSettings,
 
     /// Turn DHCP requests from MACs no BareMetalHost has into new BareMetalHosts (no
     /// BMC, operationalStatus `discovered`), once per MAC; needs BMO_DHCP_MODE.

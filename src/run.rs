@@ -52,6 +52,8 @@ pub enum RunError {
     Switches(#[from] crate::controller::switches::SwitchSettingsError),
     #[error(transparent)]
     NetbootConfig(#[from] crate::netboot::config::NetbootConfigError),
+    #[error(transparent)]
+    PreprovImage(#[from] controller::preprov_image::PreprovImageSettingsError),
     #[error("leadership of the Lease {0} was lost; exiting so that a restart rejoins the election")]
     LeadershipLost(String),
 }
@@ -73,6 +75,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     }
     config.netboot.check()?;
     let switch_targets = config.switches.targets()?;
+    config
+        .preprov_image
+        .check(config.netboot.http && config.netboot.any_service())?;
     let ironic_config = config.ironic.client_config()?;
 
     let kube_config = kube::Config::infer().await.map_err(RunError::KubeConfig)?;
@@ -180,6 +185,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         .with_data_images(data_image_store.clone());
     // Without explicit URLs, Ironic boots the IPA images bmo itself serves, on the
     // provisioning IP in use at each reconcile.
+    if config.preprov_image.build_preprov_image {
+        ctx = ctx.with_preprovisioning_images();
+    }
     if let Some(netboot) = &netboot {
         ctx = ctx
             .with_leases(netboot.leases.clone())
@@ -215,6 +223,26 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             stopped(),
         ))
     });
+    // bmo builds initrd PreprovisioningImages itself: its IPA ramdisk plus each
+    // host's network data, served by its HTTP server (checked above to be on).
+    let image_task = match (&netboot, config.preprov_image.preprov_image_initrd) {
+        (Some(netboot), true) => {
+            let server = crate::netboot::host_ramdisks::RamdiskServer {
+                ramdisks: netboot.host_ramdisks.clone(),
+                images: netboot.deploy_images(),
+                images_dir: config.netboot.images_dir.clone(),
+            };
+            tracing::info!("PreprovisioningImage builder started");
+            Some(tokio::spawn(controller::preprov_image::run(
+                kube.clone(),
+                server,
+                config.watch_namespace.clone().filter(|ns| !ns.is_empty()),
+                config.pod_name.clone(),
+                stopped(),
+            )))
+        }
+        _ => None,
+    };
     let firmware_ctx = Arc::new(controller::firmware::FirmwareContext {
         provisioner: firmware_provisioner,
         store: controller::firmware::KubeFirmwareStore::new(kube.clone(), config.pod_name.clone()),
@@ -263,6 +291,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         let _ = task.await;
     }
     let _ = data_image_task.await;
+    if let Some(task) = image_task {
+        let _ = task.await;
+    }
     if let Some(elector) = &elector
         && outcome.is_ok()
     {

@@ -81,8 +81,8 @@ pub use host::{
     RootDeviceHints, SoftwareRaidLevel, SoftwareRaidVolume, StepKind, SwitchPortIdentifier,
 };
 pub use images::{
-    DataImage, DataImageSpec, DataImageStatus, PreprovisioningImage, PreprovisioningImageSpec,
-    PreprovisioningImageStatus,
+    DataImage, DataImageSpec, DataImageStatus, PreprovisioningImage, PreprovisioningImageFormat,
+    PreprovisioningImageSpec, PreprovisioningImageStatus,
 };
 pub use network::{
     BareMetalSwitch, BareMetalSwitchSpec, BareMetalSwitchStatus, HostNetworkAttachment,

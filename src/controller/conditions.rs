@@ -10,6 +10,40 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::{BareMetalHostStatus, OperationalStatus, ProvisioningState as State};
 
+/// Sets condition `type_` in `conditions` (observed at `generation`), keeping its
+/// transition time while its status does not change; shared by the kinds whose
+/// conditions are set one by one (HostClaim, PreprovisioningImage).
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    generation: Option<i64>,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    now: &Time,
+) {
+    let wanted = if ok { "True" } else { "False" };
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != wanted {
+                c.last_transition_time = now.clone();
+            }
+            c.status = wanted.into();
+            c.reason = reason.into();
+            c.message = message.into();
+            c.observed_generation = generation;
+        }
+        None => conditions.push(Condition {
+            type_: type_.into(),
+            status: wanted.into(),
+            reason: reason.into(),
+            message: message.into(),
+            observed_generation: generation,
+            last_transition_time: now.clone(),
+        }),
+    }
+}
+
 /// Condition type saying the provisioner cannot be reached; only ever `False`.
 pub const PROVISIONER_REACHABLE: &str = "ProvisionerReachable";
 /// Its reason.
@@ -207,36 +241,6 @@ pub fn set_unreachable(
         .cloned()
         .chain([condition])
         .collect()
-}
-
-/// Sets condition `type_` in `conditions` (the other kinds' controllers), keeping its
-/// transition time while its status stays.
-pub fn set(
-    conditions: &mut Vec<Condition>,
-    type_: &str,
-    ok: bool,
-    reason: &str,
-    message: &str,
-    generation: Option<i64>,
-    now: &Time,
-) {
-    let status = if ok { "True" } else { "False" };
-    let transition = conditions
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == status)
-        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
-    let condition = Condition {
-        type_: type_.to_owned(),
-        status: status.to_owned(),
-        reason: reason.to_owned(),
-        message: message.to_owned(),
-        observed_generation: generation,
-        last_transition_time: transition,
-    };
-    match conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(existing) => *existing = condition,
-        None => conditions.push(condition),
-    }
 }
 
 fn display_state(state: State) -> &'static str {

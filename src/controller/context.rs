@@ -36,6 +36,9 @@ pub struct Context<P, S = KubeStore> {
     /// bmo's DHCP server's known hosts, when it runs: the controller attaches the
     /// BareMetalHosts it watches.
     pub known_hosts: Option<HostDirectory>,
+    /// `BMO_BUILD_PREPROV_IMAGE`: each host gets a PreprovisioningImage and boots
+    /// the agent from it.
+    pub preprovisioning_images: bool,
     /// The HostFirmwareSettings the running controller watches, so that reading a
     /// host's costs no API request; without it (tests) the store reads them.
     pub(super) firmware_cache: OnceLock<reflector::Store<HostFirmwareSettings>>,
@@ -67,6 +70,7 @@ impl<P: Provisioner, S: Store> Context<P, S> {
             leases: None,
             deploy_images: None,
             known_hosts: None,
+            preprovisioning_images: false,
             firmware_cache: OnceLock::new(),
             components_cache: OnceLock::new(),
             data_images: None,
@@ -103,6 +107,13 @@ impl<P: Provisioner, S: Store> Context<P, S> {
     /// the controller runs.
     pub fn with_known_hosts(mut self, hosts: HostDirectory) -> Self {
         self.known_hosts = Some(hosts);
+        self
+    }
+
+    /// Gives each host a PreprovisioningImage and boots the agent from it once it is
+    /// ready (upstream's `-build-preprov-image`).
+    pub fn with_preprovisioning_images(mut self) -> Self {
+        self.preprovisioning_images = true;
         self
     }
 

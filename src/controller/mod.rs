@@ -20,6 +20,7 @@ pub mod discovery;
 pub mod firmware;
 pub mod known_hosts;
 pub mod lease_details;
+pub mod preprov_image;
 pub mod request;
 pub(crate) mod run;
 pub mod save;
@@ -187,7 +188,11 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
         phost,
         lease_details,
         credentials_version,
+        waiting_for_image,
     } = load(host, ctx).await?;
+    if let Some(poll) = waiting_for_image {
+        return Ok(Next::After(poll));
+    }
     // Only an available or preparing host applies BIOS settings and firmware updates
     // (a provisioned one needs servicing, not done yet).
     if matches!(
@@ -325,6 +330,41 @@ struct Loaded {
     lease_details: Option<crate::api::HardwareDetails>,
     /// The BMC Secret's resourceVersion.
     credentials_version: Option<String>,
+    /// The next step boots the agent, whose PreprovisioningImage is not ready: look
+    /// again after this long.
+    waiting_for_image: Option<Duration>,
+}
+
+/// How often a host waiting for its PreprovisioningImage to be built looks at it
+/// again (the host controller does not watch images).
+const PREPROVISIONING_IMAGE_POLL: Duration = Duration::from_secs(2);
+/// The same for an image whose build failed (its `Error` condition says why; the
+/// builder tries again every 15 s and when the Secret changes).
+const FAILED_PREPROVISIONING_IMAGE_POLL: Duration = Duration::from_secs(15);
+
+/// The deploy ramdisk for `host`: its PreprovisioningImage's when images are on and
+/// it is ready, else the context's; and how long the host must wait for the image,
+/// if it must.
+async fn deploy_ramdisk<P: Provisioner, S: Store>(
+    host: &BareMetalHost,
+    ctx: &Context<P, S>,
+) -> Result<(DeployRamdisk, Option<Duration>), ReconcileError> {
+    use preprov_image::host_side::{self, ImageUse};
+    let default = ctx.deploy_ramdisk();
+    if !ctx.preprovisioning_images || !host_side::wants_image(host) {
+        return Ok((default, None));
+    }
+    let image_use = host_side::deploy_ramdisk(host, &ctx.store, &default)
+        .await
+        .map_err(store_err(host))?;
+    let (why, poll) = match image_use {
+        ImageUse::Ready(ramdisk) => return Ok((ramdisk, None)),
+        ImageUse::Pending(why) => (why, PREPROVISIONING_IMAGE_POLL),
+        ImageUse::Failed(why) => (why, FAILED_PREPROVISIONING_IMAGE_POLL),
+    };
+    let wait = host_side::needs_image(host);
+    tracing::debug!(why, wait, "PreprovisioningImage not usable");
+    Ok((default, wait.then_some(poll)))
 }
 
 /// Reads the BMC Secret, the lease table and the slots into the facts of a reconcile.
@@ -353,13 +393,9 @@ async fn load<P: Provisioner, S: Store>(
     if credentials_changed && previous_version.is_some() {
         ctx.metrics.count(metrics::Event::CredentialsUpdated);
     }
-    let phost = request::host_input(
-        host,
-        loaded.credentials,
-        credentials_changed,
-        &ctx.deploy_ramdisk(),
-    )
-    .map_err(|e| e.to_string());
+    let (ramdisk, waiting_for_image) = deploy_ramdisk(host, ctx).await?;
+    let phost = request::host_input(host, loaded.credentials, credentials_changed, &ramdisk)
+        .map_err(|e| e.to_string());
     let lease_details = host
         .status
         .as_ref()
@@ -385,6 +421,7 @@ async fn load<P: Provisioner, S: Store>(
         phost,
         lease_details,
         credentials_version: loaded.version,
+        waiting_for_image,
     })
 }
 

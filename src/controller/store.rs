@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
 use crate::api::firmware::{FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings};
-use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails};
+use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails, PreprovisioningImage};
 
 pub use kube_store::{FIELD_MANAGER, KubeStore};
 pub(crate) use kube_store::{
@@ -122,6 +122,20 @@ pub trait Store: Send + Sync {
     fn forget_firmware_updates(
         &self,
         host: &BareMetalHost,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The host's PreprovisioningImage (same name), when it exists.
+    fn preprovisioning_image(
+        &self,
+        host: &BareMetalHost,
+    ) -> impl Future<Output = Result<Option<PreprovisioningImage>, StoreError>> + Send;
+
+    /// Writes the host's PreprovisioningImage: labels, owner and spec (server-side
+    /// apply; its status is the image builder's).
+    fn apply_preprovisioning_image(
+        &self,
+        host: &BareMetalHost,
+        image: &PreprovisioningImage,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// The Secret `name` in `namespace`, when it exists.

@@ -709,3 +709,63 @@ async fn the_running_clean_step_is_in_the_status_until_the_host_is_prepared() {
         "no step runs once the host is prepared"
     );
 }
+
+#[tokio::test]
+async fn with_preprovisioning_images_a_host_inspects_only_once_its_image_is_ready() {
+    use super::preprov_image::build;
+    let mut ctx = site("p", json!({"preprovisioningNetworkDataName": "p-net"}));
+    ctx.preprovisioning_images = true;
+    let mut network = Secret::default();
+    network.metadata.name = Some("p-net".into());
+    network.metadata.namespace = Some(NS.into());
+    ctx.store.put_secret(network);
+    drive(&ctx, "p", in_state(State::Inspecting)).await;
+    for _ in 0..3 {
+        assert_eq!(step(&ctx, "p").await, Next::After(Duration::from_secs(2)));
+    }
+    assert_eq!(
+        state_of(&ctx.store.host(NS, "p").expect("host")),
+        State::Inspecting
+    );
+    let mut image = ctx
+        .store
+        .preprovisioning_image_now(NS, "p")
+        .expect("the host wrote its image");
+    assert_eq!(image.metadata.generation, Some(1), "written once");
+
+    // The builder makes it ready; the next reconcile registers its URLs and inspects.
+    let version = ctx
+        .store
+        .secret_now(NS, "p-net")
+        .and_then(|s| s.metadata.resource_version)
+        .expect("version");
+    let server = build::Server {
+        base_ramdisk: true,
+        base_ramdisk_path: "/images/ironic-python-agent.initramfs".into(),
+        kernel_url: "http://10.0.0.9:6180/images/ironic-python-agent.kernel".into(),
+        ramdisk_url: format!(
+            "http://10.0.0.9:6180/preprovisioning/ns/p/{version}/ironic-python-agent.initramfs"
+        ),
+    };
+    let network = build::NetworkData::Found {
+        name: "p-net".into(),
+        version,
+        data: None,
+    };
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    let decision = build::decide(
+        &image,
+        &network,
+        &server,
+        super::preprov_image::controller_architecture(),
+        &now,
+    );
+    image.status = Some(decision.status);
+    ctx.store.put_preprovisioning_image(image);
+    step(&ctx, "p").await;
+    let record = ctx.provisioner.host("ns~p").expect("registered");
+    assert_eq!(record.deploy_ramdisk.ramdisk_url, Some(server.ramdisk_url));
+    assert_eq!(record.deploy_ramdisk.kernel_url, Some(server.kernel_url));
+    drive(&ctx, "p", in_state(State::Available)).await;
+}

@@ -15,12 +15,15 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use futures::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::watch;
 use tokio_util::io::ReaderStream;
 
 use super::address::Choice;
+use super::cpio;
 use super::files::{Loaders, Refusal, Source, clean, resolve_in};
+use super::host_ramdisks::HostRamdisks;
 use super::ipxe;
 use super::leases::LeaseTable;
 
@@ -43,6 +46,8 @@ pub struct HttpState {
     pub ramdisk_url: Option<String>,
     pub kernel_params: String,
     pub leases_access: LeasesAccess,
+    /// The per-host ramdisks of PreprovisioningImages bmo builds.
+    pub host_ramdisks: HostRamdisks,
 }
 
 /// Who may read the lease table at `/bmo/v1/leases` (`BMO_HTTP_LEASES`).
@@ -134,6 +139,9 @@ async fn serve(
     let found = match parts.as_slice() {
         ["ipxe", name] => state.loaders.get(name).ok_or(Refusal::NotFound),
         ["images", rest @ ..] => resolve_in(&state.images_dir, rest).map(Source::File),
+        ["preprovisioning", namespace, name, version, file] if *file == DEFAULT_RAMDISK => {
+            return host_ramdisk(&state, namespace, name, version, head);
+        }
         ["boot.ipxe"] => match from_root(&parts) {
             Err(Refusal::NotFound) => return script(ipxe::BOOT_SCRIPT.to_owned(), head),
             other => other.map(Source::File),
@@ -157,6 +165,44 @@ async fn serve(
         Err(Refusal::Outside) => refused(&path),
         Err(Refusal::NotFound) => (StatusCode::NOT_FOUND, "not found\n").into_response(),
     }
+}
+
+/// Host `namespace/name`'s ramdisk at `version`: the IPA ramdisk from the images
+/// directory, zeros up to a multiple of 4 bytes, then the host's cpio archive. Sent
+/// whole (no ranges): Ironic and iPXE fetch ramdisks in one request.
+fn host_ramdisk(
+    state: &HttpState,
+    namespace: &str,
+    name: &str,
+    version: &str,
+    head: bool,
+) -> Response {
+    let Some(archive) = state.host_ramdisks.get(namespace, name, version) else {
+        return (StatusCode::NOT_FOUND, "no such preprovisioning image\n").into_response();
+    };
+    let Ok(opened) = resolve_in(&state.images_dir, &[DEFAULT_RAMDISK]) else {
+        return (
+            StatusCode::NOT_FOUND,
+            "the IPA ramdisk is not in BMO_IMAGES_DIR\n",
+        )
+            .into_response();
+    };
+    let base = opened.metadata.len();
+    let mut tail = vec![0u8; usize::try_from(cpio::padding_after(base)).unwrap_or(0)];
+    tail.extend_from_slice(&archive);
+    let builder = Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .header(header::CONTENT_LENGTH, base + tail.len() as u64)
+        .header(header::CACHE_CONTROL, "no-cache");
+    if head {
+        return builder.body(Body::empty()).unwrap_or_default();
+    }
+    let file = tokio::fs::File::from_std(opened.file);
+    let stream = ReaderStream::with_capacity(file.take(base), CHUNK).chain(futures::stream::once(
+        async move { Ok(axum::body::Bytes::from(tail)) },
+    ));
+    builder.body(Body::from_stream(stream)).unwrap_or_default()
 }
 
 fn refused(path: &str) -> Response {

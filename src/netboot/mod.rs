@@ -5,8 +5,10 @@
 
 pub mod address;
 pub mod config;
+pub mod cpio;
 pub mod dhcp;
 pub mod files;
+pub mod host_ramdisks;
 pub mod hosts;
 pub mod http;
 pub mod http_server;
@@ -27,6 +29,7 @@ use address::{AddressError, Choice, Selector};
 use config::{DhcpMode, NetbootConfig};
 use dhcp::policy::{Mode, Policy};
 use files::{Loaders, TftpFiles};
+use host_ramdisks::HostRamdisks;
 use hosts::{HostDirectory, StaticHosts};
 use http::HttpState;
 use leases::{LeaseError, LeaseTable};
@@ -81,6 +84,9 @@ pub struct Netboot {
     /// The hosts DHCP knows (`DHCP_HOSTS`); the host controller attaches the
     /// cluster's BareMetalHosts to it.
     pub known_hosts: HostDirectory,
+    /// The per-host ramdisks the HTTP server serves (empty unless bmo builds
+    /// PreprovisioningImages).
+    pub host_ramdisks: HostRamdisks,
     http_port: u16,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -128,8 +134,14 @@ impl DeployImages {
     }
 
     fn url(&self, file: &str) -> String {
+        self.http_url(&format!("/images/{file}"))
+    }
+
+    /// The URL of `path` (starting with `/`) on bmo's HTTP server, on the
+    /// provisioning IP in use now.
+    pub fn http_url(&self, path: &str) -> String {
         let base = self.address.borrow().http_base(self.port);
-        format!("{base}/images/{file}")
+        format!("{base}{path}")
     }
 
     /// Resolves when the provisioning IP changed since the last call; `false` once
@@ -156,6 +168,7 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
         dir: cfg.ipxe_dir.clone(),
     };
 
+    let host_ramdisks = HostRamdisks::new();
     let mut http_addr = None;
     let mut http_port = cfg.http_port;
     if cfg.http {
@@ -182,6 +195,7 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
             ramdisk_url,
             kernel_params: cfg.ipxe_kernel_params.clone(),
             leases_access: cfg.http_leases,
+            host_ramdisks: host_ramdisks.clone(),
         };
         let app = http::router(state);
         tracing::info!(addr = %local, root = %cfg.http_root.display(), images = %cfg.images_dir.display(), "serving HTTP boot");
@@ -283,6 +297,7 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
         tftp_addr,
         tftp_sessions,
         known_hosts,
+        host_ramdisks,
         http_port,
         tasks,
     })

@@ -1,7 +1,7 @@
 //! The claim's status, pure: conditions with upstream's types and reasons, and what
 //! is mirrored from the bound host. The caller passes the time.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
 use super::state_machine::state_reason;
@@ -38,28 +38,15 @@ pub fn set_condition(
     message: &str,
     now: &Time,
 ) {
-    let wanted = if ok { "True" } else { "False" };
-    let generation = claim.metadata.generation;
-    let conditions = &mut status.conditions;
-    match conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) => {
-            if c.status != wanted {
-                c.last_transition_time = now.clone();
-            }
-            c.status = wanted.into();
-            c.reason = reason.into();
-            c.message = message.into();
-            c.observed_generation = generation;
-        }
-        None => conditions.push(Condition {
-            type_: type_.into(),
-            status: wanted.into(),
-            reason: reason.into(),
-            message: message.into(),
-            observed_generation: generation,
-            last_transition_time: now.clone(),
-        }),
-    }
+    crate::controller::conditions::set_condition(
+        &mut status.conditions,
+        claim.metadata.generation,
+        type_,
+        ok,
+        reason,
+        message,
+        now,
+    );
 }
 
 /// Copies what a tenant may see of its bound host into `status`: the HardwareData

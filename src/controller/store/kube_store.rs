@@ -20,6 +20,7 @@ use crate::api::firmware::{FirmwareUpdate, HostFirmwareComponents, HostFirmwareS
 use crate::api::host::FINALIZER;
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDataSpec, HardwareDetails,
+    PreprovisioningImage,
 };
 
 /// Field manager for everything bmo writes.
@@ -370,6 +371,31 @@ impl Store for KubeStore {
         .await
         .map_err(conflict_or)?;
         tracing::info!("preparing failed: the firmware updates will be flashed again on retry");
+        Ok(())
+    }
+
+    async fn preprovisioning_image(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<Option<PreprovisioningImage>, StoreError> {
+        Ok(self
+            .api::<PreprovisioningImage>(host)
+            .get_opt(&host.name_any())
+            .await?)
+    }
+
+    async fn apply_preprovisioning_image(
+        &self,
+        host: &BareMetalHost,
+        image: &PreprovisioningImage,
+    ) -> Result<(), StoreError> {
+        self.api::<PreprovisioningImage>(host)
+            .patch(
+                &host.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(image),
+            )
+            .await?;
         Ok(())
     }
 

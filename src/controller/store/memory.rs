@@ -14,7 +14,7 @@ use kube::ResourceExt;
 use super::{HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference};
 use crate::api::firmware::{FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings};
 use crate::api::host::FINALIZER;
-use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails};
+use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails, PreprovisioningImage};
 
 /// An event as [`MemoryStore`] recorded it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +30,7 @@ struct Objects {
     hardware: BTreeMap<String, HardwareDetails>,
     firmware: BTreeMap<String, HostFirmwareSettings>,
     components: BTreeMap<String, HostFirmwareComponents>,
+    preprovisioning_images: BTreeMap<String, PreprovisioningImage>,
     events: Vec<RecordedEvent>,
     status_writes: usize,
     version: u64,
@@ -128,6 +129,24 @@ impl MemoryStore {
                 k8s_openapi::jiff::Timestamp::now(),
             ));
         host.metadata.resource_version = Some(version);
+    }
+
+    /// Adds (or replaces) a PreprovisioningImage, as its builder would write it.
+    pub fn put_preprovisioning_image(&self, mut image: PreprovisioningImage) {
+        let mut objects = self.lock();
+        image.metadata.resource_version = Some(objects.bump());
+        objects
+            .preprovisioning_images
+            .insert(key(image.namespace(), &image.name_any()), image);
+    }
+
+    /// The PreprovisioningImage as stored now.
+    pub fn preprovisioning_image_now(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<PreprovisioningImage> {
+        stored(&self.lock().preprovisioning_images, namespace, name)
     }
 
     pub fn put_secret(&self, mut secret: Secret) {
@@ -326,6 +345,42 @@ impl Store for MemoryStore {
         {
             status.updates.clear();
         }
+        Ok(())
+    }
+
+    async fn preprovisioning_image(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<Option<PreprovisioningImage>, StoreError> {
+        Ok(stored(
+            &self.lock().preprovisioning_images,
+            &host.namespace().unwrap_or_default(),
+            &host.name_any(),
+        ))
+    }
+
+    /// Keeps the stored status and generation, as the API server does for an apply
+    /// without status; the generation moves when the spec changes.
+    async fn apply_preprovisioning_image(
+        &self,
+        host: &BareMetalHost,
+        image: &PreprovisioningImage,
+    ) -> Result<(), StoreError> {
+        let mut objects = self.lock();
+        let version = objects.bump();
+        let k = key(host.namespace(), &host.name_any());
+        let mut written = image.clone();
+        written.metadata.resource_version = Some(version);
+        match objects.preprovisioning_images.get(&k) {
+            Some(old) => {
+                written.status = old.status.clone();
+                let generation = old.metadata.generation.unwrap_or(1);
+                written.metadata.generation =
+                    Some(generation + i64::from(old.spec != written.spec));
+            }
+            None => written.metadata.generation = Some(1),
+        }
+        objects.preprovisioning_images.insert(k, written);
         Ok(())
     }
 

@@ -171,13 +171,13 @@ pub async fn reconcile_namespace(
                 ),
             ),
         };
-        conditions::set(
+        conditions::set_condition(
             &mut status.conditions,
+            switch.metadata.generation,
             SWITCH_VALID,
             ok,
             reason,
             &message,
-            switch.metadata.generation,
             &now,
         );
         if status != old {

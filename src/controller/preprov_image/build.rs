@@ -1,0 +1,257 @@
+//! Fulfilling a PreprovisioningImage in the `initrd` format, decided without I/O: the
+//! status upstream's image-customization service would write (URLs, format,
+//! architecture, network data name and version, `Ready` and `Error` with upstream's
+//! reasons), the cpio archive to append to bmo's IPA ramdisk, and the event to post.
+//!
+//! The network data goes in at `mnt/config/openstack/latest/network_data.json`: the
+//! OpenStack config drive layout, at the mount point where the agent ramdisks built
+//! by ironic-python-agent-builder (its `simple-init` element runs glean) look for a
+//! config drive. It is the file Ironic itself puts on the virtual media config drive
+//! of a ramdisk, so the agent reads it the same way whichever way it came.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+
+use crate::api::images::SecretStatus;
+use crate::api::images::{IMAGE_ERROR, IMAGE_READY};
+use crate::api::{PreprovisioningImage, PreprovisioningImageFormat, PreprovisioningImageStatus};
+use crate::controller::store::HostEvent;
+use crate::netboot::cpio;
+
+/// Where the network data goes in the ramdisk (see the module's comment).
+pub const NETWORK_DATA_PATH: &str = "mnt/config/openstack/latest/network_data.json";
+/// The Secret keys the network data is read from, first found wins (the host's).
+pub const NETWORK_DATA_KEYS: &[&str] = &["networkData", "value"];
+/// Path segment of an image without network data.
+pub const NO_NETWORK_DATA: &str = "none";
+
+/// Upstream's condition reasons.
+pub const REASON_SUCCESS: &str = "ImageSuccess";
+pub const REASON_CONFIGURATION_ERROR: &str = "ConfigurationError";
+pub const REASON_MISSING_NETWORK_DATA: &str = "MissingNetworkData";
+pub const REASON_BUILD_INVALID: &str = "ImageBuildInvalid";
+
+/// The image's network data Secret, as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetworkData {
+    /// The image names none.
+    None,
+    /// The image names `name`, which does not exist.
+    Missing { name: String },
+    /// Secret `name` at `version`; `data` from its first [`NETWORK_DATA_KEYS`] key.
+    Found {
+        name: String,
+        version: String,
+        data: Option<Vec<u8>>,
+    },
+}
+
+/// What building needs to know of bmo's HTTP server, as of now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Server {
+    /// Whether bmo's IPA ramdisk is in the images directory.
+    pub base_ramdisk: bool,
+    /// Where it should be (for messages).
+    pub base_ramdisk_path: String,
+    /// The kernel URL to give with the ramdisk.
+    pub kernel_url: String,
+    /// The URL the image gets for a network data version.
+    pub ramdisk_url: String,
+}
+
+/// What a reconcile of an image does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub status: PreprovisioningImageStatus,
+    /// The archive to serve after the IPA ramdisk, at this version.
+    pub archive: Option<(String, Vec<u8>)>,
+    /// An event to post (only when the status changes).
+    pub event: Option<HostEvent>,
+}
+
+/// The host the image is for: its controlling owner, else the image's name.
+fn host_of(image: &PreprovisioningImage) -> String {
+    let name = image
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "BareMetalHost")
+        .map_or_else(|| image.name_any(), |o| o.name.clone());
+    format!("{}/{name}", image.namespace().unwrap_or_default())
+}
+
+/// The version segment of an image's URL for `network`.
+pub fn version_of(network: &NetworkData) -> &str {
+    match network {
+        NetworkData::Found { version, .. } => version,
+        _ => NO_NETWORK_DATA,
+    }
+}
+
+/// Decides the status of `image` (read at `now`), the archive and the event.
+/// `architecture` is the one bmo's IPA ramdisk is built for.
+pub fn decide(
+    image: &PreprovisioningImage,
+    network: &NetworkData,
+    server: &Server,
+    architecture: &str,
+    now: &Time,
+) -> Decision {
+    let wanted_arch = image.spec.architecture.clone().filter(|a| !a.is_empty());
+    let secret = image.spec.network_data_name.clone().unwrap_or_default();
+    let namespace = image.namespace().unwrap_or_default();
+    let fail = |reason: &str, message: String| failed(image, reason, message, now);
+    if wanted_arch.as_deref().is_some_and(|a| a != architecture) {
+        return fail(
+            REASON_CONFIGURATION_ERROR,
+            format!(
+                "Architecture not supported: bmo's IPA ramdisk is for {architecture}; set the host's spec.architecture to {architecture} or build this image elsewhere"
+            ),
+        );
+    }
+    if !image
+        .spec
+        .accept_formats
+        .contains(&PreprovisioningImageFormat::Initrd)
+    {
+        return fail(
+            REASON_CONFIGURATION_ERROR,
+            "No acceptable image format supported: bmo builds initrd images only".into(),
+        );
+    }
+    let (status_network, data) = match network {
+        NetworkData::None => (None, None),
+        NetworkData::Missing { name } => {
+            return fail(
+                REASON_MISSING_NETWORK_DATA,
+                format!(
+                    "NetworkData secret not found: host {host} names Secret {namespace}/{name} in spec.preprovisioningNetworkDataName, which does not exist; create it with the network data under the key networkData, or clear the field",
+                    host = host_of(image)
+                ),
+            );
+        }
+        NetworkData::Found {
+            name,
+            version,
+            data,
+        } => (
+            Some(SecretStatus {
+                name: Some(name.clone()),
+                version: Some(version.clone()),
+            }),
+            data.as_deref(),
+        ),
+    };
+    let json = match data.map(network_data_json) {
+        None => None,
+        Some(Ok(json)) => Some(json),
+        Some(Err(problem)) => {
+            return fail(
+                REASON_BUILD_INVALID,
+                format!(
+                    "the network data in Secret {namespace}/{secret} (host {host}) {problem}; fix the Secret",
+                    host = host_of(image)
+                ),
+            );
+        }
+    };
+    if !server.base_ramdisk {
+        return fail(
+            REASON_BUILD_INVALID,
+            format!(
+                "bmo's IPA ramdisk is not at {}; put it there (BMO_IMAGES_DIR) to build host {}'s image",
+                server.base_ramdisk_path,
+                host_of(image)
+            ),
+        );
+    }
+    let entries: Vec<cpio::Entry> = json
+        .map(|data| cpio::Entry {
+            path: NETWORK_DATA_PATH.into(),
+            data,
+        })
+        .into_iter()
+        .collect();
+    let mut status = image.status.clone().unwrap_or_default();
+    status.image_url = Some(server.ramdisk_url.clone());
+    status.kernel_url = Some(server.kernel_url.clone());
+    status.extra_kernel_params = None;
+    status.format = Some(PreprovisioningImageFormat::Initrd);
+    status.architecture = wanted_arch;
+    status.network_data = status_network;
+    set_condition(
+        &mut status,
+        image,
+        IMAGE_READY,
+        true,
+        REASON_SUCCESS,
+        "Generated image",
+        now,
+    );
+    set_condition(
+        &mut status,
+        image,
+        IMAGE_ERROR,
+        false,
+        REASON_SUCCESS,
+        "",
+        now,
+    );
+    Decision {
+        status,
+        archive: Some((version_of(network).to_owned(), cpio::archive(&entries))),
+        event: None,
+    }
+}
+
+/// The network data as JSON text: JSON is kept as written, YAML converted.
+fn network_data_json(bytes: &[u8]) -> Result<Vec<u8>, &'static str> {
+    if serde_json::from_slice::<serde_json::Value>(bytes).is_ok() {
+        return Ok(bytes.to_vec());
+    }
+    let text = std::str::from_utf8(bytes).map_err(|_| "is not UTF-8 text")?;
+    let value = serde_saphyr::from_str::<serde_json::Value>(text)
+        .map_err(|_| "is neither JSON nor YAML")?;
+    serde_json::to_vec(&value).map_err(|_| "cannot be written as JSON")
+}
+
+/// The status of an image that cannot be built: no URL, `Ready` false and `Error`
+/// true with `reason`; an event when that is news.
+fn failed(image: &PreprovisioningImage, reason: &str, message: String, now: &Time) -> Decision {
+    let before = image.status.clone().unwrap_or_default();
+    let mut status = before.clone();
+    status.image_url = None;
+    set_condition(&mut status, image, IMAGE_READY, false, reason, "", now);
+    set_condition(&mut status, image, IMAGE_ERROR, true, reason, &message, now);
+    let news = before.conditions.iter().all(|c| {
+        c.type_ != IMAGE_ERROR || c.status != "True" || c.reason != reason || c.message != message
+    });
+    Decision {
+        status,
+        archive: None,
+        event: news.then(|| HostEvent {
+            reason: reason.to_owned(),
+            message,
+            warning: true,
+        }),
+    }
+}
+
+fn set_condition(
+    status: &mut PreprovisioningImageStatus,
+    image: &PreprovisioningImage,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    now: &Time,
+) {
+    crate::controller::conditions::set_condition(
+        &mut status.conditions,
+        image.metadata.generation,
+        type_,
+        ok,
+        reason,
+        message,
+        now,
+    );
+}

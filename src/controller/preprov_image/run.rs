@@ -1,0 +1,301 @@
+//! The controller that fulfils PreprovisioningImages (`BMO_PREPROV_IMAGE_INITRD`):
+//! for each image, read its network data Secret, let [`build::decide`] say the
+//! status and the archive, serve the archive after bmo's IPA ramdisk, write the
+//! status and post the event.
+//!
+//! Its reads and writes go through `kube::Api` directly (no store trait of its own
+//! yet: the decisions are pure and unit-tested; the I/O is this file).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Event, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, predicates, watcher};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tracing::Instrument;
+
+use super::build::{self, NETWORK_DATA_KEYS, NetworkData};
+use crate::api::PreprovisioningImage;
+use crate::controller::run::WatchBackoff;
+use crate::controller::store::events::{Reporter, upstream_event};
+use crate::controller::store::patch_finalizers;
+use crate::controller::{FIELD_MANAGER, StoreError};
+use crate::netboot::host_ramdisks::RamdiskServer;
+
+/// Who bmo's image events say posted them.
+pub const IMAGE_REPORTER: Reporter = Reporter {
+    component: "metal3-preprovisioningimage-controller",
+    controller: "metal3.io/preprovisioningimage-controller",
+};
+/// A built image is looked at again this often, so that its URLs follow the
+/// provisioning IP.
+const READY_RECHECK: Duration = Duration::from_secs(60);
+/// An image that could not be built is tried again this often (a Secret made or
+/// changed wakes it at once).
+const FAILED_RETRY: Duration = Duration::from_secs(15);
+/// Pause after a failed API call.
+const ERROR_RETRY: Duration = Duration::from_secs(5);
+/// Pause after a lost write race.
+const CONFLICT_RETRY: Duration = Duration::from_secs(1);
+
+/// Finalizers upstream puts on images: its image controller's (to discard the image
+/// it built) and its host controller's. Neither is bmo's, and no upstream
+/// controller runs beside bmo to remove them, so bmo removes them from an image
+/// being deleted (images taken over from upstream, docs/migration.md).
+pub const UPSTREAM_FINALIZERS: &[&str] = &[
+    "preprovisioningimage.metal3.io",
+    "baremetalhost.metal3.io/preprovisioningImage",
+];
+
+/// Why a reconcile of an image did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("PreprovisioningImage {image}: {source}")]
+    Kube {
+        image: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("PreprovisioningImage {image}: {source}")]
+    Store {
+        image: String,
+        #[source]
+        source: StoreError,
+    },
+}
+
+/// What every reconcile shares.
+struct BuildContext {
+    client: kube::Client,
+    server: RamdiskServer,
+    instance: Option<String>,
+    images: reflector::Store<PreprovisioningImage>,
+}
+
+/// Runs the controller until `shutdown` resolves: images of `namespace` (all when
+/// `None`) are built and served through `server`; events name `instance`.
+pub async fn run(
+    client: kube::Client,
+    server: RamdiskServer,
+    namespace: Option<String>,
+    instance: Option<String>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (images, secrets): (Api<PreprovisioningImage>, Api<PartialObjectMeta<Secret>>) =
+        match &namespace {
+            Some(ns) => (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+            ),
+            None => (Api::all(client.clone()), Api::all(client.clone())),
+        };
+    let (reader, writer) = reflector::store();
+    let changes = watcher(images, watcher::Config::default())
+        .backoff(WatchBackoff::default())
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+    let ctx = Arc::new(BuildContext {
+        client,
+        server,
+        instance,
+        images: reader.clone(),
+    });
+    let by_secret = reader.clone();
+    Controller::for_stream(changes, reader)
+        // A network data Secret made or changed: the image is built again at once.
+        .watches(secrets, watcher::Config::default(), move |secret| {
+            let ns = secret.metadata.namespace.unwrap_or_default();
+            let name = secret.metadata.name.unwrap_or_default();
+            by_secret
+                .state()
+                .iter()
+                .filter(|i| {
+                    i.namespace().as_deref() == Some(ns.as_str())
+                        && i.spec.network_data_name.as_deref() == Some(name.as_str())
+                })
+                .map(|i| ObjectRef::from_obj(i.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .trigger_backoff(WatchBackoff::default())
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "PreprovisioningImage reconcile did not finish");
+            }
+        })
+        .await;
+}
+
+async fn reconcile(
+    image: Arc<PreprovisioningImage>,
+    ctx: Arc<BuildContext>,
+) -> Result<Action, BuildError> {
+    let span = tracing::info_span!(
+        "preprovisioningimage",
+        namespace = image.namespace().unwrap_or_default(),
+        name = image.name_any()
+    );
+    let key = format!(
+        "{}/{}",
+        image.namespace().unwrap_or_default(),
+        image.name_any()
+    );
+    if image.metadata.deletion_timestamp.is_some() {
+        return release(&image, &ctx)
+            .instrument(span)
+            .await
+            .map_err(|source| BuildError::Store { image: key, source });
+    }
+    reconcile_image(&image, &ctx)
+        .instrument(span)
+        .await
+        .map_err(|source| BuildError::Kube { image: key, source })
+}
+
+/// An image being deleted: its ramdisk is no longer served, and upstream's
+/// finalizers go.
+async fn release(image: &PreprovisioningImage, ctx: &BuildContext) -> Result<Action, StoreError> {
+    let namespace = image.namespace().unwrap_or_default();
+    ctx.server.ramdisks.remove(&namespace, &image.name_any());
+    let kept: Vec<String> = image
+        .finalizers()
+        .iter()
+        .filter(|f| !UPSTREAM_FINALIZERS.contains(&f.as_str()))
+        .cloned()
+        .collect();
+    if kept.len() != image.finalizers().len() {
+        tracing::info!("removing upstream's finalizers from the deleted PreprovisioningImage");
+        let api: Api<PreprovisioningImage> = Api::namespaced(ctx.client.clone(), &namespace);
+        patch_finalizers(&api, image, kept).await?;
+    }
+    Ok(Action::await_change())
+}
+
+async fn reconcile_image(
+    image: &PreprovisioningImage,
+    ctx: &BuildContext,
+) -> Result<Action, kube::Error> {
+    let namespace = image.namespace().unwrap_or_default();
+    let name = image.name_any();
+    forget_deleted(ctx);
+    let network = match &image.spec.network_data_name {
+        None => NetworkData::None,
+        Some(secret) => {
+            let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+            match secrets.get_opt(secret).await? {
+                None => NetworkData::Missing {
+                    name: secret.clone(),
+                },
+                Some(found) => NetworkData::Found {
+                    name: secret.clone(),
+                    version: found.resource_version().unwrap_or_default(),
+                    data: found.data.and_then(|data| {
+                        NETWORK_DATA_KEYS
+                            .iter()
+                            .find_map(|k| data.get(*k).map(|v| v.0.clone()))
+                    }),
+                },
+            }
+        }
+    };
+    let base = ctx.server.base_ramdisk();
+    let server = build::Server {
+        base_ramdisk: base.is_file(),
+        base_ramdisk_path: base.display().to_string(),
+        kernel_url: ctx.server.images.kernel_url(),
+        ramdisk_url: ctx
+            .server
+            .ramdisk_url(&namespace, &name, build::version_of(&network)),
+    };
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let decision = build::decide(
+        image,
+        &network,
+        &server,
+        super::controller_architecture(),
+        &now,
+    );
+    let built = decision.archive.is_some();
+    match decision.archive {
+        Some((version, archive)) => {
+            ctx.server
+                .ramdisks
+                .set(&namespace, &name, &version, archive);
+        }
+        None => ctx.server.ramdisks.remove(&namespace, &name),
+    }
+    if image.status.as_ref() != Some(&decision.status) {
+        tracing::info!(built, url = ?decision.status.image_url, "PreprovisioningImage status");
+        let api: Api<PreprovisioningImage> = Api::namespaced(ctx.client.clone(), &namespace);
+        let patch = json!({
+            "apiVersion": "metal3.io/v1alpha1",
+            "kind": "PreprovisioningImage",
+            "status": decision.status,
+        });
+        api.patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    }
+    if let Some(event) = decision.event {
+        tracing::warn!(reason = %event.reason, message = %event.message, "PreprovisioningImage not built");
+        let object = upstream_event(
+            image,
+            IMAGE_REPORTER,
+            &event,
+            None,
+            ctx.instance.as_deref(),
+            &now,
+        );
+        let events: Api<Event> = Api::namespaced(ctx.client.clone(), &namespace);
+        if let Err(e) = events.create(&PostParams::default(), &object).await {
+            tracing::debug!(error = %e, "could not publish event");
+        }
+    }
+    Ok(Action::requeue(if built {
+        READY_RECHECK
+    } else {
+        FAILED_RETRY
+    }))
+}
+
+/// Stops serving the ramdisks of images that are gone.
+fn forget_deleted(ctx: &BuildContext) {
+    let present: HashSet<(String, String)> = ctx
+        .images
+        .state()
+        .iter()
+        .map(|i| (i.namespace().unwrap_or_default(), i.name_any()))
+        .collect();
+    ctx.server
+        .ramdisks
+        .retain(|ns, name| present.contains(&(ns.to_owned(), name.to_owned())));
+}
+
+fn error_policy(
+    image: Arc<PreprovisioningImage>,
+    error: &BuildError,
+    _: Arc<BuildContext>,
+) -> Action {
+    if let BuildError::Store {
+        source: StoreError::Conflict,
+        ..
+    } = error
+    {
+        return Action::requeue(CONFLICT_RETRY);
+    }
+    tracing::warn!(image = %image.name_any(), %error, "PreprovisioningImage reconcile failed; retrying");
+    Action::requeue(ERROR_RETRY)
+}
