@@ -14,6 +14,7 @@ mod node;
 mod node_list;
 mod power;
 mod register;
+mod subscription;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
