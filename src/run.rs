@@ -169,6 +169,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
 
     let provisioner = IronicProvisioner::new(ironic, ProvisionerSettings::default());
     let firmware_provisioner = provisioner.clone();
+    let subscriptions_provisioner = provisioner.clone();
     let store = controller::KubeStore::new(kube.clone(), config.pod_name.clone());
     let mut ctx = controller::Context::with_store(store, provisioner, config.controller_settings())
         .with_metrics(health.metrics.clone());
@@ -215,6 +216,18 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         namespace: config.watch_namespace.clone(),
     });
     let firmware_task = tokio::spawn(controller::firmware::run(firmware_ctx, stopped()));
+    let subscriptions_ctx = Arc::new(controller::event_subscriptions::SubscriptionContext {
+        provisioner: subscriptions_provisioner,
+        store: controller::event_subscriptions::KubeSubscriptionStore::new(
+            kube.clone(),
+            config.pod_name.clone(),
+        ),
+        namespace: config.watch_namespace.clone(),
+    });
+    let subscriptions_task = tokio::spawn(controller::event_subscriptions::run(
+        subscriptions_ctx,
+        stopped(),
+    ));
     tracing::info!(
         namespace = config.watch_namespace.as_deref().unwrap_or("(all)"),
         concurrency = config.concurrency,
@@ -249,6 +262,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     if let Some(task) = switches_task {
         let _ = task.await;
     }
+    let _ = subscriptions_task.await;
     if let Some(elector) = &elector
         && outcome.is_ok()
     {

@@ -16,6 +16,7 @@ pub mod claims;
 pub mod conditions;
 mod context;
 pub mod discovery;
+pub mod event_subscriptions;
 pub mod firmware;
 pub mod known_hosts;
 pub mod lease_details;
