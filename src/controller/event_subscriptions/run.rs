@@ -3,7 +3,7 @@
 //!
 //! A subscription wakes on its generation (creation, deletion), annotations and
 //! finalizers (not on bmo's status writes, as upstream), and when the host it names
-//! appears, is replaced or gets its node (`status.provisioning.ID`).
+//! appears, is replaced, gets its node (`status.provisioning.ID`) or changes state.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
@@ -29,13 +29,14 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 /// Pause after a lost write race.
 const CONFLICT_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// What of a host matters here: which object it is and its node.
+/// What of a host matters here: which object it is, its node, and its state (a BMC
+/// that refused while the host was registering may accept once it is registered).
 fn host_node(host: &BareMetalHost) -> Option<u64> {
     let mut hasher = DefaultHasher::new();
     host.metadata.uid.hash(&mut hasher);
     host.status
         .as_ref()
-        .map(|s| s.provisioning.id.as_str())
+        .map(|s| (s.provisioning.id.as_str(), s.provisioning.state))
         .hash(&mut hasher);
     Some(hasher.finish())
 }
