@@ -434,6 +434,25 @@ async fn subscription_is_created_on_the_bmc_and_deleted_with_the_object() {
     let all: String = events.iter().map(|(r, m)| format!("{r} {m}\n")).collect();
     assert_no_header_values("the Events", &all, &headers);
     assert_no_header_values("bmo's log", &bmo.log(), &headers);
+
+    // No node in the shared Ironic is left pointing at the front once it is gone.
+    let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &ns);
+    hosts
+        .delete("bmc-events", &DeleteParams::default())
+        .await
+        .expect("delete host");
+    eventually("the host to go away", Duration::from_secs(60), || async {
+        match hosts.get_opt("bmc-events").await {
+            Ok(None) => Ok(()),
+            Ok(Some(h)) => Err(format!(
+                "{}; log: {}",
+                h.provisioning_state(),
+                tail(&bmo.log())
+            )),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
 }
 
 #[tokio::test]
