@@ -16,6 +16,8 @@ const SECRET_VALUE: &str = "Bearer s3cr3t-t0ken";
 /// Answers creations with `answer` and records every call.
 struct Recorder {
     answer: SubscriptionAnswer<String>,
+    /// Deletions are refused while this is set.
+    refuse_delete: std::sync::atomic::AtomicBool,
     created: Mutex<Vec<SubscriptionRequest>>,
     deleted: Mutex<Vec<String>>,
 }
@@ -24,6 +26,7 @@ impl Recorder {
     fn answering(answer: SubscriptionAnswer<String>) -> Self {
         Self {
             answer,
+            refuse_delete: Default::default(),
             created: Mutex::default(),
             deleted: Mutex::default(),
         }
@@ -51,6 +54,11 @@ impl EventSubscriber for Recorder {
         id: &str,
     ) -> Result<SubscriptionAnswer<()>, ProvisionerError> {
         self.deleted.lock().unwrap().push(id.to_owned());
+        if self.refuse_delete.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(SubscriptionAnswer::Refused(
+                "connection to the BMC timed out".into(),
+            ));
+        }
         Ok(SubscriptionAnswer::Done(()))
     }
 }
@@ -106,6 +114,15 @@ async fn reconcile_stored<P: EventSubscriber>(
 ) -> Next {
     let stored = ctx.store.subscription("ns", "events").expect("stored");
     reconcile(&stored, ctx).await.expect("reconcile")
+}
+
+/// The stored subscription's `status.error`.
+fn stored_error<P>(ctx: &SubscriptionContext<P, MemorySubscriptionStore>) -> String {
+    ctx.store
+        .subscription("ns", "events")
+        .and_then(|s| s.status)
+        .and_then(|s| s.error)
+        .expect("status.error")
 }
 
 fn context(
@@ -176,14 +193,7 @@ async fn a_refusal_names_host_bmc_and_fix_without_header_values() {
         reconcile_stored(&ctx).await,
         Next::After(state_machine::RETRY)
     );
-    let error = ctx
-        .store
-        .subscription("ns", "events")
-        .unwrap()
-        .status
-        .unwrap()
-        .error
-        .unwrap();
+    let error = stored_error(&ctx);
     assert!(error.contains("ns/node-0"), "{error}");
     assert!(error.contains("redfish+http://127.0.0.1:8000"), "{error}");
     assert!(error.contains("no Redfish EventService"), "{error}");
@@ -201,21 +211,13 @@ async fn a_refusal_names_host_bmc_and_fix_without_header_values() {
 #[tokio::test]
 async fn a_missing_header_secret_or_host_is_reported() {
     let ctx = context(SubscriptionAnswer::Done("sub-7".into()));
-    ctx.store.put_secret(Secret::default());
     let store = MemorySubscriptionStore::default();
     store.put_subscription(subscription());
     store.put_host(host(true));
     let ctx = SubscriptionContext { store, ..ctx };
     reconcile_stored(&ctx).await;
     reconcile_stored(&ctx).await;
-    let error = ctx
-        .store
-        .subscription("ns", "events")
-        .unwrap()
-        .status
-        .unwrap()
-        .error
-        .unwrap();
+    let error = stored_error(&ctx);
     assert!(error.contains("Secret ns/headers"), "{error}");
     assert!(ctx.provisioner.created.lock().unwrap().is_empty());
 
@@ -223,16 +225,64 @@ async fn a_missing_header_secret_or_host_is_reported() {
     store.put_subscription(subscription());
     let ctx = SubscriptionContext { store, ..ctx };
     assert_eq!(reconcile_stored(&ctx).await, Next::OnChange);
-    let error = ctx
-        .store
-        .subscription("ns", "events")
-        .unwrap()
-        .status
-        .unwrap()
-        .error
-        .unwrap();
+    let error = stored_error(&ctx);
     assert!(
         error.contains("BareMetalHost ns/node-0 not found"),
         "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_deletion_keeps_the_object_until_the_bmc_deletes() {
+    let ctx = context(SubscriptionAnswer::Done("sub-7".into()));
+    reconcile_stored(&ctx).await;
+    reconcile_stored(&ctx).await;
+    let mut deleting = ctx.store.subscription("ns", "events").unwrap();
+    deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    ctx.store.put_subscription(deleting);
+    ctx.provisioner
+        .refuse_delete
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+
+    assert_eq!(
+        reconcile_stored(&ctx).await,
+        Next::After(state_machine::RETRY)
+    );
+    let error = stored_error(&ctx);
+    assert!(
+        error.contains("did not delete event subscription sub-7"),
+        "{error}"
+    );
+    assert!(error.contains(BMC_EVENT_SUBSCRIPTION_FINALIZER), "{error}");
+    assert_eq!(
+        ctx.store.subscription("ns", "events").unwrap().finalizers(),
+        [BMC_EVENT_SUBSCRIPTION_FINALIZER]
+    );
+
+    ctx.provisioner
+        .refuse_delete
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    reconcile_stored(&ctx).await;
+    assert!(ctx.store.subscription("ns", "events").is_none());
+    assert_eq!(*ctx.provisioner.deleted.lock().unwrap(), ["sub-7", "sub-7"]);
+}
+
+#[tokio::test]
+async fn a_lost_finalizer_race_is_a_conflict() {
+    let ctx = context(SubscriptionAnswer::Done("sub-7".into()));
+    let read = ctx.store.subscription("ns", "events").unwrap();
+    let mut changed = read.clone();
+    changed.metadata.finalizers = Some(vec!["someone.else/finalizer".into()]);
+    ctx.store.put_subscription(changed);
+    let result = reconcile(&read, &ctx).await;
+    assert!(
+        matches!(
+            result,
+            Err(SubscriptionError::Store {
+                source: StoreError::Conflict,
+                ..
+            })
+        ),
+        "{result:?}"
     );
 }
