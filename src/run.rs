@@ -177,6 +177,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let data_image_provisioner = provisioner.clone();
     let data_image_store =
         controller::dataimage::KubeDataImageStore::new(kube.clone(), config.pod_name.clone());
+    let subscriptions_provisioner = provisioner.clone();
     let store = controller::KubeStore::new(kube.clone(), config.pod_name.clone());
     let settings = config.controller_settings();
     let max_backoff = settings.max_backoff;
@@ -256,6 +257,18 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         max_backoff,
     });
     let data_image_task = tokio::spawn(controller::dataimage::run(data_image_ctx, stopped()));
+    let subscriptions_ctx = Arc::new(controller::event_subscriptions::SubscriptionContext {
+        provisioner: subscriptions_provisioner,
+        store: controller::event_subscriptions::KubeSubscriptionStore::new(
+            kube.clone(),
+            config.pod_name.clone(),
+        ),
+        namespace: config.watch_namespace.clone(),
+    });
+    let subscriptions_task = tokio::spawn(controller::event_subscriptions::run(
+        subscriptions_ctx,
+        stopped(),
+    ));
     tracing::info!(
         namespace = config.watch_namespace.as_deref().unwrap_or("(all)"),
         concurrency = config.concurrency,
@@ -294,6 +307,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     if let Some(task) = image_task {
         let _ = task.await;
     }
+    let _ = subscriptions_task.await;
     if let Some(elector) = &elector
         && outcome.is_ok()
     {

@@ -1,5 +1,5 @@
 //! `BMCEventSubscription`: a Redfish event subscription on a host's BMC, created
-//! through Ironic. bmo serves the kind; no controller acts on it yet.
+//! through Ironic by `controller::event_subscriptions`.
 
 use k8s_openapi::api::core::v1::SecretReference;
 use kube::CustomResource;

@@ -17,6 +17,7 @@ pub mod conditions;
 mod context;
 pub mod dataimage;
 pub mod discovery;
+pub mod event_subscriptions;
 pub mod firmware;
 pub mod known_hosts;
 pub mod lease_details;

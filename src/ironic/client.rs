@@ -650,6 +650,24 @@ impl IronicClient {
         .map(drop)
     }
 
+    /// `{POST,DELETE,GET} /v1/nodes/{id}/vendor_passthru?method=METHOD`: a driver's own
+    /// call (the redfish driver's event subscriptions). Its answer, if any.
+    pub async fn vendor_passthru(
+        &self,
+        ident: &str,
+        http_method: Method,
+        method: &str,
+        body: &Value,
+    ) -> Result<Option<Value>, IronicError> {
+        self.call_with_query(
+            http_method,
+            &["nodes", ident, "vendor_passthru"],
+            &[("method", method)],
+            Some(body),
+        )
+        .await
+    }
+
     /// The ports of one node.
     pub async fn list_node_ports(&self, node_uuid: &str) -> Result<Vec<Port>, IronicError> {
         let list: Option<PortList> = self

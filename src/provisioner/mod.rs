@@ -30,6 +30,7 @@ pub use types::{
 };
 
 use crate::api::firmware::{FirmwareComponentStatus, SettingSchema};
+use crate::credentials::SecretString;
 use crate::ironic::IronicError;
 
 /// A provisioner call that could not be carried out at all (as opposed to an
@@ -218,5 +219,100 @@ impl DataImageProvisioner for IronicProvisioner {
 
     async fn detach_virtual_cd(&self, node: &NodeRef) -> Result<Option<String>, ProvisionerError> {
         self.eject_virtual_cd(node).await
+    }
+}
+
+/// A Redfish event subscription to create on a node's BMC.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubscriptionRequest {
+    /// Where the BMC posts events.
+    pub destination: String,
+    /// Sent back with every event.
+    pub context: Option<String>,
+    /// Header name → value, sent with every event (values are secret).
+    pub http_headers: Vec<(String, SecretString)>,
+}
+
+impl SubscriptionRequest {
+    /// `text` with every header value replaced by `***` (an answer that repeats
+    /// the request, such as Ironic's error messages, must not show them).
+    pub fn mask_header_values(&self, text: &str) -> String {
+        let mut masked = text.to_owned();
+        for (_, value) in &self.http_headers {
+            if !value.is_empty() {
+                masked = masked.replace(value.expose(), "***");
+            }
+        }
+        masked
+    }
+}
+
+/// What a BMC said to a subscription call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubscriptionAnswer<T> {
+    /// Done; for a creation, the subscription's id on the BMC.
+    Done(T),
+    /// Ironic or the BMC refused; the message says why (header values masked).
+    Refused(String),
+    /// The provisioner has no such node.
+    NoNode,
+}
+
+/// Redfish event subscriptions, for the BMCEventSubscription controller.
+pub trait EventSubscriber: Send + Sync {
+    /// Creates a subscription on the node's BMC.
+    fn create_subscription(
+        &self,
+        node: &NodeRef,
+        request: &SubscriptionRequest,
+    ) -> impl Future<Output = Result<SubscriptionAnswer<String>, ProvisionerError>> + Send;
+
+    /// Deletes the subscription `id`; one that is already gone is done.
+    fn delete_subscription(
+        &self,
+        node: &NodeRef,
+        id: &str,
+    ) -> impl Future<Output = Result<SubscriptionAnswer<()>, ProvisionerError>> + Send;
+}
+
+impl EventSubscriber for IronicProvisioner {
+    async fn create_subscription(
+        &self,
+        node: &NodeRef,
+        request: &SubscriptionRequest,
+    ) -> Result<SubscriptionAnswer<String>, ProvisionerError> {
+        self.create_event_subscription(node, request).await
+    }
+
+    async fn delete_subscription(
+        &self,
+        node: &NodeRef,
+        id: &str,
+    ) -> Result<SubscriptionAnswer<()>, ProvisionerError> {
+        self.delete_event_subscription(node, id).await
+    }
+}
+
+#[cfg(test)]
+mod subscription_tests {
+    use super::*;
+
+    #[test]
+    fn header_values_are_masked_in_answers() {
+        let request = SubscriptionRequest {
+            destination: "http://events.example/".into(),
+            context: None,
+            http_headers: vec![
+                ("Authorization".into(), SecretString::new("Bearer s3cr3t")),
+                ("X-Empty".into(), SecretString::new("")),
+            ],
+        };
+        let answer = "payload: {'HttpHeaders': [{'Authorization': 'Bearer s3cr3t'}]}";
+        let masked = request.mask_header_values(answer);
+        assert_eq!(
+            masked,
+            "payload: {'HttpHeaders': [{'Authorization': '***'}]}"
+        );
+        assert!(!format!("{request:?}").contains("s3cr3t"));
     }
 }

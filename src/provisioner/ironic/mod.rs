@@ -14,6 +14,7 @@ mod node;
 mod node_list;
 mod power;
 mod register;
+mod subscription;
 mod vmedia;
 
 use std::collections::HashSet;
