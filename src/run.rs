@@ -215,6 +215,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     if claims_task.is_some() {
         tracing::info!("HostClaim controller started");
     }
+    let attachments_task = tokio::spawn(controller::switches::attachments::run(
+        kube.clone(),
+        config.watch_namespace.clone().filter(|ns| !ns.is_empty()),
+        stopped(),
+    ));
     let switches_task = switch_targets.map(|targets| {
         tracing::info!("BareMetalSwitch controller started");
         tokio::spawn(controller::switches::run(
@@ -303,6 +308,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     if let Some(task) = switches_task {
         let _ = task.await;
     }
+    let _ = attachments_task.await;
     let _ = data_image_task.await;
     if let Some(task) = image_task {
         let _ = task.await;

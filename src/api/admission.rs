@@ -11,6 +11,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::host::{ALLOW_DELETE_WHILE_CONSUMED_ANNOTATION, HARDWARE_DETAILS_ANNOTATION};
+use super::network::IN_USE_ANNOTATION;
 use super::{GROUP, VERSION};
 
 /// Name of the policy (and its binding) that refuses deleting hosts in use.
@@ -30,6 +31,8 @@ pub struct Policy {
 pub const HOST_CLAIM_SELECTOR_POLICY: &str = "bmo-hostclaim-selector";
 /// Name of the policy (and its binding) for the BMCEventSubscription header Secret.
 pub const EVENT_SUBSCRIPTION_POLICY: &str = "bmo-bmceventsubscription-references";
+/// Name of the policy (and its binding) that keeps HostNetworkAttachments in use.
+pub const ATTACHMENT_IN_USE_POLICY: &str = "bmo-hostnetworkattachment-in-use";
 
 /// Every admission policy bmo ships.
 pub fn policies() -> Vec<Policy> {
@@ -38,6 +41,7 @@ pub fn policies() -> Vec<Policy> {
         references(),
         host_claim_selector(),
         event_subscription_references(),
+        attachment_in_use(),
     ]
 }
 
@@ -161,6 +165,55 @@ fn event_subscription_references() -> Policy {
         not_deleting(),
         Vec::new(),
         vec![validation],
+    )
+}
+
+/// Upstream's webhook refuses changing or deleting a HostNetworkAttachment that a
+/// BareMetalHost's `spec.networkInterfaces` references. A policy cannot list hosts,
+/// so bmo's attachment controller records the references in an annotation on the
+/// attachment, and this policy reads it from the stored object.
+fn attachment_in_use() -> Policy {
+    let key = IN_USE_ANNOTATION;
+    let in_use = format!(
+        "has(oldObject.metadata.annotations) && '{key}' in oldObject.metadata.annotations \
+         && oldObject.metadata.annotations['{key}'] != ''"
+    );
+    let users = format!("oldObject.metadata.annotations['{key}']");
+    let unchanged_spec = Validation {
+        expression: format!(
+            "request.operation != 'UPDATE' || !({in_use}) || (has(object.spec) == has(oldObject.spec) \
+             && (!has(object.spec) || object.spec == oldObject.spec))"
+        ),
+        message: Some(
+            "HostNetworkAttachment spec is immutable while BareMetalHost interfaces reference it"
+                .into(),
+        ),
+        message_expression: Some(format!(
+            "'HostNetworkAttachment spec is immutable while referenced by BareMetalHost interfaces: ' + {users} \
+             + '; remove those references from the hosts\\' spec.networkInterfaces first'"
+        )),
+        reason: Some("Invalid".into()),
+    };
+    let no_delete = Validation {
+        expression: format!("request.operation != 'DELETE' || !({in_use})"),
+        message: Some(
+            "cannot delete a HostNetworkAttachment while BareMetalHost interfaces reference it"
+                .into(),
+        ),
+        message_expression: Some(format!(
+            "'cannot delete attachment while referenced by BareMetalHost interfaces: ' + {users} \
+             + '; remove those references from the hosts\\' spec.networkInterfaces first'"
+        )),
+        reason: Some("Forbidden".into()),
+    };
+    policy(
+        "admission/hostnetworkattachment-in-use.yaml",
+        ATTACHMENT_IN_USE_POLICY,
+        "hostnetworkattachments",
+        &["UPDATE", "DELETE"],
+        Vec::new(),
+        Vec::new(),
+        vec![unchanged_spec, no_delete],
     )
 }
 

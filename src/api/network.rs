@@ -1,13 +1,20 @@
 //! Switch kinds: `BareMetalSwitch` (a top-of-rack switch Ironic's networking
 //! configures) and `HostNetworkAttachment` (the switch-port settings a BareMetalHost's
 //! NIC references in `spec.networkInterfaces`). Switches have a controller
-//! (`controller::switches`, with IRONIC_NETWORKING_ENABLED); attachments none.
+//! (`controller::switches`, with IRONIC_NETWORKING_ENABLED); attachments one that
+//! records which hosts use them (`controller::switches::attachments`).
 
 use k8s_openapi::api::core::v1::SecretReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+/// Annotation bmo keeps on each HostNetworkAttachment: the BareMetalHost interfaces
+/// that reference it (`namespace/host[interface]`, comma-separated), empty or absent
+/// when none. The admission policy `bmo-hostnetworkattachment-in-use` refuses changing
+/// the spec of, or deleting, an attachment while it is set.
+pub const IN_USE_ANNOTATION: &str = "hostnetworkattachment.metal3.io/in-use-by";
 
 /// Condition type: the switch's spec and credentials are usable.
 pub const SWITCH_VALID: &str = "Valid";

@@ -3,18 +3,21 @@
 //! switches of a namespace and their credentials Secrets become the configuration
 //! Secret Ironic's networking service reads, and the SSH keys Secret beside it; a
 //! switch whose Secret is missing is left out and says why until the Secret appears;
-//! a deleted switch leaves the file.
+//! a deleted switch leaves the file. And a HostNetworkAttachment a host's interface
+//! references can be neither changed nor deleted until the reference goes.
 
 use std::time::Duration;
 
 use crate::support::{
-    BmoProcess, bmo_run, eventually, installed_namespace, kubeconfig_with_shipped_rbac,
+    BmoProcess, bmo_run, create_bmc_secret, eventually, fake_host, installed_namespace,
+    kubeconfig_with_shipped_rbac, unique_mac,
 };
-use bmo::api::BareMetalSwitch;
+use bmo::api::network::IN_USE_ANNOTATION;
+use bmo::api::{BareMetalHost, BareMetalSwitch, HostNetworkAttachment};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 const CONFIGS: &str = "ironic-switch-configs";
@@ -266,4 +269,104 @@ async fn networking_without_its_secrets_is_refused_naming_the_variable() {
         !log.contains("Kubernetes"),
         "refused before connecting: {log}"
     );
+}
+
+#[tokio::test]
+async fn an_attachment_a_host_uses_can_be_neither_changed_nor_deleted() {
+    let _shared = crate::support::shared();
+    let (client, ns) = installed_namespace("attachments").await;
+    let attachments: Api<HostNetworkAttachment> = Api::namespaced(client.clone(), &ns);
+    let attachment: HostNetworkAttachment = serde_json::from_value(json!({
+        "apiVersion": "metal3.io/v1alpha1",
+        "kind": "HostNetworkAttachment",
+        "metadata": {"name": "trunk"},
+        "spec": {"mode": "trunk", "nativeVLAN": 100, "allowedVLANs": ["200"]}
+    }))
+    .expect("valid attachment");
+    attachments
+        .create(&PostParams::default(), &attachment)
+        .await
+        .expect("create attachment");
+    create_bmc_secret(&client, &ns, "user-bmc", "admin", "password").await;
+    let mut manifest = fake_host("user", &unique_mac());
+    manifest["spec"]["online"] = json!(false);
+    manifest["spec"]["networkInterfaces"] =
+        json!([{"name": "eth1", "hostNetworkAttachment": {"name": "trunk"}}]);
+    let host: BareMetalHost = serde_json::from_value(manifest).expect("valid host");
+    let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &ns);
+    hosts
+        .create(&PostParams::default(), &host)
+        .await
+        .expect("create host");
+    let kubeconfig = kubeconfig_with_shipped_rbac(&client).await;
+    let (_bmo, _health) = bmo_run(
+        &ns,
+        &[("KUBECONFIG", kubeconfig.to_str().expect("UTF-8 path"))],
+    );
+    let users = format!("{ns}/user[eth1]");
+    eventually(
+        "the attachment marked in use",
+        Duration::from_secs(30),
+        || async {
+            let a = attachments.get("trunk").await.map_err(|e| e.to_string())?;
+            match a.annotations().get(IN_USE_ANNOTATION) {
+                Some(v) if *v == users => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+
+    // In use: the spec cannot change, nor can the attachment be deleted; the
+    // refusal names the host interface.
+    let change = Patch::Merge(json!({"spec": {"nativeVLAN": 101}}));
+    let refused = attachments
+        .patch("trunk", &PatchParams::default(), &change)
+        .await
+        .expect_err("a spec change of an attachment in use is refused");
+    assert!(refused.to_string().contains(&users), "{refused}");
+    let refused = attachments
+        .delete("trunk", &DeleteParams::default())
+        .await
+        .expect_err("deleting an attachment in use is refused");
+    assert!(refused.to_string().contains(&users), "{refused}");
+    // Labels and other metadata may still change.
+    attachments
+        .patch(
+            "trunk",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"team": "net"}}})),
+        )
+        .await
+        .expect("a metadata change is allowed");
+
+    // Once the host no longer references it, it is free again.
+    hosts
+        .patch(
+            "user",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"networkInterfaces": null}})),
+        )
+        .await
+        .expect("drop the reference");
+    eventually(
+        "the attachment free again",
+        Duration::from_secs(30),
+        || async {
+            let a = attachments.get("trunk").await.map_err(|e| e.to_string())?;
+            match a.annotations().get(IN_USE_ANNOTATION) {
+                None => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    attachments
+        .patch("trunk", &PatchParams::default(), &change)
+        .await
+        .expect("a free attachment's spec may change");
+    attachments
+        .delete("trunk", &DeleteParams::default())
+        .await
+        .expect("a free attachment may be deleted");
 }

@@ -86,22 +86,23 @@ pub fn run_build_block(name: &str) -> String {
     } else {
         script.replace("apt-get install ", "apt-get install -s ")
     };
-    // Release artefacts are kept across clones (CI builds in a fresh one each time),
-    // so a run rebuilds bmo only, not its dependencies.
-    let cache = std::env::var("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|_| std::env::var("HOME").map(|home| Path::new(&home).join(".cache")))
-        .unwrap_or_else(|_| Path::new(ROOT).join("target"))
-        .join("bmo-build/static");
     run_script(
         None,
         Path::new(ROOT),
         &script,
-        &[
-            ("DEBIAN_FRONTEND", "noninteractive"),
-            ("BMO_STATIC_BUILD_DIR", &cache.to_string_lossy()),
-        ],
+        &[("DEBIAN_FRONTEND", "noninteractive")],
     )
+}
+
+/// Where scripts/build-static builds for the tests: release artefacts kept across
+/// clones (CI builds in a fresh one each time), so a run rebuilds bmo only, not its
+/// dependencies.
+fn static_build_cache() -> PathBuf {
+    std::env::var("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|_| std::env::var("HOME").map(|home| Path::new(&home).join(".cache")))
+        .unwrap_or_else(|_| Path::new(ROOT).join("target"))
+        .join("bmo-build/static")
 }
 
 /// `$PATH` with the stack's kubectl in front, as its env file sets it.
@@ -417,6 +418,9 @@ pub fn run_script(netns: Option<&str>, dir: &Path, script: &str, envs: &[(&str, 
     for var in COVERAGE_VARS {
         cmd.env_remove(var);
     }
+    // Every script that builds the static binary (build-static, build-bundle) builds
+    // it there.
+    cmd.env("BMO_STATIC_BUILD_DIR", static_build_cache());
     run(cmd
         .current_dir(dir)
         .envs(envs.iter().copied())

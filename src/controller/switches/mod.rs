@@ -7,6 +7,7 @@
 //! namespace's whole file again. `render` decides (pure), `store` reads and writes,
 //! `run` watches. Off unless IRONIC_NETWORKING_ENABLED, as upstream.
 
+pub mod attachments;
 mod render;
 mod run;
 pub mod store;
