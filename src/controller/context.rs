@@ -9,6 +9,7 @@ use kube::runtime::reflector::{self, ObjectRef};
 
 use super::capacity::Slots;
 use super::lease_details;
+use super::steady::SteadyHosts;
 use super::{ControllerSettings, KubeStore, Store};
 use crate::api::BareMetalHost;
 use crate::api::firmware::HostFirmwareSettings;
@@ -38,6 +39,8 @@ pub struct Context<P, S = KubeStore> {
     /// host's costs no API request; without it (tests) the store reads them.
     pub(super) firmware_cache: OnceLock<reflector::Store<HostFirmwareSettings>>,
     pub(super) slots: Slots,
+    /// Hosts at rest, watched through the list of nodes.
+    pub(super) steady: SteadyHosts,
 }
 
 impl<P: Provisioner> Context<P> {
@@ -61,6 +64,7 @@ impl<P: Provisioner, S: Store> Context<P, S> {
             deploy_images: None,
             known_hosts: None,
             firmware_cache: OnceLock::new(),
+            steady: SteadyHosts::default(),
         }
     }
 

@@ -25,6 +25,7 @@ pub mod save;
 pub mod secrets;
 pub mod state_machine;
 pub mod status_annotations;
+pub mod steady;
 pub mod store;
 #[cfg(test)]
 mod tests;
@@ -62,6 +63,9 @@ pub struct ControllerSettings {
     pub provisioning_limit: usize,
     /// Cap of the error backoff.
     pub max_backoff: Duration,
+    /// `BMO_STEADY_POLL`: how often hosts at rest are checked for changes made
+    /// behind bmo's back (one list of nodes for all of them).
+    pub steady_poll: Duration,
     pub deploy_ramdisk: DeployRamdisk,
 }
 
@@ -147,6 +151,7 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
     host: &BareMetalHost,
     ctx: &Context<P, S>,
 ) -> Result<Next, ReconcileError> {
+    ctx.steady.forget(host);
     let gate = state_machine::gate(host);
     if gate == Gate::Paused {
         tracing::debug!("paused; leaving the host alone");
@@ -195,6 +200,8 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
         facts.firmware = firmware::state_machine::pending_settings(settings.as_ref());
     }
     let mut registration = Extras::default();
+    // The node and its state digest as the registration check saw them.
+    let mut seen_node = None;
     loop {
         let step = state_machine::next(host, &facts);
         tracing::debug!(?step, state = %host.provisioning_state(), "next step");
@@ -227,6 +234,11 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
                     ctx.metrics.count(metrics::Event::HostRegistrationRequired);
                 }
                 let result = act::call_result(&outcome);
+                seen_node = outcome
+                    .value
+                    .provisioning_id
+                    .clone()
+                    .zip(outcome.value.node_state);
                 registration = Extras {
                     provisioning_id: outcome.value.provisioning_id.clone(),
                     // Credentials the provisioner could not send yet stay untried.
@@ -263,6 +275,9 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
                 {
                     ctx.metrics.count(metrics::Event::DeleteDelayedForDetached);
                 }
+                if after == state_machine::STEADY_POLL {
+                    return Ok(rest(host, ctx, seen_node));
+                }
                 return Ok(Next::After(after));
             }
             Step::Call(op) => {
@@ -272,6 +287,23 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
                 return call(host, ctx, op, phost, &facts.firmware).await;
             }
         }
+    }
+}
+
+/// A host with nothing to do until something changes: watched through the list of
+/// nodes ([`steady`]) when the registration check gave its node's state, else looked
+/// at again after the steady interval.
+fn rest<P: Provisioner, S: Store>(
+    host: &BareMetalHost,
+    ctx: &Context<P, S>,
+    seen_node: Option<(String, u64)>,
+) -> Next {
+    match seen_node {
+        Some((node, state)) => {
+            ctx.steady.watch(host, node, state);
+            Next::OnChange
+        }
+        None => Next::After(ctx.settings.steady_poll),
     }
 }
 

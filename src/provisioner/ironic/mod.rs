@@ -15,7 +15,7 @@ mod node_list;
 mod power;
 mod register;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -254,6 +254,16 @@ impl Provisioner for IronicProvisioner {
 
     async fn delete(&self, host: &Host) -> ProvisionerResult<()> {
         self.remove_node(host).await
+    }
+
+    async fn node_states(&self) -> Result<HashMap<String, u64>, ProvisionerError> {
+        self.nodes
+            .states(&self.client)
+            .await
+            .map_err(|source| ProvisionerError::Ironic {
+                host: "(every node)".to_owned(),
+                source,
+            })
     }
 }
 
