@@ -16,6 +16,7 @@ mod controller_backoff;
 mod controller_claims;
 mod controller_config_drive;
 mod controller_deploy_images;
+mod controller_drift;
 mod controller_firmware;
 mod controller_ironic_outage;
 mod controller_ironic_restart;
