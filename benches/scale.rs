@@ -1,16 +1,25 @@
-//! Scale benchmark (issue 8): N fake-hardware hosts applied at once, with their
-//! Secrets, on the real test stack; how long until all are `available` and all are
-//! `provisioned`, what bmo costs (peak RSS, CPU seconds) and how many requests it makes
-//! to the kube-apiserver and to Ironic, while provisioning and once idle. The same
-//! Ironic work is then driven directly (enrol → manage → inspect → provide → deploy)
-//! with the same number of hosts in flight, so the table shows bmo's overhead as a
-//! ratio. Prints one markdown table and writes `target/scale-bench.csv`.
+//! Scale benchmark (issues 8 and 18): N hosts applied at once, with their Secrets, on
+//! the real test stack, in two works:
+//! - fake-hardware hosts with an image: apply → `available` → `provisioned`;
+//! - Redfish hosts on a sushy-emulator of the benchmark's own (fake driver, N
+//!   systems), inspection and automated cleaning disabled: apply → `available`.
+//!
+//! For each it measures how long until all hosts reach the target state, what bmo
+//! costs (peak RSS, CPU seconds) and how many requests it makes to the kube-apiserver
+//! and to Ironic, while working and once idle. The same Ironic work is then driven
+//! directly with the same number of hosts in flight, so the table shows bmo's
+//! overhead as a ratio. Prints one markdown table, writes `target/scale-bench.csv`
+//! and plots time to the target state against N, bmo and direct, in
+//! `docs/scale.svg`.
 //!
 //!   tests/env/stack up
 //!   BMO_SCALE_HOSTS=10,100,1000 cargo bench --bench scale
 //!
 //! Settings (environment):
 //!   BMO_SCALE_HOSTS              host counts, comma-separated (10,100)
+//!   BMO_SCALE_WORKS              works to run, comma-separated (fake,redfish)
+//!   BMO_SCALE_SVG                where the plot goes (docs/scale.svg; empty: none)
+//!   BMO_SCALE_HALVES             which halves run, comma-separated (bmo,direct)
 //!   BMO_SCALE_IDLE_SECS          idle window after all are provisioned (120)
 //!   BMO_SCALE_TIMEOUT_SECS       give up on one N after this long (7200)
 //!   BMO_SCALE_CONCURRENCY        bmo's BMO_CONCURRENCY (bmo's default, 8)
@@ -52,6 +61,9 @@ use tokio::sync::Semaphore;
 
 const IRONIC_VERSION_HEADER: &str = "X-OpenStack-Ironic-API-Version";
 const IRONIC_MICROVERSION: &str = "1.89";
+/// How long the proxies keep an idle connection to Ironic: under the 10 s after which
+/// Ironic's server closes one.
+const UPSTREAM_IDLE: Duration = Duration::from_secs(4);
 const IMAGE_URL: &str = "http://images.example.test/ubuntu-24.04.qcow2";
 const IMAGE_SHA256: &str = "8a3f7e0c2b1d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d2e3f4a5b6c7d8e9f";
 
@@ -66,8 +78,47 @@ fn main() -> Result<()> {
 
 // ---------------------------------------------------------------- settings
 
+/// What the hosts are and how far they go.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Work {
+    /// fake-hardware hosts with an image: apply → provisioned.
+    #[default]
+    Fake,
+    /// Redfish hosts on sushy-emulator, no inspection, no automated cleaning:
+    /// apply → available.
+    Redfish,
+}
+
+impl Work {
+    fn parse(s: &str) -> Result<Work> {
+        match s {
+            "fake" => Ok(Work::Fake),
+            "redfish" => Ok(Work::Redfish),
+            other => bail!("BMO_SCALE_WORKS: unknown work {other} (fake, redfish)"),
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Work::Fake => "fake-hardware",
+            Work::Redfish => "Redfish",
+        }
+    }
+
+    fn target(self) -> &'static str {
+        match self {
+            Work::Fake => "provisioned",
+            Work::Redfish => "available",
+        }
+    }
+}
+
 struct Settings {
     hosts: Vec<usize>,
+    works: Vec<Work>,
+    run_bmo: bool,
+    run_direct: bool,
+    svg: Option<PathBuf>,
     idle: Duration,
     timeout: Duration,
     concurrency: usize,
@@ -101,8 +152,29 @@ impl Settings {
         if hosts.is_empty() || hosts.contains(&0) {
             bail!("BMO_SCALE_HOSTS needs positive host counts, e.g. 10,100,1000");
         }
+        let works = std::env::var("BMO_SCALE_WORKS").unwrap_or_else(|_| "fake,redfish".into());
+        let works = works
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(Work::parse)
+            .collect::<Result<Vec<_>>>()?;
+        if works.is_empty() {
+            bail!("BMO_SCALE_WORKS names no work (fake, redfish)");
+        }
+        let svg = match std::env::var("BMO_SCALE_SVG") {
+            Ok(path) if path.trim().is_empty() => None,
+            Ok(path) => Some(PathBuf::from(path.trim())),
+            Err(_) => Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/scale.svg")),
+        };
+        let halves = std::env::var("BMO_SCALE_HALVES").unwrap_or_else(|_| "bmo,direct".into());
+        let halves: Vec<&str> = halves.split(',').map(str::trim).collect();
         Ok(Settings {
             hosts,
+            works,
+            run_bmo: halves.contains(&"bmo"),
+            run_direct: halves.contains(&"direct"),
+            svg,
             idle: Duration::from_secs(env_or("BMO_SCALE_IDLE_SECS", 120)?),
             timeout: Duration::from_secs(env_or("BMO_SCALE_TIMEOUT_SECS", 7200)?),
             concurrency: env_or("BMO_SCALE_CONCURRENCY", 8)?,
@@ -249,6 +321,18 @@ fn classify(flavor: Flavor, method: &str, path: &str, query: &str) -> String {
     }
 }
 
+/// An error and its causes, on one line (reqwest's own message says only which
+/// request failed).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text += &format!(": {cause}");
+        source = cause.source();
+    }
+    text
+}
+
 async fn forward(State(proxy): State<ProxyState>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     proxy.counts.add(classify(
@@ -279,6 +363,7 @@ async fn forward(State(proxy): State<ProxyState>, request: Request) -> Response 
     ] {
         headers.remove(h);
     }
+    let method = parts.method.clone();
     let upstream = proxy
         .client
         .request(parts.method, url)
@@ -287,7 +372,11 @@ async fn forward(State(proxy): State<ProxyState>, request: Request) -> Response 
         .send()
         .await;
     match upstream {
-        Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+        Err(e) => {
+            let chain = error_chain(&e);
+            eprintln!("scale: proxy: {method} {}: {chain}", parts.uri.path());
+            (StatusCode::BAD_GATEWAY, chain).into_response()
+        }
         Ok(r) => {
             let status = r.status();
             let mut headers = r.headers().clone();
@@ -318,8 +407,14 @@ impl Drop for Proxy {
 }
 
 async fn start_proxy(upstream: &str, ca_pem: Option<&[u8]>, flavor: Flavor) -> Result<Proxy> {
+    // Ironic's API server (cheroot) closes a keep-alive connection after 10 s without
+    // a request. A pooled connection idle about that long could be picked just as
+    // the server closed it, and the request failed with "connection closed before
+    // message completed", which the proxy passed on as a 502 (the direct driver
+    // then gave up: N = 100 under load). Pooled connections are dropped first.
     let mut builder = reqwest::Client::builder()
         .pool_max_idle_per_host(256)
+        .pool_idle_timeout(UPSTREAM_IDLE)
         .connect_timeout(Duration::from_secs(10));
     if let Some(pem) = ca_pem {
         builder = builder.add_root_certificate(
@@ -443,6 +538,104 @@ impl Drop for PrivateIronic {
     }
 }
 
+/// A sushy-emulator of our own with `n` fake systems (its fake driver, as the stack
+/// runs it: no VMs, power and boot kept in memory), the stack's Redfish user; stopped
+/// when dropped.
+struct Sushy {
+    child: Child,
+    port: u16,
+    ids: Vec<String>,
+    username: String,
+    password: String,
+}
+
+impl Sushy {
+    fn start(ctx: &Ctx, name: &str, run: usize, n: usize) -> Result<Sushy> {
+        // The stack's env file puts its Python venv first on PATH.
+        let venv_bin = ctx
+            .stack
+            .get("PATH")?
+            .split(':')
+            .next()
+            .context("the stack's PATH is empty")?
+            .to_owned();
+        let username = ctx.stack.get("REDFISH_USERNAME")?.to_owned();
+        let password = ctx.stack.get("REDFISH_PASSWORD")?.to_owned();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let ids: Vec<String> = (0..n)
+            .map(|i| format!("5ca1e000-0000-4000-8000-{:04x}{:08x}", run & 0xffff, i))
+            .collect();
+        let mut systems = String::new();
+        for (i, id) in ids.iter().enumerate() {
+            let _ = writeln!(
+                systems,
+                "    {{'uuid': '{id}', 'name': 'scale-{i}', 'power_state': 'Off', 'external_notifier': False, 'nics': [{{'mac': '{}', 'ip': '192.0.2.1'}}]}},",
+                mac(run, i)
+            );
+        }
+        let conf = ctx.stack_dir.join(format!("{name}.conf"));
+        std::fs::write(
+            &conf,
+            format!(
+                "SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\nSUSHY_EMULATOR_LISTEN_PORT = {port}\nSUSHY_EMULATOR_AUTH_FILE = '{}'\nSUSHY_EMULATOR_FAKE_DRIVER = True\nSUSHY_EMULATOR_FAKE_SYSTEMS = [\n{systems}]\n",
+                ctx.stack_dir.join("sushy-users").display()
+            ),
+        )?;
+        let log = std::fs::File::create(ctx.stack_dir.join(format!("{name}.log")))?;
+        let child = Command::new(Path::new(&venv_bin).join("sushy-emulator"))
+            .arg("--config")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("start sushy-emulator")?;
+        Ok(Sushy {
+            child,
+            port,
+            ids,
+            username,
+            password,
+        })
+    }
+
+    /// Waits until the emulator answers.
+    async fn ready(&self) -> Result<()> {
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let answer = http
+                .get(format!("http://127.0.0.1:{}/redfish/v1/Systems", self.port))
+                .basic_auth(&self.username, Some(&self.password))
+                .send()
+                .await;
+            if answer.is_ok_and(|a| a.status().is_success()) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("sushy-emulator did not answer within 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// System `i`'s BMC address, as a BareMetalHost names it.
+    fn address(&self, i: usize) -> String {
+        format!(
+            "redfish+http://127.0.0.1:{}/redfish/v1/Systems/{}",
+            self.port, self.ids[i]
+        )
+    }
+}
+
+impl Drop for Sushy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 struct BmoChild(Child);
 
 impl Drop for BmoChild {
@@ -499,7 +692,48 @@ fn host_name(i: usize) -> String {
     format!("host-{i:04}")
 }
 
-async fn apply_hosts(client: &kube::Client, ns: &str, run: usize, n: usize) -> Result<()> {
+/// The BareMetalHost and its Secret's credentials for host `i` of `work`.
+fn host_spec(
+    work: Work,
+    sushy: Option<&Sushy>,
+    run: usize,
+    i: usize,
+) -> Result<(Value, String, String)> {
+    let name = host_name(i);
+    Ok(match (work, sushy) {
+        (Work::Fake, _) => (
+            json!({
+                "online": true,
+                "bootMACAddress": mac(run, i),
+                "bmc": {"address": format!("fake://{name}"), "credentialsName": format!("{name}-bmc")},
+                "image": {"url": IMAGE_URL, "checksum": IMAGE_SHA256, "checksumType": "sha256"},
+            }),
+            "admin".to_owned(),
+            "not-used-by-fake-hosts".to_owned(),
+        ),
+        (Work::Redfish, Some(sushy)) => (
+            json!({
+                "online": false,
+                "bootMACAddress": mac(run, i),
+                "inspectionMode": "disabled",
+                "automatedCleaningMode": "disabled",
+                "bmc": {"address": sushy.address(i), "credentialsName": format!("{name}-bmc")},
+            }),
+            sushy.username.clone(),
+            sushy.password.clone(),
+        ),
+        (Work::Redfish, None) => bail!("the Redfish work needs a sushy-emulator"),
+    })
+}
+
+async fn apply_hosts(
+    client: &kube::Client,
+    ns: &str,
+    work: Work,
+    sushy: Option<&Sushy>,
+    run: usize,
+    n: usize,
+) -> Result<()> {
     let secrets: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         ns,
@@ -511,22 +745,18 @@ async fn apply_hosts(client: &kube::Client, ns: &str, run: usize, n: usize) -> R
             let (secrets, hosts) = (secrets.clone(), hosts.clone());
             async move {
                 let name = host_name(i);
+                let (spec, username, password) = host_spec(work, sushy, run, i)?;
                 let secret: DynamicObject = serde_json::from_value(json!({
                     "apiVersion": "v1", "kind": "Secret",
                     "metadata": {"name": format!("{name}-bmc")},
                     "type": "Opaque",
-                    "stringData": {"username": "admin", "password": "not-used-by-fake-hosts"},
+                    "stringData": {"username": username, "password": password},
                 }))?;
                 secrets.create(&PostParams::default(), &secret).await?;
                 let host: DynamicObject = serde_json::from_value(json!({
                     "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
                     "metadata": {"name": name},
-                    "spec": {
-                        "online": true,
-                        "bootMACAddress": mac(run, i),
-                        "bmc": {"address": format!("fake://{name}"), "credentialsName": format!("{name}-bmc")},
-                        "image": {"url": IMAGE_URL, "checksum": IMAGE_SHA256, "checksumType": "sha256"},
-                    },
+                    "spec": spec,
                 }))?;
                 hosts.create(&PostParams::default(), &host).await?;
                 anyhow::Ok(())
@@ -603,6 +833,8 @@ struct Direct {
     poll: Duration,
     kernel: String,
     ramdisk: String,
+    /// The BMC addresses and credentials of the Redfish work.
+    redfish: Option<(Vec<String>, bmo::credentials::Credentials)>,
 }
 
 impl Direct {
@@ -668,6 +900,50 @@ impl Direct {
             }
             tokio::time::sleep(self.poll).await;
         }
+    }
+
+    /// What bmo asks of Ironic for one Redfish host with inspection and automated
+    /// cleaning disabled, up to available: create the node (bmo's driver, interfaces
+    /// and `driver_info` for the address), its boot MAC's port, `manage`. A host is
+    /// `available` while its node is `manageable` (as upstream's are); `provide`
+    /// comes with provisioning.
+    async fn redfish_host(&self, run: usize, i: usize, limit: &Semaphore) -> Result<Instant> {
+        let (addresses, credentials) = self.redfish.as_ref().context("no Redfish BMCs")?;
+        let address = bmo::bmc::BmcAddress::parse(&addresses[i])?;
+        let settings = address.driver_settings(false);
+        let mut driver_info = address.driver_info(credentials, false);
+        driver_info.insert("deploy_kernel".into(), json!(self.kernel));
+        driver_info.insert("deploy_ramdisk".into(), json!(self.ramdisk));
+        let mut body = json!({
+            "name": format!("scale~{}", host_name(i)),
+            "driver": settings.driver,
+            "driver_info": driver_info,
+            "properties": {"capabilities": "boot_mode:uefi"},
+            "inspect_interface": "no-inspect",
+            "automated_clean": false,
+        });
+        if let Value::Object(interfaces) = serde_json::to_value(settings.interfaces)? {
+            for (name, value) in interfaces {
+                body[format!("{name}_interface")] = value;
+            }
+        }
+        let _permit = limit.acquire().await?;
+        let node = self
+            .call(reqwest::Method::POST, "nodes", Some(body))
+            .await?;
+        let uuid = node["uuid"]
+            .as_str()
+            .context("Ironic returned a node without uuid")?
+            .to_owned();
+        self.call(
+            reqwest::Method::POST,
+            "ports",
+            Some(json!({"node_uuid": uuid, "address": mac(run, i)})),
+        )
+        .await?;
+        self.set_state(&uuid, json!({"target": "manage"})).await?;
+        self.wait_for(&uuid, "manageable", |_| true).await?;
+        Ok(Instant::now())
     }
 
     /// What bmo asks of Ironic for one fake-hardware host with an image.
@@ -769,6 +1045,7 @@ fn spread(mut values: Vec<f64>) -> Spread {
 #[derive(Debug, Default, Clone)]
 struct RunResult {
     n: usize,
+    work: Work,
     bmo_available: Spread,
     bmo_provisioned: Spread,
     direct_available: Spread,
@@ -785,16 +1062,41 @@ struct RunResult {
     idle_minutes: f64,
     kube_idle: u64,
     ironic_idle: u64,
+    /// Of the idle requests, the firmware controller's (BIOS settings re-read every
+    /// few minutes; HostFirmwareSettings and FirmwareSchema reads).
+    kube_idle_firmware: u64,
+    ironic_idle_firmware: u64,
     errors: usize,
 }
 
 impl RunResult {
+    /// bmo's times to the work's target state.
+    fn bmo_target(&self) -> Spread {
+        match self.work {
+            Work::Fake => self.bmo_provisioned,
+            Work::Redfish => self.bmo_available,
+        }
+    }
+
+    fn direct_target(&self) -> Spread {
+        match self.work {
+            Work::Fake => self.direct_provisioned,
+            Work::Redfish => self.direct_available,
+        }
+    }
+
     fn ratio(&self) -> f64 {
-        if self.direct_provisioned.max > 0.0 {
-            self.bmo_provisioned.max / self.direct_provisioned.max
+        if self.direct_target().max > 0.0 {
+            self.bmo_target().max / self.direct_target().max
         } else {
             0.0
         }
+    }
+
+    /// The last host's time over the median host's (bmo).
+    fn tail(&self) -> f64 {
+        let t = self.bmo_target();
+        if t.p50 > 0.0 { t.max / t.p50 } else { 0.0 }
     }
 
     fn per_host_min(&self, count: u64) -> f64 {
@@ -814,7 +1116,7 @@ fn table(results: &[RunResult]) -> String {
     let mut out = String::from("| | ");
     out += &results
         .iter()
-        .map(|r| format!("N = {}", r.n))
+        .map(|r| format!("N = {} {}", r.n, r.work.label()))
         .collect::<Vec<_>>()
         .join(" | ");
     out += " |\n|---|";
@@ -827,20 +1129,28 @@ fn table(results: &[RunResult]) -> String {
     row("bmo: all available (s)", &|r| {
         format!("{:.1}", r.bmo_available.max)
     });
+    // The Redfish work ends at available.
+    let provisioned = |r: &RunResult, text: String| {
+        if r.work == Work::Fake {
+            text
+        } else {
+            "–".to_owned()
+        }
+    };
     row("bmo: all provisioned (s)", &|r| {
-        format!("{:.1}", r.bmo_provisioned.max)
+        provisioned(r, format!("{:.1}", r.bmo_provisioned.max))
     });
     row("bmo: per host to available, p50 / p95 / max (s)", &|r| {
         fmt_spread(r.bmo_available)
     });
     row("bmo: per host to provisioned, p50 / p95 / max (s)", &|r| {
-        fmt_spread(r.bmo_provisioned)
+        provisioned(r, fmt_spread(r.bmo_provisioned))
     });
     row("direct Ironic: all available (s)", &|r| {
         format!("{:.1}", r.direct_available.max)
     });
     row("direct Ironic: all provisioned (s)", &|r| {
-        format!("{:.1}", r.direct_provisioned.max)
+        provisioned(r, format!("{:.1}", r.direct_provisioned.max))
     });
     row(
         "direct Ironic: per host to available, p50 / p95 / max (s)",
@@ -848,26 +1158,30 @@ fn table(results: &[RunResult]) -> String {
     );
     row(
         "direct Ironic: per host to provisioned, p50 / p95 / max (s)",
-        &|r| fmt_spread(r.direct_provisioned),
+        &|r| provisioned(r, fmt_spread(r.direct_provisioned)),
     );
-    row("**time to all provisioned, bmo / direct Ironic**", &|r| {
-        format!("**{:.2}×**", r.ratio())
+    row(
+        "**time to all in the target state (fake-hardware: provisioned, Redfish: available), bmo / direct Ironic**",
+        &|r| format!("**{:.2}×**", r.ratio()),
+    );
+    row("bmo: last host / median host, to the target state", &|r| {
+        format!("{:.2}", r.tail())
     });
     row("bmo peak RSS (MiB)", &|r| {
         format!("{:.1}", r.bmo_peak_rss_mib)
     });
-    row("bmo CPU seconds, apply → all provisioned", &|r| {
+    row("bmo CPU seconds, apply → target state", &|r| {
         format!("{:.1}", r.bmo_cpu_provisioning)
     });
     row("Ironic CPU seconds, bmo run / direct run", &|r| {
         format!("{:.0} / {:.0}", r.ironic_cpu_bmo, r.ironic_cpu_direct)
     });
     row(
-        "kube-apiserver requests by bmo: start-up / apply → all provisioned",
+        "kube-apiserver requests by bmo: start-up / apply → target state",
         &|r| format!("{} / {}", r.kube_startup, r.kube_provisioning),
     );
     row(
-        "Ironic requests, apply → all provisioned: bmo / direct",
+        "Ironic requests, apply → target state: bmo / direct",
         &|r| format!("{} / {}", r.ironic_provisioning, r.ironic_direct),
     );
     row("Ironic requests per host: bmo / direct", &|r| {
@@ -883,6 +1197,16 @@ fn table(results: &[RunResult]) -> String {
     row("idle: Ironic requests per host per minute", &|r| {
         format!("{:.2}", r.per_host_min(r.ironic_idle))
     });
+    row(
+        "idle, host controller alone (without the firmware controller's reads): kube-apiserver / Ironic requests per host per minute",
+        &|r| {
+            format!(
+                "{:.2} / {:.2}",
+                r.per_host_min(r.kube_idle - r.kube_idle_firmware),
+                r.per_host_min(r.ironic_idle - r.ironic_idle_firmware)
+            )
+        },
+    );
     row("idle: bmo CPU seconds per minute", &|r| {
         if r.idle_minutes > 0.0 {
             format!("{:.2}", r.bmo_cpu_idle / r.idle_minutes)
@@ -898,13 +1222,14 @@ fn table(results: &[RunResult]) -> String {
 
 fn csv(results: &[RunResult]) -> String {
     let mut out = String::from(
-        "hosts,bmo_available_p50_s,bmo_available_p95_s,bmo_available_max_s,bmo_provisioned_p50_s,bmo_provisioned_p95_s,bmo_provisioned_max_s,direct_available_p50_s,direct_available_p95_s,direct_available_max_s,direct_provisioned_p50_s,direct_provisioned_p95_s,direct_provisioned_max_s,ratio_provisioned,bmo_peak_rss_mib,bmo_cpu_provisioning_s,bmo_cpu_idle_s,ironic_cpu_bmo_s,ironic_cpu_direct_s,kube_requests_startup,kube_requests_provisioning,ironic_requests_provisioning,ironic_requests_direct,idle_minutes,kube_requests_idle,ironic_requests_idle,kube_idle_per_host_min,ironic_idle_per_host_min,hosts_with_errors\n",
+        "work,hosts,bmo_available_p50_s,bmo_available_p95_s,bmo_available_max_s,bmo_provisioned_p50_s,bmo_provisioned_p95_s,bmo_provisioned_max_s,direct_available_p50_s,direct_available_p95_s,direct_available_max_s,direct_provisioned_p50_s,direct_provisioned_p95_s,direct_provisioned_max_s,ratio_target,bmo_peak_rss_mib,bmo_cpu_provisioning_s,bmo_cpu_idle_s,ironic_cpu_bmo_s,ironic_cpu_direct_s,kube_requests_startup,kube_requests_provisioning,ironic_requests_provisioning,ironic_requests_direct,idle_minutes,kube_requests_idle,ironic_requests_idle,kube_idle_per_host_min,ironic_idle_per_host_min,kube_idle_firmware,ironic_idle_firmware,hosts_with_errors\n",
     );
     for r in results {
         let s = |s: Spread| format!("{:.3},{:.3},{:.3}", s.p50, s.p95, s.max);
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{:.3},{:.1},{:.2},{:.2},{:.2},{:.2},{},{},{},{},{:.2},{},{},{:.3},{:.3},{}",
+            "{},{},{},{},{},{},{:.3},{:.1},{:.2},{:.2},{:.2},{:.2},{},{},{},{},{:.2},{},{},{:.3},{:.3},{},{},{}",
+            r.work.label(),
             r.n,
             s(r.bmo_available),
             s(r.bmo_provisioned),
@@ -925,9 +1250,138 @@ fn csv(results: &[RunResult]) -> String {
             r.ironic_idle,
             r.per_host_min(r.kube_idle),
             r.per_host_min(r.ironic_idle),
+            r.kube_idle_firmware,
+            r.ironic_idle_firmware,
             r.errors,
         );
     }
+    out
+}
+
+/// The plot for docs: time until all N hosts are in the target state against N, bmo
+/// (solid) and direct Ironic (dashed), one colour per work; log–log, so that 10 to
+/// 1000 hosts fit and equal ratios are equal distances.
+fn svg(results: &[RunResult]) -> String {
+    let (width, height) = (840.0, 460.0);
+    let (left, right, top, bottom) = (70.0, 320.0, 50.0, 60.0);
+    let (plot_w, plot_h) = (width - left - right, height - top - bottom);
+    let mut series = Vec::new();
+    for (work, colour) in [(Work::Fake, "#1f77b4"), (Work::Redfish, "#d62728")] {
+        for (who, dashed) in [("bmo", false), ("direct Ironic", true)] {
+            let points: Vec<(f64, f64)> = results
+                .iter()
+                .filter(|r| r.work == work)
+                .map(|r| {
+                    let t = if dashed {
+                        r.direct_target()
+                    } else {
+                        r.bmo_target()
+                    };
+                    (r.n as f64, t.max)
+                })
+                .filter(|(_, secs)| *secs > 0.0)
+                .collect();
+            if !points.is_empty() {
+                let label = format!("{who}, {} → {}", work.label(), work.target());
+                series.push((label, colour, dashed, points));
+            }
+        }
+    }
+    let decades = |values: &mut dyn Iterator<Item = f64>| {
+        let (lo, hi) = values.fold((f64::MAX, f64::MIN), |(lo, hi), v| {
+            (lo.min(v.log10()), hi.max(v.log10()))
+        });
+        if lo > hi {
+            return (0.0, 1.0);
+        }
+        let (lo, hi) = (lo.floor(), hi.ceil());
+        (lo, if hi > lo { hi } else { lo + 1.0 })
+    };
+    let all = || series.iter().flat_map(|(_, _, _, p)| p.iter().copied());
+    let (x0, x1) = decades(&mut all().map(|(n, _)| n));
+    let (y0, y1) = decades(&mut all().map(|(_, secs)| secs));
+    let x = |n: f64| left + (n.log10() - x0) / (x1 - x0) * plot_w;
+    let y = |secs: f64| top + plot_h - (secs.log10() - y0) / (y1 - y0) * plot_h;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="13">"#
+    );
+    let _ = writeln!(
+        out,
+        r#"<rect width="{width}" height="{height}" fill="white"/>
+<text x="{}" y="24" text-anchor="middle" font-size="15">Time until all N hosts are in the target state (cargo bench --bench scale)</text>"#,
+        width / 2.0
+    );
+    for d in (x0 as i32)..=(x1 as i32) {
+        let px = x(10f64.powi(d));
+        let _ = writeln!(
+            out,
+            r##"<line x1="{px:.1}" y1="{top}" x2="{px:.1}" y2="{:.1}" stroke="#ddd"/><text x="{px:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            top + plot_h,
+            top + plot_h + 18.0,
+            10u64.pow(d.max(0) as u32)
+        );
+    }
+    for d in (y0 as i32)..=(y1 as i32) {
+        let py = y(10f64.powi(d));
+        let label = if d >= 0 {
+            format!("{}", 10u64.pow(d as u32))
+        } else {
+            format!("{}", 10f64.powi(d))
+        };
+        let _ = writeln!(
+            out,
+            r##"<line x1="{left}" y1="{py:.1}" x2="{:.1}" y2="{py:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{label}</text>"##,
+            left + plot_w,
+            left - 6.0,
+            py + 4.0
+        );
+    }
+    let _ = writeln!(
+        out,
+        r##"<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#444"/>
+<text x="{:.1}" y="{:.1}" text-anchor="middle">hosts applied at once (N, log scale)</text>
+<text x="18" y="{:.1}" text-anchor="middle" transform="rotate(-90 18 {:.1})">seconds (log scale)</text>"##,
+        left + plot_w / 2.0,
+        height - 14.0,
+        top + plot_h / 2.0,
+        top + plot_h / 2.0
+    );
+    for (i, (label, colour, dashed, points)) in series.iter().enumerate() {
+        let dash = if *dashed {
+            r#" stroke-dasharray="6 4""#
+        } else {
+            ""
+        };
+        let path: Vec<String> = points
+            .iter()
+            .map(|(n, secs)| format!("{:.1},{:.1}", x(*n), y(*secs)))
+            .collect();
+        let _ = writeln!(
+            out,
+            r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"{dash}/>"#,
+            path.join(" ")
+        );
+        for (n, secs) in points {
+            let _ = writeln!(
+                out,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{colour}"><title>{label}: N = {n}, {secs:.1} s</title></circle>"#,
+                x(*n),
+                y(*secs)
+            );
+        }
+        let ly = top + 10.0 + 22.0 * i as f64;
+        let lx = left + plot_w + 16.0;
+        let _ = writeln!(
+            out,
+            r#"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{colour}" stroke-width="2"{dash}/><text x="{:.1}" y="{:.1}">{label}</text>"#,
+            lx + 28.0,
+            lx + 34.0,
+            ly + 4.0
+        );
+    }
+    out.push_str("</svg>\n");
     out
 }
 
@@ -1019,12 +1473,21 @@ async fn run_bmo(
     r: &mut RunResult,
 ) -> Result<()> {
     let s = &ctx.settings;
-    let ns = format!("scale-{n}-{}", ctx.stamp);
+    let work = r.work;
+    let ns = format!("scale-{n}-{}-{}", ctx.stamp, run);
+    let sushy = match work {
+        Work::Fake => None,
+        Work::Redfish => {
+            let sushy = Sushy::start(ctx, &format!("scale-{}-{n}-bmo-sushy", ctx.stamp), run, n)?;
+            sushy.ready().await?;
+            Some(sushy)
+        }
+    };
     create_namespace(admin, &ns).await?;
     let ironic = PrivateIronic::start(
         &ctx.repo,
         &ctx.stack_dir,
-        &format!("scale-{}-{n}-bmo", ctx.stamp),
+        &format!("scale-{}-{n}-{run}-bmo", ctx.stamp),
         &s.ironic_conf,
     )?;
     let ironic_proxy =
@@ -1034,7 +1497,7 @@ async fn run_bmo(
     proxied_kubeconfig(&ctx.admin_kubeconfig, kube_proxy.port, &kubeconfig)?;
     let log_path = ctx
         .stack_dir
-        .join(format!("scale-{}-{n}-bmo.log", ctx.stamp));
+        .join(format!("scale-{}-{n}-{run}-bmo.log", ctx.stamp));
     eprintln!("scale: N={n}: bmo log {}", log_path.display());
     let log = std::fs::File::create(&log_path)?;
     let child = BmoChild(
@@ -1090,7 +1553,7 @@ async fn run_bmo(
     let ironic_cpu_start = ironic.cpu_seconds();
 
     let t0 = Instant::now();
-    apply_hosts(admin, &ns, run, n).await?;
+    apply_hosts(admin, &ns, work, sushy.as_ref(), run, n).await?;
     eprintln!(
         "scale: N={n}: applied {n} hosts and Secrets in {:.1} s",
         t0.elapsed().as_secs_f64()
@@ -1103,7 +1566,11 @@ async fn run_bmo(
             Ok(p) => (p.available.len(), p.provisioned.len(), p.errors.len()),
             Err(_) => bail!("progress lock poisoned"),
         };
-        if provisioned >= n {
+        let done = match work {
+            Work::Fake => provisioned,
+            Work::Redfish => available,
+        };
+        if done >= n {
             break;
         }
         if last_report.elapsed() > Duration::from_secs(30) {
@@ -1116,7 +1583,8 @@ async fn run_bmo(
         }
         if t0.elapsed() > s.timeout {
             bail!(
-                "N={n}: only {provisioned} of {n} provisioned after {:?}",
+                "N={n}: only {done} of {n} {} after {:?}",
+                work.target(),
                 s.timeout
             );
         }
@@ -1146,18 +1614,19 @@ async fn run_bmo(
     r.ironic_provisioning = ironic_done - ironic_start;
     r.bmo_cpu_provisioning = cpu_done - cpu_start;
     eprintln!(
-        "scale: N={n}: all provisioned after {:.1} s; idle for {} s",
-        r.bmo_provisioned.max,
+        "scale: N={n}: all {} after {:.1} s; idle for {} s",
+        work.target(),
+        r.bmo_target().max,
         s.idle.as_secs()
     );
     print_breakdown("kube requests, start-up", &kube_start_kinds);
     print_breakdown(
-        "kube requests, apply → provisioned",
+        &format!("kube requests, apply → {}", work.target()),
         &diff(&kube_done_kinds, &kube_start_kinds),
     );
     print_breakdown("Ironic requests, start-up", &ironic_start_kinds);
     print_breakdown(
-        "Ironic requests, apply → provisioned",
+        &format!("Ironic requests, apply → {}", work.target()),
         &diff(&ironic_done_kinds, &ironic_start_kinds),
     );
 
@@ -1173,29 +1642,51 @@ async fn run_bmo(
         r.kube_idle = kube_idle - kube_done;
         r.ironic_idle = ironic_idle - ironic_done;
         r.bmo_cpu_idle = proc_stat(pid).map(|(_, c)| c).unwrap_or(0.0) - cpu_done;
-        print_breakdown(
-            "kube requests, idle",
-            &diff(&kube_idle_kinds, &kube_done_kinds),
-        );
-        print_breakdown(
-            "Ironic requests, idle",
-            &diff(&ironic_idle_kinds, &ironic_done_kinds),
-        );
+        let kube_idle_kinds = diff(&kube_idle_kinds, &kube_done_kinds);
+        let ironic_idle_kinds = diff(&ironic_idle_kinds, &ironic_done_kinds);
+        let count = |kinds: &BTreeMap<String, u64>, firmware: &dyn Fn(&str) -> bool| {
+            kinds
+                .iter()
+                .filter(|(kind, _)| firmware(kind))
+                .map(|(_, n)| n)
+                .sum()
+        };
+        r.kube_idle_firmware = count(&kube_idle_kinds, &|k| {
+            k.contains("hostfirmwaresettings") || k.contains("firmwareschemas")
+        });
+        r.ironic_idle_firmware = count(&ironic_idle_kinds, &|k| k.ends_with("/bios"));
+        print_breakdown("kube requests, idle", &kube_idle_kinds);
+        print_breakdown("Ironic requests, idle", &ironic_idle_kinds);
     }
     let hwm = status_kib(pid, "VmHWM").unwrap_or(0);
     r.bmo_peak_rss_mib = peak_rss.max(hwm) as f64 / 1024.0;
     watch_task.abort();
     drop(child);
     drop(ironic);
+    drop(sushy);
     Ok(())
 }
 
 async fn run_direct(ctx: &Ctx, run: usize, n: usize, r: &mut RunResult) -> Result<()> {
     let s = &ctx.settings;
+    let work = r.work;
+    let sushy = match work {
+        Work::Fake => None,
+        Work::Redfish => {
+            let sushy = Sushy::start(
+                ctx,
+                &format!("scale-{}-{n}-direct-sushy", ctx.stamp),
+                run,
+                n,
+            )?;
+            sushy.ready().await?;
+            Some(sushy)
+        }
+    };
     let ironic = PrivateIronic::start(
         &ctx.repo,
         &ctx.stack_dir,
-        &format!("scale-{}-{n}-direct", ctx.stamp),
+        &format!("scale-{}-{n}-{run}-direct", ctx.stamp),
         &s.ironic_conf,
     )?;
     let proxy = start_proxy(&ironic.endpoint.replace("/v1/", ""), None, Flavor::Ironic).await?;
@@ -1207,6 +1698,15 @@ async fn run_direct(ctx: &Ctx, run: usize, n: usize, r: &mut RunResult) -> Resul
         poll: s.direct_poll,
         kernel: ctx.stack.get("DEPLOY_KERNEL_URL")?.to_owned(),
         ramdisk: ctx.stack.get("DEPLOY_RAMDISK_URL")?.to_owned(),
+        redfish: sushy.as_ref().map(|sushy| {
+            (
+                (0..n).map(|i| sushy.address(i)).collect(),
+                bmo::credentials::Credentials {
+                    username: sushy.username.clone(),
+                    password: bmo::credentials::SecretString::new(sushy.password.clone()),
+                },
+            )
+        }),
     });
     let limit = Arc::new(Semaphore::new(s.limit.max(1)));
     let cpu_start = ironic.cpu_seconds();
@@ -1214,7 +1714,15 @@ async fn run_direct(ctx: &Ctx, run: usize, n: usize, r: &mut RunResult) -> Resul
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..n {
         let (direct, limit) = (direct.clone(), limit.clone());
-        tasks.spawn(async move { direct.host(run, i, &limit).await });
+        tasks.spawn(async move {
+            match work {
+                Work::Fake => direct.host(run, i, &limit).await,
+                Work::Redfish => {
+                    let available = direct.redfish_host(run, i, &limit).await?;
+                    Ok((available, available))
+                }
+            }
+        });
     }
     let (mut available, mut provisioned) = (Vec::new(), Vec::new());
     while let Some(done) = tasks.join_next().await {
@@ -1223,20 +1731,23 @@ async fn run_direct(ctx: &Ctx, run: usize, n: usize, r: &mut RunResult) -> Resul
         provisioned.push(p.duration_since(t0).as_secs_f64());
         if provisioned.len() % 100 == 0 {
             eprintln!(
-                "scale: N={n} direct: {} provisioned after {:.0} s",
+                "scale: N={n} direct: {} done after {:.0} s",
                 provisioned.len(),
                 t0.elapsed().as_secs_f64()
             );
         }
     }
     r.direct_available = spread(available);
-    r.direct_provisioned = spread(provisioned);
+    if work == Work::Fake {
+        r.direct_provisioned = spread(provisioned);
+    }
     r.ironic_cpu_direct = ironic.cpu_seconds() - cpu_start;
     let (total, kinds) = proxy.counts.snapshot();
     r.ironic_direct = total;
     eprintln!(
-        "scale: N={n} direct: all provisioned after {:.1} s",
-        r.direct_provisioned.max
+        "scale: N={n} direct: all {} after {:.1} s",
+        work.target(),
+        r.direct_target().max
     );
     print_breakdown("Ironic requests, direct", &kinds);
     Ok(())
@@ -1269,18 +1780,33 @@ async fn run() -> Result<()> {
     ensure_crds(&ctx, &admin).await?;
     let mut results = Vec::new();
     let csv_path = repo.join("target/scale-bench.csv");
-    for (run, &n) in ctx.settings.hosts.iter().enumerate() {
-        eprintln!("scale: N={n}: bmo run");
+    let runs: Vec<(usize, Work)> = ctx
+        .settings
+        .hosts
+        .iter()
+        .flat_map(|&n| ctx.settings.works.iter().map(move |&w| (n, w)))
+        .collect();
+    for (run, (n, work)) in runs.into_iter().enumerate() {
         let mut r = RunResult {
             n,
+            work,
             ..Default::default()
         };
-        run_bmo(&ctx, &admin, run, n, &mut r).await?;
-        eprintln!("scale: N={n}: direct-Ironic run");
-        run_direct(&ctx, run, n, &mut r).await?;
+        if ctx.settings.run_bmo {
+            eprintln!("scale: N={n} {}: bmo run", work.label());
+            run_bmo(&ctx, &admin, run, n, &mut r).await?;
+        }
+        if ctx.settings.run_direct {
+            eprintln!("scale: N={n} {}: direct-Ironic run", work.label());
+            run_direct(&ctx, run, n, &mut r).await?;
+        }
         results.push(r);
         std::fs::write(&csv_path, csv(&results))
             .with_context(|| format!("write {}", csv_path.display()))?;
+        if let Some(svg_path) = &ctx.settings.svg {
+            std::fs::write(svg_path, svg(&results))
+                .with_context(|| format!("write {}", svg_path.display()))?;
+        }
         eprintln!("scale: table so far:\n{}", table(&results));
     }
     println!(
@@ -1292,5 +1818,8 @@ async fn run() -> Result<()> {
     );
     println!("{}", table(&results));
     println!("CSV: {}", csv_path.display());
+    if let Some(svg_path) = &ctx.settings.svg {
+        println!("plot: {}", svg_path.display());
+    }
     Ok(())
 }

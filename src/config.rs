@@ -38,6 +38,12 @@ pub struct Config {
     #[arg(long, env = "BMO_MAX_BACKOFF", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub max_backoff_secs: u64,
 
+    /// How often hosts at rest are checked for changes made behind bmo's back (power,
+    /// provision state, maintenance, errors, a node gone), in seconds: one list of
+    /// Ironic's nodes for all of them.
+    #[arg(long, env = "BMO_STEADY_POLL", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub steady_poll_secs: u64,
+
     /// Apply the CRDs (BareMetalHost, HardwareData) at start-up; needs the right to
     /// manage CustomResourceDefinitions.
     #[arg(long, env = "BMO_INSTALL_CRDS")]
@@ -129,6 +135,7 @@ impl Config {
             concurrency: self.concurrency,
             provisioning_limit: self.provisioning_limit.max(1),
             max_backoff: Duration::from_secs(self.max_backoff_secs),
+            steady_poll: Duration::from_secs(self.steady_poll_secs),
             deploy_ramdisk: crate::provisioner::DeployRamdisk {
                 kernel_url: self
                     .netboot

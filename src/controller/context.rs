@@ -10,6 +10,7 @@ use kube::runtime::reflector::{self, ObjectRef};
 use super::capacity::Slots;
 use super::dataimage::KubeDataImageStore;
 use super::lease_details;
+use super::steady::SteadyHosts;
 use super::{ControllerSettings, KubeStore, Store};
 use crate::api::BareMetalHost;
 use crate::api::firmware::{HostFirmwareComponents, HostFirmwareSettings};
@@ -48,6 +49,8 @@ pub struct Context<P, S = KubeStore> {
     /// Where the DataImages of hosts about to be powered on are read and written;
     /// without it (tests) DataImages are left alone.
     pub(super) data_images: Option<KubeDataImageStore>,
+    /// Hosts at rest, watched through the list of nodes.
+    pub(super) steady: SteadyHosts,
 }
 
 impl<P: Provisioner> Context<P> {
@@ -74,6 +77,7 @@ impl<P: Provisioner, S: Store> Context<P, S> {
             firmware_cache: OnceLock::new(),
             components_cache: OnceLock::new(),
             data_images: None,
+            steady: SteadyHosts::default(),
         }
     }
 

@@ -28,6 +28,7 @@ pub mod save;
 pub mod secrets;
 pub mod state_machine;
 pub mod status_annotations;
+pub mod steady;
 pub mod store;
 pub mod switches;
 #[cfg(test)]
@@ -67,6 +68,9 @@ pub struct ControllerSettings {
     pub provisioning_limit: usize,
     /// Cap of the error backoff.
     pub max_backoff: Duration,
+    /// `BMO_STEADY_POLL`: how often hosts at rest are checked for changes made
+    /// behind bmo's back (one list of nodes for all of them).
+    pub steady_poll: Duration,
     pub deploy_ramdisk: DeployRamdisk,
 }
 
@@ -152,6 +156,7 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
     host: &BareMetalHost,
     ctx: &Context<P, S>,
 ) -> Result<Next, ReconcileError> {
+    ctx.steady.forget(host);
     let gate = state_machine::gate(host);
     if gate == Gate::Paused {
         tracing::debug!("paused; leaving the host alone");
@@ -210,6 +215,8 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
             firmware::components::state_machine::pending_updates(components.as_ref());
     }
     let mut registration = Extras::default();
+    // The node and its state digest as the registration check saw them.
+    let mut seen_node = None;
     loop {
         let step = state_machine::next(host, &facts);
         tracing::debug!(?step, state = %host.provisioning_state(), "next step");
@@ -242,6 +249,11 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
                     ctx.metrics.count(metrics::Event::HostRegistrationRequired);
                 }
                 let result = act::call_result(&outcome);
+                seen_node = outcome
+                    .value
+                    .provisioning_id
+                    .clone()
+                    .zip(outcome.value.node_state);
                 registration = Extras {
                     provisioning_id: outcome.value.provisioning_id.clone(),
                     // Credentials the provisioner could not send yet stay untried.
@@ -277,6 +289,9 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
                     && state_machine::delete_delayed_by_detach(host)
                 {
                     ctx.metrics.count(metrics::Event::DeleteDelayedForDetached);
+                }
+                if after == state_machine::STEADY_POLL {
+                    return Ok(rest(host, ctx, seen_node));
                 }
                 return Ok(Next::After(after));
             }
@@ -318,6 +333,23 @@ async fn prepare_data_image<P: Provisioner, S: Store>(
         Ok(next) => Ok(next),
         Err(dataimage::DataImageError::Provisioner(e)) => Err(e.into()),
         Err(dataimage::DataImageError::Store { source, .. }) => Err(store_err(host)(source)),
+    }
+}
+
+/// A host with nothing to do until something changes: watched through the list of
+/// nodes ([`steady`]) when the registration check gave its node's state, else looked
+/// at again after the steady interval.
+fn rest<P: Provisioner, S: Store>(
+    host: &BareMetalHost,
+    ctx: &Context<P, S>,
+    seen_node: Option<(String, u64)>,
+) -> Next {
+    match seen_node {
+        Some((node, state)) => {
+            ctx.steady.watch(host, node, state);
+            Next::OnChange
+        }
+        None => Next::After(ctx.settings.steady_poll),
     }
 }
 

@@ -17,7 +17,7 @@ use tokio::sync::broadcast;
 
 use super::known_hosts::ClusterHosts;
 use super::store::{SECRET_LABEL, Store};
-use super::{Context, ReconcileError, backoff, reconcile};
+use super::{Context, ReconcileError, backoff, reconcile, steady};
 use crate::api::BareMetalHost;
 use crate::api::firmware::HostFirmwareSettings;
 use crate::metrics;
@@ -183,6 +183,9 @@ pub async fn run<P: Provisioner + 'static>(
         ctx.settings.namespace.as_deref(),
         components_writer,
     );
+    // Hosts at rest whose node changed behind bmo's back (one list of nodes per
+    // steady interval).
+    let steady_changes = steady::changed_hosts(ctx.clone(), ctx.settings.steady_poll);
     let reconciling = Controller::for_stream(host_changes, reader)
         .reconcile_all_on(address_changes)
         .reconcile_on(slot_takers)
@@ -190,6 +193,7 @@ pub async fn run<P: Provisioner + 'static>(
         .reconcile_on(firmware_changes)
         .reconcile_on(components_changes)
         .reconcile_on(labelled_secret_changes)
+        .reconcile_on(steady_changes)
         .watches(
             secrets,
             watcher::Config::default().labels(&unlabelled),

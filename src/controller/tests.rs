@@ -32,6 +32,7 @@ fn context_with_steps(steps: u32) -> TestContext {
         concurrency: 1,
         provisioning_limit: 20,
         max_backoff: Duration::from_secs(3600),
+        steady_poll: state_machine::STEADY_POLL,
         deploy_ramdisk: DeployRamdisk::default(),
     };
     Context::with_store(

@@ -139,6 +139,12 @@ struct NodeList {
     nodes: Vec<Node>,
 }
 
+/// How long an idle connection to Ironic is kept for the next request: under the
+/// time after which Ironic's servers close one (cheroot, Ironic's own: 10 s; Apache
+/// httpd's default: 5 s). A request sent on a connection as the server closes it
+/// fails ("connection closed before message completed") and costs a retry.
+const IDLE_CONNECTION: Duration = Duration::from_secs(4);
+
 impl IronicClient {
     /// Builds the HTTP client, negotiates the microversion with Ironic and checks that
     /// Ironic accepts the credentials.
@@ -150,6 +156,7 @@ impl IronicClient {
         let mut builder = reqwest::Client::builder()
             .timeout(config.timeout)
             .connect_timeout(config.timeout.min(Duration::from_secs(10)))
+            .pool_idle_timeout(IDLE_CONNECTION)
             .user_agent(concat!("bmo/", env!("CARGO_PKG_VERSION")));
         // Trust: the CA file alone when one is given (as upstream uses it), none for
         // plain HTTP, else the system's roots. Only the last needs a CA bundle on the

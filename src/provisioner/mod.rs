@@ -18,7 +18,7 @@ mod hardware;
 mod ironic;
 mod types;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 
 pub use fixture::{FixtureHost, FixtureOperation, FixtureProvisioner, FixtureState};
@@ -118,6 +118,13 @@ pub trait Provisioner: DataImageProvisioner {
 
     /// Removes the host's record from any state; done when it is gone.
     fn delete(&self, host: &Host) -> impl Future<Output = ProvisionerResult<()>> + Send;
+
+    /// Every node's state digest (as [`Registration::node_state`] gives it), by
+    /// provisioning ID, from one list: how hosts at rest are watched for changes made
+    /// behind bmo's back.
+    fn node_states(
+        &self,
+    ) -> impl Future<Output = Result<HashMap<String, u64>, ProvisionerError>> + Send;
 }
 
 /// Which node a read is about: the host, and the node UUID from

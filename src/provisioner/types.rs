@@ -218,6 +218,10 @@ pub struct Registration {
     /// Changed credentials could not be sent yet (the provisioner is busy with the
     /// host): they are still untried, and go out at a later registration.
     pub credentials_pending: bool,
+    /// A digest of what bmo acts on in the node as this registration saw it (the
+    /// same digest [`super::Provisioner::node_states`] lists), so a host at rest is
+    /// looked at again only when it changes; `None` when the provisioner cannot list.
+    pub node_state: Option<u64>,
 }
 
 /// Result of `inspect`.

@@ -159,6 +159,7 @@ async fn a_host_boots_its_own_ramdisk_with_its_network_data_appended() {
         provisioning_limit: 20,
         max_backoff: Duration::from_secs(5),
         deploy_ramdisk: DeployRamdisk::default(),
+        steady_poll: bmo::controller::state_machine::STEADY_POLL,
     };
     let provisioner = IronicProvisioner::new(stack.ironic().await, ProvisionerSettings::default());
     let ctx = Context::new(client.clone(), provisioner, settings)

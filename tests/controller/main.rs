@@ -17,6 +17,7 @@ mod controller_claims;
 mod controller_config_drive;
 mod controller_dataimage;
 mod controller_deploy_images;
+mod controller_drift;
 mod controller_event_subscriptions;
 mod controller_firmware;
 mod controller_firmware_components;

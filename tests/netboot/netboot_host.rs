@@ -282,6 +282,7 @@ impl Site {
             concurrency: 4,
             provisioning_limit: 20,
             max_backoff: Duration::from_secs(5),
+            steady_poll: bmo::controller::state_machine::STEADY_POLL,
             deploy_ramdisk: DeployRamdisk {
                 kernel_url: stack.var("DEPLOY_KERNEL_URL").map(str::to_owned),
                 ramdisk_url: stack.var("DEPLOY_RAMDISK_URL").map(str::to_owned),

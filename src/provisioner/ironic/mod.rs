@@ -17,7 +17,7 @@ mod register;
 mod subscription;
 mod vmedia;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -256,6 +256,16 @@ impl Provisioner for IronicProvisioner {
 
     async fn delete(&self, host: &Host) -> ProvisionerResult<()> {
         self.remove_node(host).await
+    }
+
+    async fn node_states(&self) -> Result<HashMap<String, u64>, ProvisionerError> {
+        self.nodes
+            .states(&self.client)
+            .await
+            .map_err(|source| ProvisionerError::Ironic {
+                host: "(every node)".to_owned(),
+                source,
+            })
     }
 }
 

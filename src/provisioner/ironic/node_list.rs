@@ -5,8 +5,13 @@
 //! paged `GET /v1/nodes?fields=…`, and every look until then is answered from it. A
 //! node bmo wrote to after the list was taken is read on its own (the list shows it
 //! as it was before the write), as is one the list does not hold.
+//!
+//! The same list watches hosts at rest: [`NodeList::states`] gives a digest of what
+//! bmo acts on in each node ([`state_digest`]), which the host controller compares
+//! with what each host's last reconcile saw.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -103,6 +108,17 @@ impl NodeList {
         Ok(node.cloned())
     }
 
+    /// [`state_digest`] of every node, by UUID, from the latest list (taken again
+    /// when it is older than [`MAX_AGE`]).
+    pub async fn states(&self, client: &IronicClient) -> Result<HashMap<String, u64>, IronicError> {
+        let snapshot = self.fresh(client).await?;
+        Ok(snapshot
+            .by_uuid
+            .iter()
+            .map(|(uuid, node)| (uuid.clone(), state_digest(node)))
+            .collect())
+    }
+
     /// The latest list, taken again when it is older than [`MAX_AGE`] (or
     /// [`LIST_TIME_FACTOR`] times what it took, up to [`MAX_AGE_CAP`]). Lookers that
     /// arrive while a list is under way wait for it and share it.
@@ -129,5 +145,92 @@ impl NodeList {
         });
         *latest = Some(snapshot.clone());
         Ok(snapshot)
+    }
+}
+
+/// A digest of what bmo acts on in `node` (its states, power, maintenance, errors and
+/// the fields registration keeps up to date), leaving out what moves while nothing
+/// happens to the host (timestamps, the conductor's lock, step progress).
+pub fn state_digest(node: &Node) -> u64 {
+    let mut hasher = std::hash::DefaultHasher::new();
+    (
+        &node.name,
+        &node.driver,
+        &node.provision_state,
+        &node.target_provision_state,
+        &node.power_state,
+        &node.target_power_state,
+    )
+        .hash(&mut hasher);
+    (
+        &node.last_error,
+        node.maintenance,
+        &node.maintenance_reason,
+        &node.fault,
+        &node.instance_uuid,
+        node.automated_clean,
+        &node.inspect_interface,
+    )
+        .hash(&mut hasher);
+    // JSON values have no Hash; their text is stable for one Ironic.
+    for value in [&node.driver_info, &node.extra] {
+        serde_json::to_string(value)
+            .unwrap_or_default()
+            .hash(&mut hasher);
+    }
+    node.network_data
+        .as_ref()
+        .map(ToString::to_string)
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(json: serde_json::Value) -> Node {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn the_state_digest_moves_with_power_and_state_but_not_with_timestamps_or_locks() {
+        let base = serde_json::json!({
+            "uuid": "u1", "driver": "fake-hardware", "provision_state": "active",
+            "power_state": "power on", "maintenance": false,
+        });
+        let digest = |patch: serde_json::Value| {
+            let mut json = base.clone();
+            json.as_object_mut()
+                .unwrap()
+                .extend(patch.as_object().unwrap().clone());
+            state_digest(&node(json))
+        };
+        let resting = digest(serde_json::json!({}));
+        assert_eq!(
+            resting,
+            digest(serde_json::json!({"reservation": "conductor-1"}))
+        );
+        assert_eq!(
+            resting,
+            digest(serde_json::json!({"provision_updated_at": "2026-12-03T22:00:00Z"}))
+        );
+        assert_ne!(
+            resting,
+            digest(serde_json::json!({"power_state": "power off"}))
+        );
+        assert_ne!(resting, digest(serde_json::json!({"maintenance": true})));
+        assert_ne!(
+            resting,
+            digest(serde_json::json!({"last_error": "BMC unreachable"}))
+        );
+        assert_ne!(
+            resting,
+            digest(serde_json::json!({"provision_state": "deploy failed"}))
+        );
+        assert_ne!(
+            resting,
+            digest(serde_json::json!({"driver_info": {"redfish_address": "x"}}))
+        );
     }
 }

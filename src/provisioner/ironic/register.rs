@@ -3,7 +3,7 @@
 use reqwest::StatusCode;
 use serde_json::{Map, Value, json};
 
-use super::{BMC_CHECK_ERROR, IronicProvisioner, capabilities, last_error, sentence};
+use super::{BMC_CHECK_ERROR, IronicProvisioner, capabilities, last_error, node_list, sentence};
 use crate::bmc::BmcType;
 use crate::ironic::{
     Node, NodeCreate, PatchOp, ProvisionRequest as Req, ProvisionState, ProvisionTarget,
@@ -117,6 +117,7 @@ impl IronicProvisioner {
         };
         registration.power = Self::power_of(&node);
         registration.deployed = node.state() == ProvisionState::Active && !node.maintenance;
+        registration.node_state = Some(node_list::state_digest(&node));
         // The boot MAC's port is made while the node is enrolled (a vanished node is
         // re-created in `enroll`); bootMACAddress cannot change afterwards, so later
         // reconciles skip the lookup (a third of bmo's Ironic requests otherwise).
