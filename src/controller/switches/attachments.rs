@@ -186,7 +186,7 @@ mod tests {
             "apiVersion": "metal3.io/v1alpha1",
             "kind": "BareMetalHost",
             "metadata": {"name": name, "namespace": ns},
-            "spec": {"networkInterfaces": nics}
+            "spec": {"online": false, "networkInterfaces": nics}
         }))
         .unwrap()
     }
