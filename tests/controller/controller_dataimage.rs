@@ -101,6 +101,27 @@ async fn bmc_cd() -> (bool, String) {
     )
 }
 
+/// The sushy-emulator system's `PowerState` (`On`, `Off`).
+async fn bmc_power() -> String {
+    let stack = Stack::get();
+    let url = format!(
+        "{}/redfish/v1/Systems/{}",
+        stack.redfish_url.as_str().trim_end_matches('/'),
+        stack.redfish_system_ids[SYSTEM]
+    );
+    let creds = &stack.redfish_credentials;
+    let system: Value = reqwest::Client::new()
+        .get(url)
+        .basic_auth(&creds.username, Some(creds.password.expose()))
+        .send()
+        .await
+        .expect("sushy-emulator answers")
+        .json()
+        .await
+        .expect("a System resource");
+    system["PowerState"].as_str().unwrap_or_default().to_owned()
+}
+
 /// Ejects what an earlier, interrupted run may have left in the system's virtual CD.
 async fn eject_leftovers() {
     let stack = Stack::get();
@@ -201,9 +222,15 @@ async fn a_data_image_is_inserted_at_power_on_and_ejected_when_deleted() {
         || async {
             let h = hosts.get(name).await.map_err(|e| e.to_string())?;
             let powered_on = h.status.as_ref().is_some_and(|s| s.powered_on);
+            // `poweredOn` is false too before bmo first read the power: the BMC
+            // says whether bmo has switched the machine off.
+            let bmc = bmc_power().await;
             match h.provisioning_state() {
-                ProvisioningState::ExternallyProvisioned if !powered_on => Ok(()),
-                other => Err(format!("{other} on={powered_on}; {}", tail(&bmo.log()))),
+                ProvisioningState::ExternallyProvisioned if !powered_on && bmc == "Off" => Ok(()),
+                other => Err(format!(
+                    "{other} on={powered_on} bmc={bmc}; {}",
+                    tail(&bmo.log())
+                )),
             }
         },
     )
