@@ -129,10 +129,13 @@ async fn fake_hardware_host_goes_from_registering_to_provisioned_and_back_out() 
     let site = Site::start("lifecycle").await;
     let name = "worker-0";
     let (host, seen) = site.provision_fake_host(name).await;
-    // Polling can miss short states, but the long ones must show.
-    for state in ["registering", "provisioning"] {
-        assert!(seen.contains(state), "never saw {state}: {seen:?}");
-    }
+    // Polling (every 250 ms) can miss short states, but the long ones must show.
+    // Registering is short now that a registered node is read from the shared node
+    // list: the `Registered` event below shows it happened.
+    assert!(
+        seen.contains("provisioning"),
+        "never saw provisioning: {seen:?}"
+    );
     let status = host.status.clone().expect("status");
     assert!(
         !status.provisioning.id.is_empty(),
