@@ -28,6 +28,46 @@ use crate::provisioner::Provisioner;
 /// How long reconciles in flight may take to finish after the shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// How the controllers stop: `reconciling` runs until it ends, or until `shutdown`
+/// resolves and then reconciles in flight get `grace` to finish. Before `listed` had
+/// its first list (the CRD not installed yet, the API server away or refusing) none
+/// can be in flight and the controller would wait for that list forever, so it stops
+/// at once. Says which way it stopped.
+pub(crate) async fn run_until_shutdown<K>(
+    reconciling: impl std::future::Future<Output = ()>,
+    shutdown: impl std::future::Future<Output = ()>,
+    listed: &reflector::Store<K>,
+    grace: Duration,
+) -> Stopped
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    let grace = async {
+        shutdown.await;
+        if listed.wait_until_ready().now_or_never().is_none() {
+            return Stopped::BeforeFirstList;
+        }
+        tokio::time::sleep(grace).await;
+        Stopped::GraceRanOut
+    };
+    tokio::select! {
+        () = reconciling => Stopped::Finished,
+        stopped = grace => stopped,
+    }
+}
+
+/// How [`run_until_shutdown`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stopped {
+    /// Every reconcile in flight finished.
+    Finished,
+    /// Before the first list: nothing was in flight.
+    BeforeFirstList,
+    /// Reconciles were still in flight when the grace ran out.
+    GraceRanOut,
+}
+
 /// The first pause before a failed watch (or list) of the API server is tried again.
 const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
 /// The longest such pause: the watches come back within this long of the API
@@ -216,22 +256,12 @@ pub async fn run<P: Provisioner + 'static>(
                 Err(e) => tracing::debug!(error = %e, "reconcile did not finish"),
             }
         });
-    // Reconciles in flight may finish after the shutdown signal, within a grace
-    // period. Before the first list of hosts succeeded (the CRD not installed yet,
-    // the API server away or refusing) none can be in flight, and the controller
-    // would wait for that list forever: it stops at once.
-    let grace = async {
-        shutdown.await;
-        if listed.wait_until_ready().now_or_never().is_none() {
+    match run_until_shutdown(reconciling, shutdown, &listed, SHUTDOWN_GRACE).await {
+        Stopped::Finished => {}
+        Stopped::BeforeFirstList => {
             tracing::info!("host controller stopped before its first list of hosts succeeded");
-            return false;
         }
-        tokio::time::sleep(SHUTDOWN_GRACE).await;
-        true
-    };
-    tokio::select! {
-        () = reconciling => {}
-        cut_short = grace => if cut_short {
+        Stopped::GraceRanOut => {
             tracing::warn!(grace = ?SHUTDOWN_GRACE, "host controller stopped before its reconciles finished");
         }
     }

@@ -93,18 +93,8 @@ pub async fn run<P: DataImageProvisioner + 'static>(
                 tracing::debug!(error = %e, "DataImage reconcile did not finish");
             }
         });
-    // As the other controllers: before the first list nothing is in flight.
-    let grace = async {
-        shutdown.await;
-        if listed.wait_until_ready().now_or_never().is_none() {
-            return;
-        }
-        tokio::time::sleep(SHUTDOWN_GRACE).await;
-    };
-    tokio::select! {
-        () = reconciling => {}
-        () = grace => {}
-    }
+    crate::controller::run::run_until_shutdown(reconciling, shutdown, &listed, SHUTDOWN_GRACE)
+        .await;
 }
 
 async fn reconcile_image<P: DataImageProvisioner, S: DataImageStore>(

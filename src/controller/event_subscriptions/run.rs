@@ -95,19 +95,8 @@ pub async fn run<P: EventSubscriber + 'static>(
                 tracing::debug!(error = %e, "BMCEventSubscription reconcile did not finish");
             }
         });
-    // As the firmware controller: before the first list nothing is in flight, so it
-    // stops at once; afterwards reconciles in flight get a short grace.
-    let grace = async {
-        shutdown.await;
-        if listed.wait_until_ready().now_or_never().is_none() {
-            return;
-        }
-        tokio::time::sleep(SHUTDOWN_GRACE).await;
-    };
-    tokio::select! {
-        () = reconciling => {}
-        () = grace => {}
-    }
+    crate::controller::run::run_until_shutdown(reconciling, shutdown, &listed, SHUTDOWN_GRACE)
+        .await;
 }
 
 async fn reconcile<P: EventSubscriber, S: SubscriptionStore>(

@@ -114,20 +114,8 @@ pub async fn run<P: FirmwareReader + 'static>(
                 tracing::debug!(error = %e, "firmware reconcile did not finish");
             }
         });
-    // As the host controller: before the first list of hosts succeeded nothing is in
-    // flight and the controller would wait for that list forever, so it stops at
-    // once; afterwards reconciles in flight get a short grace.
-    let grace = async {
-        shutdown.await;
-        if listed.wait_until_ready().now_or_never().is_none() {
-            return;
-        }
-        tokio::time::sleep(SHUTDOWN_GRACE).await;
-    };
-    tokio::select! {
-        () = reconciling => {}
-        () = grace => {}
-    }
+    crate::controller::run::run_until_shutdown(reconciling, shutdown, &listed, SHUTDOWN_GRACE)
+        .await;
 }
 
 /// How long firmware reconciles in flight may take to finish after the shutdown signal.
