@@ -232,13 +232,6 @@ pub fn baremetalhost_rules() -> Vec<CelRule> {
         // --- spec, cross-field ---
         CelRule::new(
             "spec",
-            "!has(self.firmware)",
-            "spec.firmware is no longer supported: remove it and set BIOS options with a HostFirmwareSettings resource",
-        )
-        .on(".firmware")
-        .reason(Reason::Forbidden),
-        CelRule::new(
-            "spec",
             "!(has(self.userData) && has(self.inlineUserData))",
             "spec.inlineUserData and spec.userData are mutually exclusive: give the user data inline or as a Secret reference, not both",
         )

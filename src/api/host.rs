@@ -122,7 +122,8 @@ pub struct BareMetalHostSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raid: Option<RaidConfig>,
 
-    /// Deprecated legacy BIOS switches; must stay unset (use HostFirmwareSettings).
+    /// Deprecated BIOS switches, applied while preparing under the vendor's own
+    /// setting names (Dell, HPE); prefer a HostFirmwareSettings resource.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firmware: Option<FirmwareConfig>,
 
@@ -541,7 +542,8 @@ pub struct SoftwareRaidVolume {
     pub physical_disks: Vec<RootDeviceHints>,
 }
 
-/// Deprecated legacy BIOS switches; bmo rejects hosts that set them.
+/// Deprecated BIOS switches; bmo maps them to the vendor's BIOS setting names
+/// (Dell, HPE) and applies them while preparing.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FirmwareConfig {
@@ -809,7 +811,7 @@ pub struct ProvisionStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raid: Option<RaidConfig>,
 
-    /// Deprecated, always empty.
+    /// The spec.firmware the last preparing applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firmware: Option<FirmwareConfig>,
 

@@ -206,7 +206,7 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
         ProvisioningState::Available | ProvisioningState::Ready | ProvisioningState::Preparing
     ) {
         let settings = ctx.firmware_settings(host).await.map_err(store_err(host))?;
-        facts.firmware = firmware::state_machine::pending_settings(settings.as_ref());
+        facts.firmware = firmware::legacy::pending(host, settings.as_ref());
         let components = ctx
             .firmware_components(host)
             .await

@@ -170,7 +170,9 @@ pub fn prepare_request(
         .and_then(|s| s.provisioning.raid.as_ref());
     let bios_settings = match firmware {
         PendingSettings::Apply(settings) => settings.clone(),
-        PendingSettings::None | PendingSettings::NotReady => Vec::new(),
+        PendingSettings::None | PendingSettings::NotReady | PendingSettings::Refused(_) => {
+            Vec::new()
+        }
     };
     let firmware_updates = match updates {
         PendingUpdates::Apply { flash, .. } => flash.clone(),

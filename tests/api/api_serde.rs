@@ -96,8 +96,7 @@ fn the_full_host_fixture_uses_every_schema_field() {
     // Fields a valid host cannot hold together; each is exercised in its twin place.
     let exempt = [
         "spec.inlineUserData",                          // exclusive with spec.userData
-        "spec.firmware", // rejected; status.provisioning.firmware has it
-        "spec.raid.softwareRAIDVolumes", // exclusive with hardware; status has it
+        "spec.raid.softwareRAIDVolumes",                // exclusive with hardware; status has it
         "status.provisioning.raid.hardwareRAIDVolumes", // spec has it
     ];
     let missing: Vec<&String> = wanted

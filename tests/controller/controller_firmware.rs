@@ -17,13 +17,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::support::fake_bios::{bios_values, node_with_bios};
 use crate::support::{
     Stack, bmo_run, create_bmc_secret, eventually, installed_namespace, unique_mac,
 };
 use bmo::api::BareMetalHost;
 use bmo::api::firmware::{FirmwareSchema, HostFirmwareSettings, SettingSchema};
 use bmo::controller::firmware::state_machine::schema_name;
-use bmo::ironic::{IronicClient, NodeCreate, ProvisionRequest, ProvisionTarget};
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -71,65 +71,6 @@ fn seeded_schema() -> BTreeMap<String, SettingSchema> {
             (name, serde_json::from_value(s).unwrap())
         })
         .collect()
-}
-
-async fn wait_node(ironic: &IronicClient, uuid: &str, state: &str) {
-    eventually(
-        &format!("node {state}"),
-        Duration::from_secs(120),
-        || async {
-            let n = ironic
-                .get_node(uuid)
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or("node gone")?;
-            match n.provision_state.as_deref() {
-                Some(s) if s == state && n.target_provision_state.is_none() => Ok(()),
-                other => Err(format!("{other:?} {:?}", n.last_error)),
-            }
-        },
-    )
-    .await;
-}
-
-/// A fake-hardware node `ns~name` whose BIOS holds [`seeded_bios`], left available.
-async fn seeded_node(ironic: &IronicClient, ns: &str, name: &str, mac: &str) {
-    let node = NodeCreate {
-        name: format!("{ns}~{name}"),
-        driver: "fake-hardware".into(),
-        boot_interface: Some("fake".into()),
-        deploy_interface: Some("fake".into()),
-        management_interface: Some("fake".into()),
-        power_interface: Some("fake".into()),
-        bios_interface: Some("fake".into()),
-        automated_clean: Some(false),
-        ..Default::default()
-    };
-    let node = ironic.create_node(&node).await.expect("create node");
-    ironic
-        .create_port(&node.uuid, mac)
-        .await
-        .expect("create port");
-    ironic
-        .set_provision_state(&node.uuid, ProvisionTarget::Manage)
-        .await
-        .expect("manage");
-    wait_node(ironic, &node.uuid, "manageable").await;
-    let mut clean = ProvisionRequest::new(ProvisionTarget::Clean);
-    clean.clean_steps = Some(vec![json!({
-        "interface": "bios", "step": "apply_configuration",
-        "args": {"settings": seeded_bios()}
-    })]);
-    ironic
-        .change_provision_state(&node.uuid, &clean)
-        .await
-        .expect("clean with the BIOS step");
-    wait_node(ironic, &node.uuid, "manageable").await;
-    ironic
-        .set_provision_state(&node.uuid, ProvisionTarget::Provide)
-        .await
-        .expect("provide");
-    wait_node(ironic, &node.uuid, "available").await;
 }
 
 /// A fake-hardware host without an image (it stays available).
@@ -189,8 +130,8 @@ async fn bios_settings_reach_their_hosts_and_upstreams_objects_are_adopted() {
 
     // Two hosts of one model; `b` as upstream's operator left it.
     let (mac_a, mac_b) = (unique_mac(), unique_mac());
-    seeded_node(&ironic, &ns, "a", &mac_a).await;
-    seeded_node(&ironic, &ns, "b", &mac_b).await;
+    node_with_bios(&ironic, &ns, "a", &mac_a, seeded_bios()).await;
+    node_with_bios(&ironic, &ns, "b", &mac_b, seeded_bios()).await;
     create_host(&client, &ns, "a", &mac_a).await;
     let host_b = create_host(&client, &ns, "b", &mac_b).await;
     let expected_schema = schema_name(&seeded_schema());
@@ -453,12 +394,7 @@ async fn bios_settings_reach_their_hosts_and_upstreams_objects_are_adopted() {
         condition(&hfs, "Valid").map(|c| c.0).as_deref(),
         Some("True")
     );
-    let node = ironic.get_node(&format!("{ns}~a")).await.unwrap().unwrap();
-    let bios = ironic.get_bios(&node.uuid).await.unwrap().unwrap();
-    let in_ironic: BTreeMap<String, String> = bios
-        .into_iter()
-        .map(|s| (s.name, s.value.unwrap_or_default()))
-        .collect();
+    let in_ironic = bios_values(&ironic, &ns, "a").await;
     assert_eq!(
         in_ironic.get("ProcVirtualization").map(String::as_str),
         Some("Enabled")

@@ -1,10 +1,12 @@
 //! The one support module of the integration tests, included by every test binary
 //! (`tests/AREA/main.rs`): the real stack that `tests/env/stack` brings up, read from
 //! its env file; the lock that says which tests may run side by side (`lock`); network
-//! namespaces and netboot settings (`netboot`); the packaged forms of bmo (`appliance`).
+//! namespaces and netboot settings (`netboot`); the packaged forms of bmo (`appliance`);
+//! Ironic fake-hardware nodes with a BIOS (`fake_bios`).
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod appliance;
+pub mod fake_bios;
 mod lock;
 pub mod netboot;
 

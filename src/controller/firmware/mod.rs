@@ -11,6 +11,7 @@
 //! loops over them.
 
 pub mod components;
+pub mod legacy;
 mod run;
 pub mod state_machine;
 pub mod store;

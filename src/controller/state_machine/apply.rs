@@ -65,6 +65,7 @@ pub fn apply(host: &BareMetalHost, status: &mut BareMetalHostStatus, update: &Up
         }
         if next == State::Available && old_state == State::Preparing {
             status.provisioning.raid = host.spec.raid.clone();
+            status.provisioning.firmware = host.spec.firmware.clone();
         }
         record_history(status, old_state, next, now);
     }

@@ -57,8 +57,8 @@ pub struct Facts {
     pub registration: Option<RegistrationCheck>,
     /// What re-adopting the host reported, once it was made in this reconcile.
     pub adoption: Option<CallResult>,
-    /// BIOS settings the host's HostFirmwareSettings asks for (read for available
-    /// and preparing hosts only).
+    /// BIOS settings the host's HostFirmwareSettings and, while preparing, its
+    /// `spec.firmware` ask for (read for available and preparing hosts only).
     pub firmware: PendingSettings,
     /// Firmware updates the host's HostFirmwareComponents asks for (read for
     /// available and preparing hosts only).
@@ -413,6 +413,10 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
                 refresh: annotation(host, crate::api::host::INSPECT_ANNOTATION).is_some(),
             })
         }
+        // BIOS settings bmo cannot apply fail preparing until the spec changes.
+        State::Preparing if matches!(facts.firmware, PendingSettings::Refused(_)) => {
+            refuse_settings(&st, &facts.firmware)
+        }
         // Wait until the firmware controller judged the current spec (upstream).
         State::Preparing
             if facts.firmware == PendingSettings::NotReady
@@ -467,6 +471,25 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
             Step::Wait(STEADY_POLL)
         }
     }
+}
+
+/// A preparation error for BIOS settings that cannot be applied, said once: the host
+/// waits for its spec or its HostFirmwareSettings to change.
+fn refuse_settings(st: &BareMetalHostStatus, firmware: &PendingSettings) -> Step {
+    let PendingSettings::Refused(message) = firmware else {
+        return Step::Wait(FIRMWARE_WAIT);
+    };
+    let said = st.error_type == Some(ErrorType::Preparation) && st.error_message == *message;
+    Step::Transition(Update {
+        error: if said {
+            ErrorChange::Keep
+        } else {
+            ErrorChange::Set(ErrorType::Preparation, message.clone())
+        },
+        event: (!said).then(|| ("PreparationError".to_owned(), message.clone(), true)),
+        requeue: Requeue::OnChange,
+        ..Default::default()
+    })
 }
 
 fn credentials_problem(facts: &Facts) -> Option<Step> {
@@ -532,6 +555,15 @@ fn plan_available(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts)
             State::Preparing,
             "Preparing",
             "BIOS settings changed; preparing again".into(),
+        );
+    }
+    // As RAID: what preparing applied is recorded, and a different wish prepares again
+    // (the vendor's names are worked out there).
+    if host.spec.firmware != st.provisioning.firmware {
+        return transition(
+            State::Preparing,
+            "Preparing",
+            "spec.firmware changed; preparing again".into(),
         );
     }
     if matches!(facts.firmware_updates, PendingUpdates::Apply { .. }) {

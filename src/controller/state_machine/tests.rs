@@ -664,3 +664,75 @@ fn requested_firmware_updates_prepare_an_available_host_again() {
     assert_eq!(plan(&p, &not_ready), Step::Wait(FIRMWARE_WAIT));
     assert_eq!(plan(&p, &apply), Step::Call(Operation::Prepare));
 }
+
+#[test]
+fn a_changed_spec_firmware_prepares_again_and_is_recorded_once_prepared() {
+    let firmware = json!({"firmware": {"sriovEnabled": true}});
+    let h = host(firmware.clone(), "available", json!({}));
+    match plan(&h, &facts()) {
+        Step::Transition(u) => {
+            assert_eq!(u.state, Some(State::Preparing));
+            assert!(u.event.is_some_and(|e| e.1.contains("spec.firmware")));
+        }
+        other => panic!("{other:?}"),
+    }
+    let p = host(firmware.clone(), "preparing", json!({}));
+    let done = after(&p, Operation::Prepare, &CallResult::Done);
+    let status = applied(&p, &done);
+    assert_eq!(status.provisioning.firmware, p.spec.firmware);
+    // What preparing applied is not applied again.
+    let recorded = host(
+        firmware,
+        "available",
+        json!({"provisioning": {"state": "available", "ID": "node-1",
+                                "firmware": {"sriovEnabled": true}}}),
+    );
+    assert_eq!(
+        plan(&recorded, &facts()),
+        plan(&host(json!({}), "available", json!({})), &facts())
+    );
+}
+
+#[test]
+fn refused_bios_settings_fail_preparing_once_until_something_changes() {
+    let refused = Facts {
+        firmware: PendingSettings::Refused("host ns/h: spec.firmware: why; fix".into()),
+        ..facts()
+    };
+    let p = host(
+        json!({"firmware": {"sriovEnabled": true}}),
+        "preparing",
+        json!({}),
+    );
+    let Step::Transition(u) = plan(&p, &refused) else {
+        panic!("not a status change");
+    };
+    assert_eq!(
+        u.error,
+        ErrorChange::Set(
+            ErrorType::Preparation,
+            "host ns/h: spec.firmware: why; fix".into()
+        )
+    );
+    assert_eq!(
+        u.event,
+        Some((
+            "PreparationError".into(),
+            "host ns/h: spec.firmware: why; fix".into(),
+            true
+        ))
+    );
+    assert_eq!(u.requeue, Requeue::OnChange);
+    assert_eq!(u.state, None, "the host stays preparing");
+    // Said once: the next reconcile changes nothing and publishes nothing.
+    let status = applied(&p, &u);
+    let mut again = p.clone();
+    again.status = Some(status);
+    assert_eq!(
+        plan(&again, &refused),
+        Step::Transition(Update {
+            requeue: Requeue::OnChange,
+            ..Default::default()
+        })
+    );
+}

@@ -377,6 +377,10 @@ pub enum PendingSettings {
     NotReady,
     /// Apply these settings (name, value), which differ from what the BMC reports.
     Apply(Vec<(String, serde_json::Value)>),
+    /// What is asked cannot be applied (`spec.firmware` of an unknown vendor, or
+    /// naming a setting HostFirmwareSettings names too): the sentence says why and
+    /// what to do. Only [`super::legacy::pending`] says this.
+    Refused(String),
 }
 
 /// The settings preparing should apply: only a valid change whose conditions are

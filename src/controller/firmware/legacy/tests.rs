@@ -1,0 +1,357 @@
+use serde_json::{Value, json};
+
+use super::*;
+
+fn config(v: Option<bool>, smt: Option<bool>, sriov: Option<bool>) -> FirmwareConfig {
+    FirmwareConfig {
+        virtualization_enabled: v,
+        simultaneous_multithreading_enabled: smt,
+        sriov_enabled: sriov,
+    }
+}
+
+fn names(mapped: &[Mapped]) -> Vec<(&'static str, &'static str)> {
+    mapped.iter().map(|m| (m.setting, m.value)).collect()
+}
+
+#[test]
+fn dell_names_the_switches_as_idrac_does() {
+    let table = [
+        (
+            config(Some(true), Some(true), Some(true)),
+            vec![
+                ("ProcVirtualization", "Enabled"),
+                ("LogicalProc", "Enabled"),
+                ("SriovGlobalEnable", "Enabled"),
+            ],
+        ),
+        (
+            config(Some(false), Some(false), Some(false)),
+            vec![
+                ("ProcVirtualization", "Disabled"),
+                ("LogicalProc", "Disabled"),
+                ("SriovGlobalEnable", "Disabled"),
+            ],
+        ),
+        (
+            config(None, Some(false), None),
+            vec![("LogicalProc", "Disabled")],
+        ),
+        (config(None, None, None), vec![]),
+    ];
+    for (config, expected) in table {
+        let mapped = map(Vendor::Dell, &config).expect("Dell is mapped");
+        assert_eq!(names(&mapped), expected, "{config:?}");
+    }
+}
+
+#[test]
+fn hpe_names_the_switches_as_ilo_does() {
+    let table = [
+        (
+            config(Some(true), Some(true), Some(true)),
+            vec![
+                ("ProcVirtualization", "Enabled"),
+                ("ProcHyperthreading", "Enabled"),
+                ("Sriov", "Enabled"),
+            ],
+        ),
+        (
+            config(Some(false), Some(false), Some(false)),
+            vec![
+                ("ProcVirtualization", "Disabled"),
+                ("ProcHyperthreading", "Disabled"),
+                ("Sriov", "Disabled"),
+            ],
+        ),
+        (config(None, None, Some(true)), vec![("Sriov", "Enabled")]),
+        (config(None, None, None), vec![]),
+    ];
+    for (config, expected) in table {
+        let mapped = map(Vendor::Hpe, &config).expect("HPE is mapped");
+        assert_eq!(names(&mapped), expected, "{config:?}");
+    }
+}
+
+#[test]
+fn fujitsu_has_no_names_bmo_could_send() {
+    for config in [
+        config(Some(true), None, None),
+        config(None, Some(false), None),
+        config(None, None, Some(true)),
+    ] {
+        assert_eq!(map(Vendor::Fujitsu, &config), None, "{config:?}");
+    }
+    // Nothing asked, nothing to refuse.
+    assert_eq!(
+        map(Vendor::Fujitsu, &config(None, None, None)),
+        Some(vec![])
+    );
+}
+
+#[test]
+fn the_vendor_comes_from_the_driver_first_then_the_manufacturer() {
+    let table: [(&str, Option<&str>, Option<Vendor>); 13] = [
+        (
+            "idrac-redfish://bmc/redfish/v1/Systems/1",
+            None,
+            Some(Vendor::Dell),
+        ),
+        (
+            "idrac-virtualmedia+https://bmc/redfish/v1/Systems/1",
+            Some("HPE"),
+            Some(Vendor::Dell),
+        ),
+        (
+            "ilo5-redfish://bmc/redfish/v1/Systems/1",
+            None,
+            Some(Vendor::Hpe),
+        ),
+        (
+            "ilo5-virtualmedia://bmc/redfish/v1/Systems/1",
+            Some("Dell Inc."),
+            Some(Vendor::Hpe),
+        ),
+        // A Dell behind plain Redfish names its settings the Dell way.
+        (
+            "redfish://bmc/redfish/v1/Systems/1",
+            Some("Dell Inc."),
+            Some(Vendor::Dell),
+        ),
+        (
+            "redfish-virtualmedia://bmc/redfish/v1/Systems/1",
+            Some("HPE"),
+            Some(Vendor::Hpe),
+        ),
+        (
+            "redfish://bmc/redfish/v1/Systems/1",
+            Some("Hewlett Packard Enterprise"),
+            Some(Vendor::Hpe),
+        ),
+        ("ipmi://bmc", Some("HP"), Some(Vendor::Hpe)),
+        (
+            "redfish://bmc/redfish/v1/Systems/1",
+            Some("FUJITSU"),
+            Some(Vendor::Fujitsu),
+        ),
+        ("fake://h", Some("Dell Inc."), Some(Vendor::Dell)),
+        (
+            "redfish://bmc/redfish/v1/Systems/1",
+            Some("Supermicro"),
+            None,
+        ),
+        // "Shpe" is not HPE: whole words only.
+        ("ipmi://bmc", Some("Shpe Delling"), None),
+        ("fake://h", None, None),
+    ];
+    for (address, manufacturer, expected) in table {
+        let h = host(address, manufacturer, "preparing", None);
+        assert_eq!(vendor_of(&h).ok(), expected, "{address} {manufacturer:?}");
+    }
+}
+
+#[test]
+fn an_unknown_vendor_is_refused_naming_host_field_and_fix() {
+    let h = host(
+        "redfish://bmc/redfish/v1/Systems/1",
+        Some("Acme"),
+        "preparing",
+        Some(json!({"sriovEnabled": true})),
+    );
+    let PendingSettings::Refused(message) = pending(&h, None) else {
+        panic!("not refused");
+    };
+    for part in [
+        "host ns/h",
+        "spec.firmware",
+        "BMC driver redfish",
+        "\"Acme\"",
+        "HostFirmwareSettings spec.settings",
+    ] {
+        assert!(message.contains(part), "{part:?} missing in {message}");
+    }
+    let h = host(
+        "fake://h",
+        Some("FUJITSU"),
+        "preparing",
+        Some(json!({"virtualizationEnabled": false})),
+    );
+    let PendingSettings::Refused(message) = pending(&h, None) else {
+        panic!("not refused");
+    };
+    assert!(
+        message.contains("Fujitsu") && message.contains("iRMC"),
+        "{message}"
+    );
+}
+
+fn host(
+    address: &str,
+    manufacturer: Option<&str>,
+    state: &str,
+    firmware: Option<Value>,
+) -> BareMetalHost {
+    let mut status = json!({
+        "operationalStatus": "OK", "errorMessage": "", "poweredOn": false,
+        "errorCount": 0, "provisioningFailCount": 0,
+        "provisioning": {"state": state, "ID": "node-1"}
+    });
+    if let Some(m) = manufacturer {
+        status["hardware"] = json!({"systemVendor": {"manufacturer": m}});
+    }
+    let mut spec =
+        json!({"online": false, "bmc": {"address": address, "credentialsName": "h-bmc"}});
+    if let Some(f) = firmware {
+        spec["firmware"] = f;
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+        "metadata": {"name": "h", "namespace": "ns"},
+        "spec": spec, "status": status
+    }))
+    .expect("valid host")
+}
+
+/// The host's HostFirmwareSettings at generation 1, judged; `read` says whether the
+/// BIOS was read (a schema is named).
+fn hfs(spec: Value, bios: Value, changed: bool, read: bool) -> HostFirmwareSettings {
+    let cond = |kind: &str, status: bool| {
+        json!({"type": kind, "status": if status {"True"} else {"False"}, "reason": "Success",
+               "message": "", "observedGeneration": 1, "lastTransitionTime": "2027-01-01T00:00:00Z"})
+    };
+    let mut status = json!({"settings": bios,
+        "conditions": [cond("ChangeDetected", changed), cond("Valid", true)]});
+    if read {
+        status["schema"] = json!({"name": "schema-1", "namespace": "ns"});
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "metal3.io/v1alpha1", "kind": "HostFirmwareSettings",
+        "metadata": {"name": "h", "namespace": "ns", "generation": 1},
+        "spec": {"settings": spec}, "status": status
+    }))
+    .expect("valid settings")
+}
+
+fn dell_bios() -> Value {
+    json!({"ProcVirtualization": "Disabled", "LogicalProc": "Enabled",
+           "SriovGlobalEnable": "Disabled", "BootRetries": "3"})
+}
+
+#[test]
+fn preparing_adds_the_mapped_settings_the_bios_lacks() {
+    let all_on = json!({"virtualizationEnabled": true, "simultaneousMultithreadingEnabled": true,
+                        "sriovEnabled": true});
+    let dell = |state: &str, firmware: Option<Value>| {
+        host(
+            "redfish://bmc/redfish/v1/Systems/1",
+            Some("Dell Inc."),
+            state,
+            firmware,
+        )
+    };
+    let apply = |pairs: &[(&str, Value)]| {
+        PendingSettings::Apply(
+            pairs
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), v.clone()))
+                .collect(),
+        )
+    };
+    let quiet = hfs(json!({}), dell_bios(), false, true);
+    let boot = hfs(json!({"BootRetries": 5}), dell_bios(), true, true);
+    let table: Vec<(
+        &str,
+        BareMetalHost,
+        Option<HostFirmwareSettings>,
+        PendingSettings,
+    )> = vec![
+        (
+            "only what differs from the BIOS read",
+            dell("preparing", Some(all_on.clone())),
+            Some(quiet.clone()),
+            apply(&[
+                ("ProcVirtualization", json!("Enabled")),
+                ("SriovGlobalEnable", json!("Enabled")),
+            ]),
+        ),
+        (
+            "after the HostFirmwareSettings' own",
+            dell("preparing", Some(all_on.clone())),
+            Some(boot.clone()),
+            apply(&[
+                ("BootRetries", json!(5)),
+                ("ProcVirtualization", json!("Enabled")),
+                ("SriovGlobalEnable", json!("Enabled")),
+            ]),
+        ),
+        (
+            "already in place",
+            dell(
+                "preparing",
+                Some(json!({"simultaneousMultithreadingEnabled": true})),
+            ),
+            Some(quiet.clone()),
+            PendingSettings::None,
+        ),
+        (
+            "no switch set: HostFirmwareSettings alone",
+            dell("preparing", Some(json!({}))),
+            Some(boot.clone()),
+            apply(&[("BootRetries", json!(5))]),
+        ),
+        (
+            "outside preparing: HostFirmwareSettings alone",
+            dell("available", Some(all_on.clone())),
+            Some(quiet.clone()),
+            PendingSettings::None,
+        ),
+        (
+            "no HostFirmwareSettings yet: wait for it",
+            dell("preparing", Some(all_on.clone())),
+            None,
+            PendingSettings::NotReady,
+        ),
+        (
+            "BIOS not read yet: wait",
+            dell("preparing", Some(all_on.clone())),
+            Some(hfs(json!({}), json!({}), false, false)),
+            PendingSettings::NotReady,
+        ),
+    ];
+    for (case, host, settings, expected) in table {
+        assert_eq!(pending(&host, settings.as_ref()), expected, "{case}");
+    }
+}
+
+#[test]
+fn a_setting_named_twice_or_missing_from_the_bios_is_refused() {
+    let h = host(
+        "idrac-redfish://bmc/redfish/v1/Systems/1",
+        None,
+        "preparing",
+        Some(json!({"simultaneousMultithreadingEnabled": false})),
+    );
+    // HostFirmwareSettings names LogicalProc too, even with the same value.
+    let both = hfs(json!({"LogicalProc": "Disabled"}), dell_bios(), true, true);
+    let PendingSettings::Refused(message) = pending(&h, Some(&both)) else {
+        panic!("a setting named twice was not refused");
+    };
+    assert_eq!(
+        message,
+        "host ns/h: spec.firmware.simultaneousMultithreadingEnabled sets the BIOS setting \
+         LogicalProc, which HostFirmwareSettings ns/h spec.settings sets too; remove it from \
+         one of them"
+    );
+    // A BMC that reports no such setting.
+    let bare = hfs(json!({}), json!({"BootRetries": "3"}), false, true);
+    let PendingSettings::Refused(message) = pending(&h, Some(&bare)) else {
+        panic!("a setting the BMC lacks was not refused");
+    };
+    assert!(
+        message.starts_with(
+            "host ns/h: spec.firmware.simultaneousMultithreadingEnabled maps to the Dell BIOS \
+             setting LogicalProc, which the BMC does not report"
+        ),
+        "{message}"
+    );
+}
