@@ -19,6 +19,7 @@ const NS: &str = "ns";
 
 type TestContext = Context<FixtureProvisioner, MemoryStore>;
 
+mod firmware_map;
 mod firmware_updates;
 
 fn context() -> TestContext {
