@@ -10,7 +10,9 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::host::{ALLOW_DELETE_WHILE_CONSUMED_ANNOTATION, HARDWARE_DETAILS_ANNOTATION};
+use super::host::{
+    ALLOW_DELETE_WHILE_CONSUMED_ANNOTATION, DELETE_FOR_MOVE_ANNOTATION, HARDWARE_DETAILS_ANNOTATION,
+};
 use super::network::IN_USE_ANNOTATION;
 use super::{GROUP, VERSION};
 
@@ -219,10 +221,15 @@ fn attachment_in_use() -> Policy {
 
 fn delete_guard() -> Policy {
     let key = ALLOW_DELETE_WHILE_CONSUMED_ANNOTATION;
+    // `clusterctl move` deletes the source copy of a consumed host after creating it
+    // in the target; it marks that delete with its own annotation (and replaces all
+    // other annotations with it).
+    let moved = DELETE_FOR_MOVE_ANNOTATION;
     let validation = Validation {
         expression: format!(
             "!has(oldObject.spec) || !has(oldObject.spec.consumerRef) || (has(oldObject.metadata.annotations) \
-             && '{key}' in oldObject.metadata.annotations && oldObject.metadata.annotations['{key}'] == 'true')"
+             && (('{key}' in oldObject.metadata.annotations && oldObject.metadata.annotations['{key}'] == 'true') \
+             || '{moved}' in oldObject.metadata.annotations))"
         ),
         message: Some(format!(
             "this BareMetalHost is in use (spec.consumerRef is set): release it from its consumer first, \

@@ -32,6 +32,9 @@ pub const PAUSED_ANNOTATION: &str = "baremetalhost.metal3.io/paused";
 pub const DETACHED_ANNOTATION: &str = "baremetalhost.metal3.io/detached";
 /// A JSON copy of the status, used to restore it after a move between clusters.
 pub const STATUS_ANNOTATION: &str = "baremetalhost.metal3.io/status";
+/// Set by `clusterctl move` on the source object just before it deletes it: the host
+/// lives on elsewhere, so its deletion here leaves the provisioner's node as it is.
+pub const DELETE_FOR_MOVE_ANNOTATION: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
 /// `disabled` turns inspection off (legacy form of `spec.inspectionMode: disabled`);
 /// any other value on an available host asks for a new inspection.
 pub const INSPECT_ANNOTATION: &str = "inspect.metal3.io";

@@ -162,6 +162,12 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
         tracing::debug!("paused; leaving the host alone");
         return Ok(Next::OnChange);
     }
+    if gate == Gate::MovedAway {
+        // The moved copy owns the node now: neither the status nor the provisioner
+        // is touched here.
+        tracing::info!("deleted by clusterctl move; letting go, the provisioner's node stays");
+        return save(host, ctx, state_machine::moved_away(), Extras::default()).await;
+    }
     // Status fields another manager wrote with Update (upstream's operator, before
     // bmo took over) become bmo's on the first reconcile, so that bmo's status
     // writes clear what they leave out; the rest of the reconcile uses the host as
@@ -186,7 +192,7 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
                 .map_err(store_err(host))?;
             return Ok(Next::After(Duration::ZERO));
         }
-        Gate::Released | Gate::Paused => return Ok(Next::OnChange),
+        Gate::Released | Gate::Paused | Gate::MovedAway => return Ok(Next::OnChange),
         Gate::Proceed => {}
     }
     let Loaded {

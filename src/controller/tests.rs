@@ -311,6 +311,32 @@ async fn upstreams_secret_finalizer_goes_when_the_host_no_longer_needs_the_secre
 }
 
 #[tokio::test]
+async fn a_host_deleted_by_clusterctl_move_lets_go_and_leaves_the_node_deployed() {
+    let ctx = site("mv", json!({}));
+    drive(&ctx, "mv", settled).await;
+    let before = ctx.provisioner.host("ns~mv").expect("registered");
+    // clusterctl replaces every annotation with its own, then deletes.
+    let mut h = ctx.store.host(NS, "mv").expect("host");
+    h.metadata.annotations = Some(BTreeMap::from([(
+        crate::api::host::DELETE_FOR_MOVE_ANNOTATION.to_owned(),
+        String::new(),
+    )]));
+    ctx.store.put_host(h);
+    ctx.store.delete_host(NS, "mv");
+    let writes = ctx.store.status_writes();
+    assert_eq!(step(&ctx, "mv").await, Next::OnChange);
+    assert!(ctx.store.host(NS, "mv").is_none(), "the finalizer stayed");
+    assert_eq!(ctx.store.status_writes(), writes, "the status was written");
+    assert_eq!(
+        ctx.provisioner.host("ns~mv"),
+        Some(before),
+        "the provisioner's record changed"
+    );
+    assert_eq!(secret_finalizers(&ctx, "mv-bmc"), Vec::<String>::new());
+    assert!(event_reasons(&ctx).contains(&"DeletedForMove".to_owned()));
+}
+
+#[tokio::test]
 async fn deleting_an_unmanaged_host_needs_no_provisioner() {
     let ctx = unmanaged_site("u");
     drive(&ctx, "u", in_state(State::Unmanaged)).await;

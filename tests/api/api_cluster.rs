@@ -393,6 +393,22 @@ async fn deleting_a_consumed_host_needs_the_override_annotation() {
         .await
         .expect("a host without consumerRef deletes");
 
+    // The copy `clusterctl move` deletes (it lives on in the target) goes through.
+    let moved = bmo::api::host::DELETE_FOR_MOVE_ANNOTATION;
+    for value in [json!(""), Value::Null] {
+        let patch = json!({"metadata": {"annotations": {moved: value}}});
+        hosts
+            .patch("consumed", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("annotate");
+        if !value.is_null() {
+            hosts
+                .delete("consumed", &dry)
+                .await
+                .expect("a host deleted for a move may go");
+        }
+    }
+
     // The wrong value of the override does not count; "true" does.
     for (value, allowed) in [("yes", false), ("true", true)] {
         let patch = json!({"metadata": {"annotations": {

@@ -27,6 +27,7 @@ mod controller_ironic_restart;
 mod controller_leader;
 mod controller_lifecycle;
 mod controller_migration;
+mod controller_pivot;
 mod controller_preprov_image;
 mod controller_restart;
 mod controller_switches;

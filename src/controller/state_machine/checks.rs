@@ -5,7 +5,9 @@
 use kube::ResourceExt;
 
 use super::{ErrorChange, Operation, RebootRequest, Requeue, Update, status};
-use crate::api::host::{FINALIZER, PAUSED_ANNOTATION, REBOOT_ANNOTATION_PREFIX};
+use crate::api::host::{
+    DELETE_FOR_MOVE_ANNOTATION, FINALIZER, PAUSED_ANNOTATION, REBOOT_ANNOTATION_PREFIX,
+};
 use crate::api::{BareMetalHost, ErrorType, ProvisioningState as State};
 use crate::provisioner::PowerState;
 
@@ -20,6 +22,10 @@ pub enum Gate {
     AddFinalizer,
     /// Deleted and no longer holding bmo's finalizer: nothing left to do.
     Released,
+    /// Deleted by `clusterctl move` (the delete-for-move annotation): the host was
+    /// re-created elsewhere and takes the provisioner's node over there, so this copy
+    /// only lets go (no deprovisioning, no power-off, the node stays).
+    MovedAway,
 }
 
 pub fn gate(host: &BareMetalHost) -> Gate {
@@ -29,6 +35,8 @@ pub fn gate(host: &BareMetalHost) -> Gate {
         Gate::Paused
     } else if !ours && deleting {
         Gate::Released
+    } else if deleting && host.annotations().contains_key(DELETE_FOR_MOVE_ANNOTATION) {
+        Gate::MovedAway
     } else if !ours {
         Gate::AddFinalizer
     } else {
@@ -109,6 +117,24 @@ pub fn release() -> Update {
         event: Some((
             "Deleted".into(),
             "host removed from the provisioner; releasing it".into(),
+            false,
+        )),
+        requeue: Requeue::OnChange,
+        ..Default::default()
+    }
+}
+
+/// Letting go of a host `clusterctl move` deleted: bmo's finalizers go, the
+/// provisioner's node is left to the moved copy.
+pub fn moved_away() -> Update {
+    Update {
+        release: true,
+        event: Some((
+            "DeletedForMove".into(),
+            format!(
+                "host deleted by clusterctl move ({DELETE_FOR_MOVE_ANNOTATION}); \
+                 the provisioner's node is kept for the moved host"
+            ),
             false,
         )),
         requeue: Requeue::OnChange,

@@ -23,7 +23,7 @@ pub use crate::controller::firmware::state_machine::PendingSettings;
 
 pub use apply::apply;
 pub use checks::{
-    Gate, gate, observed_power, reboot_request, release, restart_on_failure, spec_error,
+    Gate, gate, moved_away, observed_power, reboot_request, release, restart_on_failure, spec_error,
 };
 pub use next::{RegistrationCheck, next};
 

@@ -26,10 +26,15 @@ impl IronicProvisioner {
             ..Registration::default()
         };
         let node_name = host.id.node_name();
+        // The node the host recorded (status.provisioning.ID) is its own under any
+        // name: a host moved to another namespace brings the ID along in its status
+        // and the node is renamed below. Only a node found another way (by the boot
+        // MAC) under another host's name is a conflict.
+        let recorded = host.provisioning_id.as_deref() == Some(node.uuid.as_str());
         if let Some(other) = node
             .name
             .as_deref()
-            .filter(|n| *n != node_name && *n != host.id.name)
+            .filter(|n| !recorded && *n != node_name && *n != host.id.name)
         {
             return Ok(Outcome::failed(
                 registration,
