@@ -20,6 +20,7 @@ const NS: &str = "ns";
 type TestContext = Context<FixtureProvisioner, MemoryStore>;
 
 mod firmware_updates;
+mod servicing;
 
 fn context() -> TestContext {
     context_with_steps(1)

@@ -313,7 +313,15 @@ impl Provisioner for FixtureProvisioner {
             } else {
                 PowerState::Off
             },
-            deployed: record.state == FixtureState::Active,
+            // Servicing keeps the instance, as in Ironic.
+            deployed: matches!(
+                record.state,
+                FixtureState::Active
+                    | FixtureState::Running {
+                        operation: FixtureOperation::Service,
+                        ..
+                    }
+            ),
             credentials_pending: host.credentials_changed && busy,
             node_state: None,
         };

@@ -112,10 +112,14 @@ pub fn started(after: std::time::Duration) -> Update {
 }
 
 /// The status change once servicing is over (done, or aborted after the change was
-/// withdrawn): back to `OK`, and the host powers on as its spec says.
+/// withdrawn): back to `OK`, and the host powers on as its spec says. The next look
+/// comes after the firmware controller has had time to read the new values (its
+/// conditions changing wakes the host sooner): until then the objects still show
+/// the change, which would start servicing again, only to find nothing to apply.
 pub fn finished() -> Update {
     Update {
         error: ErrorChange::Clear,
+        requeue: super::Requeue::After(FIRMWARE_WAIT),
         event: Some((
             "ServicingComplete".into(),
             "servicing finished; the host is back in service".into(),
