@@ -100,20 +100,15 @@ pub enum CredentialsCheck {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
     Register,
-    Inspect {
-        refresh: bool,
-    },
+    Inspect { refresh: bool },
     Prepare,
     Provision,
     Deprovision,
     Adopt,
     PowerOn,
-    PowerOff {
-        hard: bool,
-    },
+    PowerOff { hard: bool },
     Detach,
     Delete,
-    /// Apply firmware settings and updates to a provisioned host (Ironic servicing).
     Service,
 }
 
