@@ -6,7 +6,7 @@ use crate::api::{BareMetalHost, CurrentStep};
 use crate::metrics::Metrics;
 use crate::provisioner::{self, InspectStatus, Outcome, PowerMode, Provisioner};
 
-use super::request::{prepare_request, provision_request};
+use super::request::{prepare_request, provision_request, service_request};
 use super::save::Extras;
 use super::state_machine::{CallResult, Facts, Operation, PendingUpdates};
 use super::store::Store;
@@ -94,6 +94,7 @@ pub async fn call<P: Provisioner, S: Store>(
             running(&mut extras, outcome.value.current_step.as_ref());
             call_result(&outcome)
         }
+        Operation::Service => service(host, ctx, phost, facts, &mut extras).await?,
         Operation::Provision => {
             let request = provision_request(host, &ctx.store, &ctx.metrics)
                 .await
@@ -127,6 +128,42 @@ pub async fn call<P: Provisioner, S: Store>(
         Operation::Delete => call_result(&p.delete(phost).await?),
     };
     Ok((result, extras))
+}
+
+/// Services a provisioned host with what its policy allows; the firmware updates
+/// are recorded once the service steps start, as when preparing.
+async fn service<P: Provisioner, S: Store>(
+    host: &BareMetalHost,
+    ctx: &Context<P, S>,
+    phost: &provisioner::Host,
+    facts: &Facts,
+    extras: &mut Extras,
+) -> Result<CallResult, ReconcileError> {
+    let (settings, updates) = super::state_machine::servicing::allowed_changes(facts);
+    let request = service_request(&settings, &updates, facts.firmware_spec_set);
+    let outcome = ctx.provisioner.service(phost, &request).await?;
+    if let PendingUpdates::Apply { spec, .. } = &updates
+        && outcome.value.started
+        && !request.firmware_updates.is_empty()
+    {
+        ctx.store
+            .record_firmware_updates(host, spec)
+            .await
+            .map_err(store_err(host))?;
+    }
+    if outcome.error.is_some() && !request.firmware_updates.is_empty() {
+        ctx.store
+            .forget_firmware_updates(host)
+            .await
+            .map_err(store_err(host))?;
+    }
+    running(extras, outcome.value.current_step.as_ref());
+    Ok(match outcome.requeue_after {
+        Some(after) if outcome.value.started && outcome.error.is_none() => {
+            CallResult::Started { after }
+        }
+        _ => call_result(&outcome),
+    })
 }
 
 /// Adopts the host with its image and config data.

@@ -205,21 +205,7 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
     if let Some(poll) = waiting_for_image {
         return Ok(Next::After(poll));
     }
-    // Only an available or preparing host applies BIOS settings and firmware updates
-    // (a provisioned one needs servicing, not done yet).
-    if matches!(
-        host.provisioning_state(),
-        ProvisioningState::Available | ProvisioningState::Ready | ProvisioningState::Preparing
-    ) {
-        let settings = ctx.firmware_settings(host).await.map_err(store_err(host))?;
-        facts.firmware = firmware::legacy::pending(host, settings.as_ref());
-        let components = ctx
-            .firmware_components(host)
-            .await
-            .map_err(store_err(host))?;
-        facts.firmware_updates =
-            firmware::components::state_machine::pending_updates(components.as_ref());
-    }
+    load_firmware(host, ctx, &mut facts).await?;
     let mut registration = Extras::default();
     // The node and its state digest as the registration check saw them.
     let mut seen_node = None;
@@ -315,6 +301,50 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
             }
         }
     }
+}
+
+/// The BIOS settings and firmware updates the host's objects ask for, where they
+/// matter: an available or preparing host applies them by preparing, a provisioned
+/// one by servicing as far as its HostUpdatePolicy allows.
+async fn load_firmware<P: Provisioner, S: Store>(
+    host: &BareMetalHost,
+    ctx: &Context<P, S>,
+    facts: &mut Facts,
+) -> Result<(), ReconcileError> {
+    let (settings, updates) = if matches!(
+        host.provisioning_state(),
+        ProvisioningState::Available | ProvisioningState::Ready | ProvisioningState::Preparing
+    ) {
+        (true, true)
+    } else if state_machine::wants_servicing_facts(host) {
+        let policy = ctx
+            .store
+            .host_update_policy(host)
+            .await
+            .map_err(store_err(host))?;
+        facts.servicing_allowed = state_machine::ServicingAllowed::from_policy(policy.as_ref());
+        (
+            facts.servicing_allowed.settings,
+            facts.servicing_allowed.updates,
+        )
+    } else {
+        (false, false)
+    };
+    if settings {
+        let settings = ctx.firmware_settings(host).await.map_err(store_err(host))?;
+        facts.firmware = firmware::legacy::pending(host, settings.as_ref());
+        facts.firmware_spec_set |= settings.is_some_and(|s| !s.spec.settings.is_empty());
+    }
+    if updates {
+        let components = ctx
+            .firmware_components(host)
+            .await
+            .map_err(store_err(host))?;
+        facts.firmware_updates =
+            firmware::components::state_machine::pending_updates(components.as_ref());
+        facts.firmware_spec_set |= components.is_some_and(|c| !c.spec.updates.is_empty());
+    }
+    Ok(())
 }
 
 /// The host's DataImage before power-on; `Some` holds the power-on until then.
@@ -453,6 +483,8 @@ async fn load<P: Provisioner, S: Store>(
         adoption: None,
         firmware: PendingSettings::None,
         firmware_updates: PendingUpdates::None,
+        servicing_allowed: Default::default(),
+        firmware_spec_set: false,
         data_image_checked: false,
     };
     Ok(Loaded {

@@ -13,7 +13,9 @@ use crate::api::{BareMetalHost, InspectionMode};
 use crate::bmc::{BmcAddress, parse_mac};
 use crate::credentials::Credentials;
 use crate::metrics::Metrics;
-use crate::provisioner::{DeployRamdisk, Host, HostId, PrepareRequest, ProvisionRequest};
+use crate::provisioner::{
+    DeployRamdisk, Host, HostId, PrepareRequest, ProvisionRequest, ServiceRequest,
+};
 
 /// Why a host's spec cannot be turned into provisioner input.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -186,5 +188,29 @@ pub fn prepare_request(
         bios_settings,
         firmware_updates,
         ..Default::default()
+    }
+}
+
+/// Input for servicing: the allowed BIOS settings that differ from the BMC's and the
+/// allowed updates not flashed yet; `withdrawn` when the allowed objects ask for
+/// nothing at all (`spec_set` false).
+pub fn service_request(
+    firmware: &PendingSettings,
+    updates: &PendingUpdates,
+    spec_set: bool,
+) -> ServiceRequest {
+    ServiceRequest {
+        withdrawn: !spec_set,
+        bios_settings: match firmware {
+            PendingSettings::Apply(settings) => settings.clone(),
+            // Refused only while preparing (spec.firmware); servicing never sees it.
+            PendingSettings::None | PendingSettings::NotReady | PendingSettings::Refused(_) => {
+                Vec::new()
+            }
+        },
+        firmware_updates: match updates {
+            PendingUpdates::Apply { flash, .. } => flash.clone(),
+            PendingUpdates::None | PendingUpdates::NotReady => Vec::new(),
+        },
     }
 }

@@ -17,7 +17,9 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
-use crate::api::firmware::{FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings};
+use crate::api::firmware::{
+    FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
+};
 use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails, PreprovisioningImage};
 
 pub use kube_store::{FIELD_MANAGER, KubeStore};
@@ -106,6 +108,12 @@ pub trait Store: Send + Sync {
         &self,
         host: &BareMetalHost,
     ) -> impl Future<Output = Result<Option<HostFirmwareComponents>, StoreError>> + Send;
+
+    /// The host's HostUpdatePolicy (same name), when it exists.
+    fn host_update_policy(
+        &self,
+        host: &BareMetalHost,
+    ) -> impl Future<Output = Result<Option<HostUpdatePolicy>, StoreError>> + Send;
 
     /// Records in the host's HostFirmwareComponents that preparing started to flash
     /// `updates` (`status.updates`, and `status.lastUpdated` now), as upstream does

@@ -21,6 +21,7 @@ type TestContext = Context<FixtureProvisioner, MemoryStore>;
 
 mod firmware_map;
 mod firmware_updates;
+mod servicing;
 
 fn context() -> TestContext {
     context_with_steps(1)

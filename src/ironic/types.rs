@@ -90,6 +90,9 @@ pub struct Node {
     pub clean_step: Option<Value>,
     #[serde(default)]
     pub deploy_step: Option<Value>,
+    /// The service step running now (API 1.87), like `clean_step`.
+    #[serde(default)]
+    pub service_step: Option<Value>,
     #[serde(default)]
     pub boot_interface: Option<String>,
     #[serde(default)]
@@ -140,9 +143,11 @@ pub enum ProvisionState {
     Adopting,
     AdoptFailed,
     Servicing,
+    ServiceWait,
+    ServiceFailed,
     Rescuing,
     Unrescuing,
-    /// A state bmo has no rule for (rescue, service wait, …); see the node's string.
+    /// A state bmo has no rule for (rescue, service hold, …); see the node's string.
     Other,
 }
 
@@ -168,6 +173,8 @@ impl ProvisionState {
         ("adopting", Self::Adopting),
         ("adopt failed", Self::AdoptFailed),
         ("servicing", Self::Servicing),
+        ("service wait", Self::ServiceWait),
+        ("service failed", Self::ServiceFailed),
         ("rescuing", Self::Rescuing),
         ("unrescuing", Self::Unrescuing),
     ];
@@ -273,6 +280,8 @@ pub struct ProvisionRequest {
     pub clean_steps: Option<Vec<Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deploy_steps: Option<Vec<Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_steps: Option<Vec<Value>>,
     /// Contains user data: never log it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub configdrive: Option<Value>,
@@ -284,6 +293,7 @@ impl ProvisionRequest {
             target,
             clean_steps: None,
             deploy_steps: None,
+            service_steps: None,
             configdrive: None,
         }
     }
@@ -380,6 +390,8 @@ pub enum ProvisionTarget {
     Clean,
     Abort,
     Adopt,
+    /// Runs service steps on an active node (API 1.87).
+    Service,
 }
 
 /// Targets of `PUT /v1/nodes/{id}/states/power`.

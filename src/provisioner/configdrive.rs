@@ -92,29 +92,42 @@ pub fn clean_plan(request: &PrepareRequest) -> CleanPlan {
             }
         }
     }
-    if !request.bios_settings.is_empty() {
-        let settings: Vec<Value> = request
-            .bios_settings
-            .iter()
-            .map(|(name, value)| json!({"name": name, "value": value}))
-            .collect();
-        plan.steps.push(json!({"interface": "bios", "step": "apply_configuration", "args": {"settings": settings}}));
-    }
-    if !request.firmware_updates.is_empty() {
-        let settings: Vec<Value> = request
-            .firmware_updates
-            .iter()
-            .map(|u| json!({"component": u.component, "url": u.url}))
-            .collect();
-        plan.steps.push(
-            json!({"interface": "firmware", "step": "update", "args": {"settings": settings}}),
-        );
-    }
+    plan.steps.extend(firmware_steps(
+        &request.bios_settings,
+        &request.firmware_updates,
+    ));
     if request.full_disk_wipe {
         plan.steps
             .push(json!({"interface": "deploy", "step": "erase_devices"}));
     }
     plan
+}
+
+/// The BIOS `apply_configuration` and firmware `update` steps for `bios_settings`
+/// and `updates` (none for what is empty): clean steps when preparing, service steps
+/// on a provisioned host; Ironic takes the same shape for both.
+pub fn firmware_steps(
+    bios_settings: &[(String, Value)],
+    updates: &[crate::api::firmware::FirmwareUpdate],
+) -> Vec<Value> {
+    let mut steps = Vec::new();
+    if !bios_settings.is_empty() {
+        let settings: Vec<Value> = bios_settings
+            .iter()
+            .map(|(name, value)| json!({"name": name, "value": value}))
+            .collect();
+        steps.push(json!({"interface": "bios", "step": "apply_configuration", "args": {"settings": settings}}));
+    }
+    if !updates.is_empty() {
+        let settings: Vec<Value> = updates
+            .iter()
+            .map(|u| json!({"component": u.component, "url": u.url}))
+            .collect();
+        steps.push(
+            json!({"interface": "firmware", "step": "update", "args": {"settings": settings}}),
+        );
+    }
+    steps
 }
 
 /// Where an input could not be used; becomes the outcome's error sentence.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::types::{
     DeployRamdisk, Host, InspectStatus, Outcome, PowerMode, PowerState, PrepareRequest,
-    PrepareStatus, Progress, ProvisionRequest, Registration, StepKind,
+    PrepareStatus, Progress, ProvisionRequest, Registration, ServiceRequest, StepKind,
 };
 use super::{
     BiosSettings, DataImageProvisioner, FirmwareReader, NodeRef, Provisioner, ProvisionerError,
@@ -30,6 +30,7 @@ pub enum FixtureOperation {
     Adopt,
     Power,
     Delete,
+    Service,
 }
 
 /// Where a fixture host is.
@@ -312,7 +313,15 @@ impl Provisioner for FixtureProvisioner {
             } else {
                 PowerState::Off
             },
-            deployed: record.state == FixtureState::Active,
+            // Servicing keeps the instance, as in Ironic.
+            deployed: matches!(
+                record.state,
+                FixtureState::Active
+                    | FixtureState::Running {
+                        operation: FixtureOperation::Service,
+                        ..
+                    }
+            ),
             credentials_pending: host.credentials_changed && busy,
             node_state: None,
         };
@@ -402,6 +411,39 @@ impl Provisioner for FixtureProvisioner {
                 other => Outcome::failed(
                     PrepareStatus::default(),
                     format!("cannot prepare a host in state {other:?}"),
+                ),
+            }
+        })
+    }
+
+    async fn service(&self, host: &Host, request: &ServiceRequest) -> ProvisionerResult<Progress> {
+        let op = FixtureOperation::Service;
+        let mut steps_asked = Vec::new();
+        if !request.bios_settings.is_empty() {
+            steps_asked.push("bios.apply_configuration".to_owned());
+        }
+        if !request.firmware_updates.is_empty() {
+            steps_asked.push("firmware.update".to_owned());
+        }
+        self.with_host(host, op, Progress::default(), |h, steps| {
+            let waiting = Progress::running(StepKind::Service, h.last_clean_steps.first().cloned());
+            if let Some(outcome) = h.advance(op, waiting, |h| {
+                h.state = FixtureState::Active;
+                Progress::default()
+            }) {
+                return outcome;
+            }
+            match &h.state {
+                FixtureState::Active if steps_asked.is_empty() => {
+                    Outcome::done(Progress::default())
+                }
+                FixtureState::Active => {
+                    h.last_clean_steps = steps_asked;
+                    h.start(op, steps, Progress::started())
+                }
+                other => Outcome::failed(
+                    Progress::default(),
+                    format!("cannot service a host in state {other:?}"),
                 ),
             }
         })

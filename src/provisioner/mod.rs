@@ -26,7 +26,7 @@ pub use ironic::{IronicProvisioner, ProvisionerSettings};
 pub use types::{
     AutomatedCleaningMode, BootMode, DeployRamdisk, Host, HostId, InspectStatus, InspectionMode,
     Outcome, PowerMode, PowerState, PrepareRequest, PrepareStatus, Progress, ProvisionRequest,
-    Registration, SOFT_POWER_OFF_TIMEOUT,
+    Registration, SOFT_POWER_OFF_TIMEOUT, ServiceRequest,
 };
 
 use crate::api::firmware::{FirmwareComponentStatus, SettingSchema};
@@ -82,6 +82,16 @@ pub trait Provisioner: DataImageProvisioner {
         host: &Host,
         request: &PrepareRequest,
     ) -> impl Future<Output = ProvisionerResult<PrepareStatus>> + Send;
+
+    /// Applies BIOS settings and firmware updates to a provisioned host as Ironic's
+    /// servicing; done when the host is back in service. Servicing that failed is
+    /// aborted once nothing is left to apply, and servicing that waits once the
+    /// change is withdrawn.
+    fn service(
+        &self,
+        host: &Host,
+        request: &ServiceRequest,
+    ) -> impl Future<Output = ProvisionerResult<Progress>> + Send;
 
     /// Writes the image (or boots the live ISO / runs the custom deploy step).
     fn provision(

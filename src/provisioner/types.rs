@@ -121,6 +121,26 @@ pub struct PrepareRequest {
     pub unprepared: bool,
 }
 
+/// Input for servicing a provisioned host: the BIOS settings and firmware updates
+/// still to apply.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServiceRequest {
+    /// BIOS settings to apply, name → value.
+    pub bios_settings: Vec<(String, serde_json::Value)>,
+    /// Firmware images to flash (component and URL).
+    pub firmware_updates: Vec<crate::api::firmware::FirmwareUpdate>,
+    /// The host's firmware objects ask for nothing any more: servicing that waits or
+    /// failed is aborted, so the host returns to service as it was.
+    pub withdrawn: bool,
+}
+
+impl ServiceRequest {
+    /// Nothing to apply.
+    pub fn is_empty(&self) -> bool {
+        self.bios_settings.is_empty() && self.firmware_updates.is_empty()
+    }
+}
+
 /// Power-off and reboot style.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PowerMode {

@@ -69,6 +69,12 @@ pub struct Lab {
 
 impl Lab {
     pub fn start() -> Lab {
+        Self::start_with_ironic_conf(&[])
+    }
+
+    /// As [`Self::start`], with `extra` lines (sections and options) appended to the
+    /// lab Ironic's configuration.
+    pub fn start_with_ironic_conf(extra: &[&str]) -> Lab {
         let stack = Stack::get();
         reap_dead_labs();
         let ns = Netns::new("vm");
@@ -154,7 +160,7 @@ impl Lab {
             crate::support::unique_name("vm-ironic")
         ));
         let http_url = format!("http://{PROVISIONING_IP}:{HTTP_PORT}");
-        let conf = [
+        let mut conf = vec![
             "[api]".to_owned(),
             "host_ip = 0.0.0.0".to_owned(),
             "[deploy]".to_owned(),
@@ -172,6 +178,7 @@ impl Lab {
             "[agent]".to_owned(),
             "deploy_logs_collect = never".to_owned(),
         ];
+        conf.extend(extra.iter().map(|line| (*line).to_owned()));
         let out = ns
             .command(&stack_script().display().to_string())
             .args(["private-ironic", "start"])
@@ -229,6 +236,12 @@ impl Lab {
     /// deploy kernel or ramdisk URL is given: bmo derives them from the address it
     /// detects.
     pub fn start_bmo(&self, watch_namespace: &str) -> ChildGuard {
+        self.start_bmo_with(watch_namespace, &[])
+    }
+
+    /// As [`Self::start_bmo`], with `env` set last (e.g. `BMO_DHCP_MODE=off` for a
+    /// VM that must not network-boot).
+    pub fn start_bmo_with(&self, watch_namespace: &str, env: &[(&str, &str)]) -> ChildGuard {
         let stack = Stack::get();
         let log = std::fs::File::create(self.path().join("bmo.log")).expect("bmo log");
         let mut cmd = self.ns.command(env!("CARGO_BIN_EXE_bmo"));
@@ -259,6 +272,7 @@ impl Lab {
             .env("RUST_LOG", "info,bmo::netboot::tftp=debug")
             .stdout(Stdio::null())
             .stderr(log);
+        cmd.envs(env.iter().copied());
         spawn(&mut cmd)
     }
 
@@ -368,6 +382,24 @@ impl Lab {
             },
         )
         .await;
+    }
+
+    /// The VM's BIOS attributes as its BMC (sushy-emulator) reports them.
+    pub fn bmc_bios_attributes(&self, vm: &Vm) -> serde_json::Value {
+        let url = format!(
+            "http://127.0.0.1:{}/redfish/v1/Systems/{}/BIOS",
+            self.sushy_port, vm.uuid
+        );
+        let out = self
+            .ns
+            .command("curl")
+            .args(["-sf", &url])
+            .output()
+            .expect("run curl");
+        assert!(out.status.success(), "read the BMC's BIOS at {url}");
+        let bios: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("the BMC's BIOS is JSON");
+        bios["Attributes"].clone()
     }
 
     pub fn redfish_address(&self, vm: &Vm) -> String {

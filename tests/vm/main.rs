@@ -10,3 +10,4 @@ mod support;
 
 mod lab;
 mod vm_e2e;
+mod vm_servicing;

@@ -11,6 +11,7 @@
 mod apply;
 mod checks;
 mod next;
+pub mod servicing;
 
 use std::time::Duration;
 
@@ -26,6 +27,7 @@ pub use checks::{
     Gate, gate, moved_away, observed_power, reboot_request, release, restart_on_failure, spec_error,
 };
 pub use next::{RegistrationCheck, next};
+pub use servicing::{ServicingAllowed, wants_servicing_facts};
 
 /// How often a host in a stable state is looked at (power, changes).
 pub const STEADY_POLL: Duration = Duration::from_secs(60);
@@ -58,11 +60,19 @@ pub struct Facts {
     /// What re-adopting the host reported, once it was made in this reconcile.
     pub adoption: Option<CallResult>,
     /// BIOS settings the host's HostFirmwareSettings and, while preparing, its
-    /// `spec.firmware` ask for (read for available and preparing hosts only).
+    /// `spec.firmware` ask for (read for available and preparing hosts, and for
+    /// provisioned ones whose HostUpdatePolicy lets servicing change them).
     pub firmware: PendingSettings,
-    /// Firmware updates the host's HostFirmwareComponents asks for (read for
-    /// available and preparing hosts only).
+    /// Firmware updates the host's HostFirmwareComponents asks for (read as
+    /// `firmware`).
     pub firmware_updates: PendingUpdates,
+    /// What the host's HostUpdatePolicy lets servicing apply (read for provisioned
+    /// hosts when [`wants_servicing_facts`]).
+    pub servicing_allowed: ServicingAllowed,
+    /// The HostFirmwareSettings / HostFirmwareComponents servicing may apply ask
+    /// for something at all (upstream's "has firmware spec"); without it, servicing
+    /// that waits or failed is aborted.
+    pub firmware_spec_set: bool,
     /// The DataImage of a provisioned host about to be powered on was seen to (it
     /// is attached, changed or ejected first, as upstream does).
     pub data_image_checked: bool,
@@ -99,6 +109,7 @@ pub enum Operation {
     PowerOff { hard: bool },
     Detach,
     Delete,
+    Service,
 }
 
 impl Operation {
@@ -112,6 +123,7 @@ impl Operation {
             Self::Adopt => ErrorType::ProvisionedRegistration,
             Self::PowerOn | Self::PowerOff { .. } => ErrorType::PowerManagement,
             Self::Detach => ErrorType::Detach,
+            Self::Service => ErrorType::Servicing,
             Self::Delete => match state {
                 State::Deleting => ErrorType::Registration,
                 _ => ErrorType::Detach,
@@ -626,6 +638,13 @@ fn plan_power(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts) -> 
         });
     }
     let wanted = host.spec.online && facts.reboot.is_none();
+    let provisioned = matches!(
+        st.provisioning.state,
+        State::Provisioned | State::ExternallyProvisioned
+    );
+    if provisioned && let Some(step) = servicing::plan(st, facts, !observed && wanted) {
+        return step;
+    }
     match (observed, wanted) {
         // Upstream attaches DataImages only here: a provisioned host powering on.
         (false, true)
@@ -716,6 +735,7 @@ pub fn after(host: &BareMetalHost, op: Operation, result: &CallResult) -> Update
             requeue: Requeue::After(*after),
             ..Default::default()
         },
+        CallResult::Started { after } if op == Operation::Service => servicing::started(*after),
         CallResult::Started { after } => Update {
             requeue: Requeue::After(*after),
             event: op
@@ -866,6 +886,7 @@ fn after_done(host: &BareMetalHost, op: Operation, state: State, deleting: bool)
             ..Default::default()
         },
         Operation::Delete => release(),
+        Operation::Service => servicing::finished(),
     }
 }
 

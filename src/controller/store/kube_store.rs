@@ -16,7 +16,9 @@ use super::{
     HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference,
     unconfirmed_updates,
 };
-use crate::api::firmware::{FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings};
+use crate::api::firmware::{
+    FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
+};
 use crate::api::host::FINALIZER;
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDataSpec, HardwareDetails,
@@ -320,6 +322,16 @@ impl Store for KubeStore {
     ) -> Result<Option<HostFirmwareComponents>, StoreError> {
         Ok(self
             .api::<HostFirmwareComponents>(host)
+            .get_opt(&host.name_any())
+            .await?)
+    }
+
+    async fn host_update_policy(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<Option<HostUpdatePolicy>, StoreError> {
+        Ok(self
+            .api::<HostUpdatePolicy>(host)
             .get_opt(&host.name_any())
             .await?)
     }

@@ -12,7 +12,9 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
 use super::{HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference};
-use crate::api::firmware::{FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings};
+use crate::api::firmware::{
+    FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
+};
 use crate::api::host::FINALIZER;
 use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails, PreprovisioningImage};
 
@@ -30,6 +32,7 @@ struct Objects {
     hardware: BTreeMap<String, HardwareDetails>,
     firmware: BTreeMap<String, HostFirmwareSettings>,
     components: BTreeMap<String, HostFirmwareComponents>,
+    update_policies: BTreeMap<String, HostUpdatePolicy>,
     preprovisioning_images: BTreeMap<String, PreprovisioningImage>,
     events: Vec<RecordedEvent>,
     status_writes: usize,
@@ -95,6 +98,12 @@ impl MemoryStore {
     pub fn put_firmware_components(&self, components: HostFirmwareComponents) {
         let key = key(components.namespace(), &components.name_any());
         self.lock().components.insert(key, components);
+    }
+
+    /// Adds (or replaces) a host's HostUpdatePolicy.
+    pub fn put_update_policy(&self, policy: HostUpdatePolicy) {
+        let key = key(policy.namespace(), &policy.name_any());
+        self.lock().update_policies.insert(key, policy);
     }
 
     /// A host's HostFirmwareComponents as stored now.
@@ -318,6 +327,17 @@ impl Store for MemoryStore {
         Ok(self
             .lock()
             .components
+            .get(&key(host.namespace(), &host.name_any()))
+            .cloned())
+    }
+
+    async fn host_update_policy(
+        &self,
+        host: &BareMetalHost,
+    ) -> Result<Option<HostUpdatePolicy>, StoreError> {
+        Ok(self
+            .lock()
+            .update_policies
             .get(&key(host.namespace(), &host.name_any()))
             .cloned())
     }

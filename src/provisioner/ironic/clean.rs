@@ -75,7 +75,7 @@ impl IronicProvisioner {
     }
 
     /// `request` without the BIOS settings whose values the node already reports.
-    async fn bios_still_to_apply(
+    pub(super) async fn bios_still_to_apply(
         &self,
         node: &Node,
         request: &PrepareRequest,

@@ -14,6 +14,7 @@ mod node;
 mod node_list;
 mod power;
 mod register;
+mod service;
 mod subscription;
 mod vmedia;
 
@@ -26,7 +27,7 @@ use serde_json::Value;
 
 use super::types::{
     BootMode, Host, InspectStatus, Outcome, PowerMode, PowerState, PrepareRequest, PrepareStatus,
-    Progress, ProvisionRequest, Registration,
+    Progress, ProvisionRequest, Registration, ServiceRequest,
 };
 use super::{Provisioner, ProvisionerError, ProvisionerResult};
 use crate::ironic::{IronicClient, IronicError, Node};
@@ -224,6 +225,10 @@ impl Provisioner for IronicProvisioner {
         request: &PrepareRequest,
     ) -> ProvisionerResult<PrepareStatus> {
         self.prepare_node(host, request).await
+    }
+
+    async fn service(&self, host: &Host, request: &ServiceRequest) -> ProvisionerResult<Progress> {
+        self.service_node(host, request).await
     }
 
     async fn provision(

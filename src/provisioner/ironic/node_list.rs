@@ -55,6 +55,7 @@ const FIELDS: &[&str] = &[
     "inspection_finished_at",
     "clean_step",
     "deploy_step",
+    "service_step",
     "boot_interface",
     "deploy_interface",
     "inspect_interface",

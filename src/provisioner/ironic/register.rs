@@ -67,6 +67,8 @@ impl IronicProvisioner {
                 | ProvisionState::WaitCallBack
                 | ProvisionState::Deleting
                 | ProvisionState::Adopting
+                | ProvisionState::Servicing
+                | ProvisionState::ServiceWait
         );
         // Ironic takes no new BMC access while it works on the node; a Secret changed
         // meanwhile is sent once the node rests.
@@ -121,7 +123,15 @@ impl IronicProvisioner {
             node
         };
         registration.power = Self::power_of(&node);
-        registration.deployed = node.state() == ProvisionState::Active && !node.maintenance;
+        // Servicing keeps the instance; a failed service step puts the node in
+        // maintenance, which is servicing's to undo, not adoption's.
+        registration.deployed = match node.state() {
+            ProvisionState::Active => !node.maintenance,
+            ProvisionState::Servicing
+            | ProvisionState::ServiceWait
+            | ProvisionState::ServiceFailed => true,
+            _ => false,
+        };
         registration.node_state = Some(node_list::state_digest(&node));
         // The boot MAC's port is made while the node is enrolled (a vanished node is
         // re-created in `enroll`); bootMACAddress cannot change afterwards, so later
