@@ -33,6 +33,15 @@ pub fn install_crds() {
         "-f",
         dir,
     ]);
+    // The contract label the modules' kustomizations add (commonLabels): core finds
+    // the provider's API version by it.
+    kubectl(&[
+        "label",
+        "--overwrite",
+        "-f",
+        dir,
+        "cluster.x-k8s.io/v1beta1=v1beta1",
+    ]);
     for crd in ["clusters", "machines", "ipclaims"] {
         let group = if crd == "ipclaims" {
             "ipam.metal3.io"
@@ -54,20 +63,26 @@ pub fn install_crds() {
     ]);
 }
 
-/// The CAPM3 controller manager, watching one namespace, on free loopback ports;
-/// killed when dropped.
-pub struct Capm3Manager {
+/// A controller manager of Cluster API (core or CAPM3: they take the same flags),
+/// watching one namespace, on free loopback ports; killed when dropped.
+pub struct Manager {
     child: std::sync::Mutex<Child>,
     dir: PathBuf,
 }
 
-impl Capm3Manager {
-    pub fn start(namespace: &str) -> Capm3Manager {
+/// The env file's variable naming the CAPM3 manager's binary.
+pub const CAPM3: &str = "BMO_CAPM3_MANAGER";
+/// The env file's variable naming the Cluster API core manager's binary.
+pub const CORE: &str = "BMO_CAPI_MANAGER";
+
+impl Manager {
+    /// Starts the manager the env file's `binary_var` names.
+    pub fn start(binary_var: &str, namespace: &str) -> Manager {
         let stack = Stack::get();
-        let binary = stack
-            .var("BMO_CAPM3_MANAGER")
-            .expect("BMO_CAPM3_MANAGER in the stack's env file (tests/env/stack builds it)");
-        let dir = std::env::temp_dir().join(unique_name("capm3"));
+        let binary = stack.var(binary_var).unwrap_or_else(|| {
+            panic!("{binary_var} is not in the stack's env file (tests/env/stack builds it)")
+        });
+        let dir = std::env::temp_dir().join(unique_name("capi-manager"));
         std::fs::create_dir_all(&dir).expect("capm3 dir");
         // The webhook server will not start without a certificate; the apiserver never
         // calls it (the tests write complete objects), so a throwaway one does.
@@ -106,8 +121,8 @@ impl Capm3Manager {
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .expect("start the CAPM3 manager");
-        Capm3Manager {
+            .unwrap_or_else(|e| panic!("start {binary}: {e}"));
+        Manager {
             child: std::sync::Mutex::new(child),
             dir,
         }
@@ -127,11 +142,19 @@ impl Capm3Manager {
     }
 }
 
-impl Drop for Capm3Manager {
+impl Drop for Manager {
     fn drop(&mut self) {
         let child = self.child.get_mut().unwrap_or_else(|e| e.into_inner());
         let _ = child.kill();
         let _ = child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // A failed test leaves the whole log behind (log() shows only its end).
+        if std::thread::panicking() {
+            eprintln!(
+                "manager log kept: {}",
+                self.dir.join("manager.log").display()
+            );
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
