@@ -3,8 +3,16 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
-use super::{Stack, free_port, unique_name};
+use super::{
+    Stack, create_bmc_secret, fake_host, free_port, unique_mac, unique_name, wait_for_state,
+};
+use bmo::api::{BareMetalHost, ProvisioningState};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
 
 /// Installs the Cluster API, CAPM3 and IPAM CRDs (idempotent: server-side apply) and
 /// waits until they are served.
@@ -156,5 +164,111 @@ impl Drop for Manager {
         } else {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+/// Cluster API core's group/version.
+pub const CAPI: &str = "cluster.x-k8s.io/v1beta1";
+/// CAPM3's group/version.
+pub const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
+/// The label naming an object's cluster.
+pub const CLUSTER_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+/// The bootstrap data the Machines get (Secret `bootstrap-data`, key `value`).
+pub const USER_DATA: &str = "#cloud-config\nruncmd:\n- echo joined by capm3\n";
+
+/// The namespaced API of `kind` in `api_version`.
+pub fn api(client: &Client, ns: &str, api_version: &str, kind: &str) -> Api<DynamicObject> {
+    let (group, version) = api_version.split_once('/').expect("group/version");
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+/// Creates `manifest`.
+pub async fn create(api: &Api<DynamicObject>, manifest: Value) -> DynamicObject {
+    let object: DynamicObject = serde_json::from_value(manifest).expect("object");
+    api.create(&Default::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("create {:?}: {e}", object.metadata.name))
+}
+
+/// Merge-patches the status of `name`.
+pub async fn merge_status(api: &Api<DynamicObject>, name: &str, status: Value) {
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": status })),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("status of {name}: {e}"));
+}
+
+/// Merge-patches `name`.
+pub async fn merge(api: &Api<DynamicObject>, name: &str, patch: Value) {
+    api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap_or_else(|e| panic!("patch {name}: {e}"));
+}
+
+/// A fake-hardware host CAPM3 may pick: available, no image; its hardware details
+/// (inspection disabled) give the addresses CAPM3 copies to the Metal3Machine.
+pub async fn create_pool_host(client: &Client, ns: &str, name: &str, ip: &str) {
+    let mut manifest = fake_host(name, &unique_mac());
+    manifest["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("image");
+    manifest["metadata"]["labels"] = json!({"pool": "capm3"});
+    manifest["metadata"]["annotations"] = json!({
+        "inspect.metal3.io": "disabled",
+        "inspect.metal3.io/hardwaredetails": json!({
+            "hostname": name,
+            "nics": [{"name": "eth0", "mac": unique_mac(), "ip": ip}],
+        }).to_string(),
+    });
+    create_bmc_secret(client, ns, &format!("{name}-bmc"), "admin", "password").await;
+    let host: BareMetalHost = serde_json::from_value(manifest).expect("host");
+    Api::<BareMetalHost>::namespaced(client.clone(), ns)
+        .create(&Default::default(), &host)
+        .await
+        .expect("create host");
+}
+
+/// Waits until `host` is available again with no consumer.
+pub async fn released(hosts: &Api<BareMetalHost>, host: &str) {
+    let h = wait_for_state(
+        hosts,
+        host,
+        ProvisioningState::Available,
+        Duration::from_secs(240),
+    )
+    .await;
+    assert_eq!(h.spec.consumer_ref, None, "{host} still has a consumer");
+    assert_eq!(h.spec.image, None, "{host} still has an image");
+}
+
+/// The Secrets a cluster's Machines need: `<cluster>-kubeconfig`, whose workload
+/// cluster is the stack's own apiserver, and the bootstrap data `bootstrap-data`.
+pub async fn create_cluster_secrets(client: &Client, ns: &str, cluster_name: &str) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let kubeconfig = std::fs::read_to_string(&Stack::get().kubeconfig).expect("kubeconfig");
+    for (name, data) in [
+        (
+            format!("{cluster_name}-kubeconfig"),
+            json!({"value": kubeconfig}),
+        ),
+        (
+            "bootstrap-data".to_owned(),
+            json!({"value": USER_DATA, "format": "cloud-config"}),
+        ),
+    ] {
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {CLUSTER_LABEL: cluster_name}},
+            "stringData": data,
+        }))
+        .expect("secret");
+        secrets
+            .create(&Default::default(), &secret)
+            .await
+            .expect("secret");
     }
 }
