@@ -1,32 +1,17 @@
 //! The config drive bmo hands Ironic, read back from the node as Ironic stored it in
-//! `instance_info` (the stack's Ironic policy lets tests see it unmasked).
+//! `instance_info` (support::stored_config_drive).
 
 use std::time::Duration;
 
 use crate::support::{
-    Stack, bmo_run, create_bmc_secret, fake_host, installed_namespace, unique_mac, wait_for_state,
+    bmo_run, create_bmc_secret, fake_host, installed_namespace, stored_config_drive, unique_mac,
+    wait_for_state,
 };
 use bmo::api::{BareMetalHost, ProvisioningState};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::{Value, json};
-
-/// The config drive Ironic stored for `node`: with a deploy interface that does not
-/// build the ISO itself (fake-hardware), Ironic keeps the document bmo sent.
-async fn stored_config_drive(node: &str) -> Value {
-    let ironic = Stack::get().ironic().await;
-    let node = ironic
-        .get_node(node)
-        .await
-        .expect("get node")
-        .expect("node");
-    let drive = node.instance_info.get("configdrive").cloned();
-    match drive {
-        Some(drive @ Value::Object(_)) => drive,
-        other => panic!("instance_info.configdrive is not a document: {other:?}"),
-    }
-}
 
 #[tokio::test]
 async fn network_data_defaults_to_the_preprovisioning_data_else_dhcp_on_every_inspected_nic() {

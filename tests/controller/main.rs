@@ -13,6 +13,8 @@ mod support;
 
 mod controller_apiserver_outage;
 mod controller_backoff;
+mod controller_capi;
+mod controller_capm3;
 mod controller_claims;
 mod controller_config_drive;
 mod controller_dataimage;

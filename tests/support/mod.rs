@@ -6,6 +6,7 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod appliance;
+pub mod capi;
 pub mod fake_bios;
 mod lock;
 pub mod netboot;
@@ -638,4 +639,20 @@ pub async fn apply_shipped_cluster_role(client: &kube::Client) -> String {
         .await
         .expect("apply the ClusterRole");
     role_name
+}
+
+/// The config drive Ironic stored for `node`: with a deploy interface that does not
+/// build the ISO itself (fake-hardware), Ironic keeps the document bmo sent (the
+/// stack's Ironic policy lets tests see it unmasked).
+pub async fn stored_config_drive(node: &str) -> serde_json::Value {
+    let ironic = Stack::get().ironic().await;
+    let node = ironic
+        .get_node(node)
+        .await
+        .expect("get node")
+        .expect("node");
+    match node.instance_info.get("configdrive").cloned() {
+        Some(drive @ serde_json::Value::Object(_)) => drive,
+        other => panic!("instance_info.configdrive is not a document: {other:?}"),
+    }
 }

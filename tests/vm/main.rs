@@ -1,6 +1,7 @@
-//! The real-machine test, a binary of its own because it runs alone: only one VM test
-//! fits on a machine (docs/try-on-a-vm.md). `vm_e2e` is the test, `lab` its network and
-//! daemons.
+//! The real-machine tests, a binary of their own so that they run apart from the other
+//! crates (docs/try-on-a-vm.md): `vm_e2e` (deploys through the real agent),
+//! `vm_servicing` (a VM that boots nothing, serviced through its BMC), `lab` their
+//! network and daemons.
 
 // Tests may panic on what they set up themselves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
