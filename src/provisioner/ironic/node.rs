@@ -118,7 +118,9 @@ impl IronicProvisioner {
         host: &Host,
         node: &Node,
     ) -> Result<(), IronicError> {
-        let wanted = host.cleaning_mode == AutomatedCleaningMode::Metadata;
+        // `full` cleans metadata like `metadata` does; its wipe at deprovisioning
+        // turns automated cleaning off for that undeploy only (see `deprovision`).
+        let wanted = host.cleaning_mode != AutomatedCleaningMode::Disabled;
         if node.automated_clean != Some(wanted) {
             self.patch(host, node, &[PatchOp::set("/automated_clean", wanted)])
                 .await?;
