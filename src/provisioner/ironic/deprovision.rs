@@ -6,8 +6,12 @@
 //! without automated cleaning, then `manage`, clean with the agent's
 //! `deploy.erase_devices` (ATA / NVMe secure erase where the disk has it, else
 //! `shred`), and `provide`. Each call sees only the node, so where the wipe is, is
-//! noted on it (`extra/bmo_full_disk_wipe`): `owed` from the undeploy until the manual
-//! clean is seen running, `running` until the node is available again.
+//! noted on it (`extra/bmo_full_disk_wipe`): `owed` from the undeploy on, then, just
+//! before the manual clean is asked for, `started <provision_updated_at>` (Ironic
+//! refuses node updates while cleaning). Back in `manageable` with a different
+//! `provision_updated_at`, the clean ran and succeeded (a failed one stops in
+//! `clean failed`, where the wipe is owed again); the note goes once the node is
+//! available.
 
 use super::{IronicProvisioner, last_error};
 use crate::ironic::{
@@ -20,27 +24,29 @@ use crate::provisioner::types::{AutomatedCleaningMode, Host, Outcome, Progress, 
 const WIPE_MARK: &str = "bmo_full_disk_wipe";
 
 /// Where a full disk wipe of the node is, as noted on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Wipe {
     /// The image is (being) taken off; the wipe has not started.
     Owed,
-    /// The wipe's manual cleaning was seen running (or is over).
-    Running,
+    /// The wipe's manual cleaning was asked for while the node's
+    /// `provision_updated_at` was this.
+    Started(String),
 }
 
 impl Wipe {
     fn of(node: &Node) -> Option<Self> {
-        match node.extra.get(WIPE_MARK).and_then(|v| v.as_str()) {
-            Some("owed") => Some(Self::Owed),
-            Some("running") => Some(Self::Running),
-            _ => None,
+        let note = node.extra.get(WIPE_MARK)?.as_str()?;
+        if note == "owed" {
+            return Some(Self::Owed);
         }
+        note.strip_prefix("started ")
+            .map(|since| Self::Started(since.to_owned()))
     }
 
-    fn name(self) -> &'static str {
+    fn note(&self) -> String {
         match self {
-            Self::Owed => "owed",
-            Self::Running => "running",
+            Self::Owed => "owed".to_owned(),
+            Self::Started(since) => format!("started {since}"),
         }
     }
 }
@@ -56,8 +62,6 @@ enum Next {
     },
     /// Ironic is working (deleting, cleaning): wait.
     Follow,
-    /// The wipe's manual cleaning runs: note so, then wait.
-    NoteWipeRunning,
     /// Cleaning failed and the user asked to retry: out of `clean failed` (the wipe,
     /// if one ran, is owed again).
     Recover {
@@ -67,8 +71,11 @@ enum Next {
     CleaningFailed,
     /// `manage`, to run the wipe from `manageable`.
     Manage,
-    /// Manual cleaning with `deploy.erase_devices`.
-    StartWipe,
+    /// Manual cleaning with `deploy.erase_devices`, noted as started first unless
+    /// `noted` (an earlier request did not take effect).
+    StartWipe {
+        noted: bool,
+    },
     Provide,
     /// The wipe is over and the node available: remove the note.
     ForgetWipe,
@@ -77,11 +84,12 @@ enum Next {
     Unexpected,
 }
 
-/// Deprovisioning as a function of the node's state, its wipe note, the host's
-/// cleaning mode and whether the user asked to retry a failure.
+/// Deprovisioning as a function of the node's state and `provision_updated_at`, its
+/// wipe note, the host's cleaning mode and whether the user asked to retry a failure.
 fn next(
     state: ProvisionState,
-    wipe: Option<Wipe>,
+    provision_updated_at: &str,
+    wipe: Option<&Wipe>,
     mode: AutomatedCleaningMode,
     restart_on_failure: bool,
 ) -> Next {
@@ -93,23 +101,26 @@ fn next(
                 wipe: full,
             }
         }
-        ProvisionState::Cleaning | ProvisionState::CleanWait if wipe == Some(Wipe::Owed) => {
-            Next::NoteWipeRunning
-        }
         // Deleting leads into cleaning: wait for both alike.
         ProvisionState::Deleting
         | ProvisionState::Deploying
         | ProvisionState::Cleaning
         | ProvisionState::CleanWait => Next::Follow,
         ProvisionState::CleanFailed if restart_on_failure => Next::Recover {
-            wipe_again: wipe == Some(Wipe::Running),
+            wipe_again: matches!(wipe, Some(Wipe::Started(_))),
         },
         ProvisionState::CleanFailed => Next::CleaningFailed,
-        ProvisionState::Manageable if wipe == Some(Wipe::Owed) => Next::StartWipe,
-        ProvisionState::Manageable => Next::Provide,
+        ProvisionState::Manageable => match wipe {
+            Some(Wipe::Owed) => Next::StartWipe { noted: false },
+            // Still the `manageable` the clean was asked from: it never started.
+            Some(Wipe::Started(since)) if since == provision_updated_at => {
+                Next::StartWipe { noted: true }
+            }
+            Some(Wipe::Started(_)) | None => Next::Provide,
+        },
         ProvisionState::Available => match wipe {
             Some(Wipe::Owed) => Next::Manage,
-            Some(Wipe::Running) => Next::ForgetWipe,
+            Some(Wipe::Started(_)) => Next::ForgetWipe,
             None => Next::Done,
         },
         ProvisionState::Error if restart_on_failure => Next::Undeploy {
@@ -121,26 +132,28 @@ fn next(
     }
 }
 
+/// A full wipe is noted on the node: its automated cleaning stays off until the
+/// wipe is over (the wipe erases more, and `provide` after it would clean again).
+pub(super) fn wipe_noted(node: &Node) -> bool {
+    node.extra.contains_key(WIPE_MARK)
+}
+
 impl IronicProvisioner {
     pub(super) async fn deprovision_node(&self, host: &Host) -> ProvisionerResult<Progress> {
         let node = self.require_node(host).await?;
         let wipe = Wipe::of(&node);
+        let updated_at = node.provision_updated_at.clone().unwrap_or_default();
         match next(
             node.state(),
-            wipe,
+            &updated_at,
+            wipe.as_ref(),
             host.cleaning_mode,
             host.restart_on_failure,
         ) {
             Next::Undeploy { retry, wipe } => self.undeploy(host, &node, retry, wipe).await,
             Next::Follow => self.follow_cleaning(host, &node, "Cleaning failed").await,
-            Next::NoteWipeRunning => {
-                if let Err(e) = self.note_wipe(host, &node, Some(Wipe::Running)).await {
-                    return self.busy_or_err(host, e, Progress::default());
-                }
-                self.follow_cleaning(host, &node, "Cleaning failed").await
-            }
             Next::Recover { wipe_again } => {
-                if wipe_again && let Err(e) = self.note_wipe(host, &node, Some(Wipe::Owed)).await {
+                if wipe_again && let Err(e) = self.note_wipe(host, &node, Some(&Wipe::Owed)).await {
                     return self.busy_or_err(host, e, Progress::default());
                 }
                 self.recover_failed_cleaning(host, &node).await
@@ -163,7 +176,11 @@ impl IronicProvisioner {
                 )
                 .await
             }
-            Next::StartWipe => {
+            Next::StartWipe { noted } => {
+                let started = Wipe::Started(updated_at);
+                if !noted && let Err(e) = self.note_wipe(host, &node, Some(&started)).await {
+                    return self.busy_or_err(host, e, Progress::default());
+                }
                 let mut req = Req::new(ProvisionTarget::Clean);
                 req.clean_steps = Some(vec![
                     serde_json::json!({"interface": "deploy", "step": "erase_devices"}),
@@ -218,7 +235,7 @@ impl IronicProvisioner {
         let prepared = if wipe {
             let mut ops = vec![PatchOp::set(
                 format!("/extra/{WIPE_MARK}"),
-                Wipe::Owed.name(),
+                Wipe::Owed.note(),
             )];
             if node.automated_clean != Some(false) {
                 ops.push(PatchOp::set("/automated_clean", false));
@@ -257,11 +274,11 @@ impl IronicProvisioner {
         &self,
         host: &Host,
         node: &Node,
-        wipe: Option<Wipe>,
+        wipe: Option<&Wipe>,
     ) -> Result<(), IronicError> {
         let path = format!("/extra/{WIPE_MARK}");
         let op = match wipe {
-            Some(w) => PatchOp::set(path, w.name()),
+            Some(w) => PatchOp::set(path, w.note()),
             None => PatchOp::remove(path),
         };
         self.patch(host, node, &[op]).await.map(drop)
@@ -273,6 +290,9 @@ mod tests {
     use super::*;
     use AutomatedCleaningMode::{Disabled, Full, Metadata};
     use ProvisionState as S;
+
+    const T0: &str = "2026-12-04T13:00:00.000000+00:00";
+    const T1: &str = "2026-12-04T13:05:00.000000+00:00";
 
     /// What deprovisioning did before the full mode existed, for a node without a
     /// wipe note.
@@ -321,7 +341,7 @@ mod tests {
             for state in STATES {
                 for restart in [false, true] {
                     assert_eq!(
-                        next(state, None, mode, restart),
+                        next(state, T0, None, mode, restart),
                         before_full_mode(state, restart),
                         "{mode:?} in {state:?} (restart {restart})"
                     );
@@ -333,47 +353,65 @@ mod tests {
     /// Walks the states Ironic goes through; each step names what bmo does there.
     #[test]
     fn full_mode_undeploys_then_wipes_with_a_manual_clean_then_provides() {
+        let owed = Wipe::Owed;
+        let started = Wipe::Started(T0.into());
         let walk = [
             (
                 S::Active,
+                T0,
                 None,
                 Next::Undeploy {
                     retry: false,
                     wipe: true,
                 },
             ),
-            (S::Deleting, Some(Wipe::Owed), Next::Follow),
-            (S::Available, Some(Wipe::Owed), Next::Manage),
-            (S::Manageable, Some(Wipe::Owed), Next::StartWipe),
-            (S::CleanWait, Some(Wipe::Owed), Next::NoteWipeRunning),
-            (S::CleanWait, Some(Wipe::Running), Next::Follow),
-            (S::Cleaning, Some(Wipe::Running), Next::Follow),
-            (S::Manageable, Some(Wipe::Running), Next::Provide),
-            (S::Available, Some(Wipe::Running), Next::ForgetWipe),
-            (S::Available, None, Next::Done),
+            (S::Deleting, T0, Some(&owed), Next::Follow),
+            (S::Available, T0, Some(&owed), Next::Manage),
+            (
+                S::Manageable,
+                T0,
+                Some(&owed),
+                Next::StartWipe { noted: false },
+            ),
+            (S::CleanWait, T0, Some(&started), Next::Follow),
+            (S::Cleaning, T0, Some(&started), Next::Follow),
+            // Back in manageable since the clean was asked for: it ran.
+            (S::Manageable, T1, Some(&started), Next::Provide),
+            (S::Available, T1, Some(&started), Next::ForgetWipe),
+            (S::Available, T1, None, Next::Done),
         ];
-        for (state, wipe, expected) in walk {
+        for (state, at, wipe, expected) in walk {
             assert_eq!(
-                next(state, wipe, Full, false),
+                next(state, at, wipe, Full, false),
                 expected,
-                "{state:?} with the wipe {wipe:?}"
+                "{state:?} at {at} with the wipe {wipe:?}"
             );
         }
     }
 
     #[test]
-    fn a_failed_wipe_is_retried_from_the_start_not_skipped() {
+    fn a_clean_request_that_did_not_take_effect_is_made_again() {
+        let started = Wipe::Started(T0.into());
         assert_eq!(
-            next(S::CleanFailed, Some(Wipe::Running), Full, true),
+            next(S::Manageable, T0, Some(&started), Full, false),
+            Next::StartWipe { noted: true }
+        );
+    }
+
+    #[test]
+    fn a_failed_wipe_is_retried_from_the_start_not_skipped() {
+        let started = Wipe::Started(T0.into());
+        assert_eq!(
+            next(S::CleanFailed, T1, Some(&started), Full, true),
             Next::Recover { wipe_again: true }
         );
         // After recovery (`manage`), the wipe is owed again: it runs once more.
         assert_eq!(
-            next(S::Manageable, Some(Wipe::Owed), Full, true),
-            Next::StartWipe
+            next(S::Manageable, T1, Some(&Wipe::Owed), Full, true),
+            Next::StartWipe { noted: false }
         );
         assert_eq!(
-            next(S::CleanFailed, Some(Wipe::Running), Full, false),
+            next(S::CleanFailed, T1, Some(&started), Full, false),
             Next::CleaningFailed
         );
     }
@@ -382,12 +420,12 @@ mod tests {
     fn a_started_wipe_finishes_even_if_the_mode_changes_meanwhile() {
         for mode in [Metadata, Disabled] {
             assert_eq!(
-                next(S::Available, Some(Wipe::Owed), mode, false),
+                next(S::Available, T0, Some(&Wipe::Owed), mode, false),
                 Next::Manage
             );
             assert_eq!(
-                next(S::Manageable, Some(Wipe::Owed), mode, false),
-                Next::StartWipe
+                next(S::Manageable, T0, Some(&Wipe::Owed), mode, false),
+                Next::StartWipe { noted: false }
             );
         }
     }
@@ -400,8 +438,9 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(Wipe::of(&node), Some(Wipe::Owed));
-        node.extra.insert(WIPE_MARK.into(), "running".into());
-        assert_eq!(Wipe::of(&node), Some(Wipe::Running));
+        let started = Wipe::Started(T0.into());
+        node.extra.insert(WIPE_MARK.into(), started.note().into());
+        assert_eq!(Wipe::of(&node), Some(started));
         node.extra.insert(WIPE_MARK.into(), "something else".into());
         assert_eq!(Wipe::of(&node), None);
         node.extra.clear();

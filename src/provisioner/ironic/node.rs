@@ -119,7 +119,10 @@ impl IronicProvisioner {
         node: &Node,
     ) -> Result<(), IronicError> {
         // `full` cleans metadata like `metadata` does; its wipe at deprovisioning
-        // turns automated cleaning off for that undeploy only (see `deprovision`).
+        // turns automated cleaning off until the wipe is over (see `deprovision`).
+        if super::deprovision::wipe_noted(node) {
+            return Ok(());
+        }
         let wanted = host.cleaning_mode != AutomatedCleaningMode::Disabled;
         if node.automated_clean != Some(wanted) {
             self.patch(host, node, &[PatchOp::set("/automated_clean", wanted)])
