@@ -345,6 +345,10 @@ pub enum AutomatedCleaningMode {
     Metadata,
     /// No cleaning.
     Disabled,
+    /// bmo's extension: like `metadata`, and at deprovisioning every disk is erased
+    /// completely (Ironic's `deploy.erase_devices` clean step: ATA / NVMe secure erase,
+    /// else overwriting). Slow: hours on large disks.
+    Full,
 }
 
 /// Hardware inspection mode.

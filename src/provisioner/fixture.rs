@@ -7,8 +7,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::types::{
-    DeployRamdisk, Host, InspectStatus, Outcome, PowerMode, PowerState, PrepareRequest,
-    PrepareStatus, Progress, ProvisionRequest, Registration, ServiceRequest, StepKind,
+    AutomatedCleaningMode, DeployRamdisk, Host, InspectStatus, Outcome, PowerMode, PowerState,
+    PrepareRequest, PrepareStatus, Progress, ProvisionRequest, Registration, ServiceRequest,
+    StepKind,
 };
 use super::{
     BiosSettings, DataImageProvisioner, FirmwareReader, NodeRef, Provisioner, ProvisionerError,
@@ -481,6 +482,7 @@ impl Provisioner for FixtureProvisioner {
 
     async fn deprovision(&self, host: &Host) -> ProvisionerResult<Progress> {
         let op = FixtureOperation::Deprovision;
+        let wipe = host.cleaning_mode == AutomatedCleaningMode::Full;
         self.with_host(host, op, Progress::default(), |h, steps| {
             let finished = h.advance(op, Progress::default(), |h| {
                 h.state = FixtureState::Available;
@@ -496,7 +498,13 @@ impl Provisioner for FixtureProvisioner {
                 | FixtureState::Running {
                     operation: FixtureOperation::Provision,
                     ..
-                } => h.start(op, steps, Progress::started()),
+                } => {
+                    // As the Ironic provisioner's manual clean after the undeploy.
+                    if wipe {
+                        h.last_clean_steps = vec!["deploy.erase_devices".into()];
+                    }
+                    h.start(op, steps, Progress::started())
+                }
                 _ => {
                     h.state = FixtureState::Available;
                     Outcome::done(Progress::default())

@@ -170,6 +170,9 @@ impl Lab {
             "fast_track = true".to_owned(),
             "erase_devices_priority = 0".to_owned(),
             "erase_devices_metadata_priority = 10".to_owned(),
+            // `automatedCleaningMode: full`'s wipe overwrites the disk once, with zeros.
+            "shred_random_overwrite_iterations = 0".to_owned(),
+            "shred_final_overwrite_with_zeros = true".to_owned(),
             "[pxe]".to_owned(),
             format!("tftp_root = {}", tftp_root.display()),
             "kernel_append_params = console=ttyS0,115200 ipa-insecure=1".to_owned(),

@@ -2,8 +2,9 @@
 //! (sushy-emulator's libvirt driver) is network-booted by bmo's own DHCP, TFTP and
 //! HTTP, inspected, cleaned and deployed by the real ironic-python-agent that
 //! tests/env/ipa-build made, boots the deployed test OS from its disk, reads its
-//! config drive, is powered off, on and rebooted through the BMC, deprovisioned and
-//! deleted. See tests/vm/lab.rs for the network and the daemons.
+//! config drive, is powered off, on and rebooted through the BMC, deprovisioned with a
+//! full disk wipe (`automatedCleaningMode: full`) and deleted. See tests/vm/lab.rs for
+//! the network and the daemons.
 //!
 //! The time of each phase is printed as a table (docs/performance.md quotes it).
 
@@ -79,6 +80,10 @@ impl Watch<'_> {
             if let Ok(Some(node)) = self.ironic.get_node(&self.node).await {
                 let state = node.provision_state.unwrap_or_default();
                 self.mark(&format!("ironic: {state}"));
+                let step = node.clean_step.unwrap_or_default();
+                if let (Some(i), Some(s)) = (step["interface"].as_str(), step["step"].as_str()) {
+                    self.mark(&format!("ironic clean step: {i}.{s}"));
+                }
             }
             let status = match self.api.get(&self.name).await {
                 Ok(host) => status(&host),
@@ -191,6 +196,37 @@ fn last_sector_head(vm: &Vm) -> Vec<u8> {
         })
         .expect("read the VM's disk");
     head
+}
+
+/// Where the wipe's marker goes: the middle of the disk, far from the image at its
+/// start and the config drive at its end.
+fn middle() -> u64 {
+    (VM_DISK_GIB << 30) / 2
+}
+
+fn write_middle(vm: &Vm, bytes: &[u8]) {
+    use std::io::{Seek, SeekFrom, Write};
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&vm.disk)
+        .and_then(|mut f| {
+            f.seek(SeekFrom::Start(middle()))?;
+            f.write_all(bytes)?;
+            f.sync_all()
+        })
+        .expect("write the marker into the VM's disk");
+}
+
+fn middle_has(vm: &Vm, bytes: &[u8]) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut found = vec![0u8; bytes.len()];
+    std::fs::File::open(&vm.disk)
+        .and_then(|mut f| {
+            f.seek(SeekFrom::Start(middle()))?;
+            f.read_exact(&mut found)
+        })
+        .expect("read the VM's disk");
+    found == bytes
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -441,9 +477,21 @@ async fn vm_is_inspected_cleaned_deployed_and_deprovisioned_by_the_real_agent() 
     wait_console(&vm, &lab, "bmo-test-os: ready", 3, Duration::from_secs(600)).await;
     watch.mark("rebooted by annotation");
 
-    // 1, 4: deprovisioning (image removed) cleans again: the deployed image's own
-    // partition table goes. Then the host is available again, and deleted.
+    // 1, 4 and the full disk wipe: with `automatedCleaningMode: full`, deprovisioning
+    // (image removed) takes the image off and then has Ironic run the agent's
+    // `deploy.erase_devices` as a manual clean. The deployed image's partition table
+    // goes, and so does a marker in the middle of the disk, which metadata cleaning
+    // (proved above on the old GPT) leaves alone. Then the host is available again.
     assert_eq!(&vm.first_sector()[510..], &[0x55, 0xAA], "the image's MBR");
+    let wipe_marker = unique_name("BMO-WIPE-MARKER");
+    write_middle(&vm, wipe_marker.as_bytes());
+    assert!(
+        middle_has(&vm, wipe_marker.as_bytes()),
+        "the marker is in the middle of the disk"
+    );
+    watch
+        .patch(json!({"spec": {"automatedCleaningMode": "full"}}))
+        .await;
     watch
         .patch(json!({"spec": {"image": null, "userData": null}}))
         .await;
@@ -466,6 +514,46 @@ async fn vm_is_inspected_cleaned_deployed_and_deprovisioned_by_the_real_agent() 
         |vm| vm.first_sector()[446..512].iter().all(|b| *b == 0),
     )
     .await;
+    wait_disk(&vm, "the full wipe erased the middle of the disk", |vm| {
+        !middle_has(vm, wipe_marker.as_bytes())
+    })
+    .await;
+    // Ironic's own view: the node's clean_step while the wipe ran, and a manual
+    // cleaning that ended well in its history. (Its history names the steps of a
+    // cleaning only when the agent was already up, so the step comes from the node.)
+    for seen in [
+        "ironic clean step: deploy.erase_devices",
+        "step: clean deploy.erase_devices",
+    ] {
+        assert!(
+            watch.marks.iter().any(|(m, _)| m == seen),
+            "{seen:?} while deprovisioning: {:?}",
+            watch.marks
+        );
+    }
+    let history = watch
+        .ironic
+        .node_history(&node_name)
+        .await
+        .expect("read the node's history");
+    assert!(
+        history.iter().any(|h| h["event"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("Manual Cleaning completed successfully"))),
+        "Ironic's history has the manual cleaning: {history:#?}"
+    );
+    let node = watch
+        .ironic
+        .get_node(&node_name)
+        .await
+        .expect("read the node")
+        .expect("the host's node exists");
+    assert!(
+        !node.extra.contains_key("bmo_full_disk_wipe"),
+        "bmo's note of the wipe is gone once it is over: {:?}",
+        node.extra
+    );
+    watch.mark("full disk wipe checked");
     api.delete(name, &DeleteParams::default())
         .await
         .expect("delete host");
@@ -620,7 +708,7 @@ fn print_phases(w: &Watch<'_>, power_off: Duration, power_on: Duration) {
         ("power off seen in status", power_off.as_secs_f64()),
         ("power on seen in status", power_on.as_secs_f64()),
         (
-            "deprovisioning (cleaning → available)",
+            "deprovisioning, full wipe (undeploy, erase_devices → available)",
             span(deprovisioning, available_again),
         ),
         ("total", secs(w.at("deleted, node gone", None))),

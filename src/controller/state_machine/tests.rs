@@ -268,6 +268,32 @@ fn removing_the_image_deprovisions_a_provisioned_host() {
     assert_eq!(next_state(&plan(&h, &facts())), None);
 }
 
+/// `automatedCleaningMode: full` wipes inside the one deprovision call (the provisioner
+/// runs the manual clean); the host's own states are those of every mode.
+#[test]
+fn a_full_wipe_is_part_of_deprovisioning_in_every_cleaning_mode_alike() {
+    for mode in ["metadata", "disabled", "full"] {
+        let h = host(
+            json!({"automatedCleaningMode": mode}),
+            "provisioned",
+            json!({"provisioning": {"state": "provisioned", "ID": "n", "image": image()}}),
+        );
+        assert_eq!(
+            next_state(&plan(&h, &facts())),
+            Some(State::Deprovisioning),
+            "{mode}"
+        );
+        let h = host(
+            json!({"automatedCleaningMode": mode}),
+            "deprovisioning",
+            json!({}),
+        );
+        assert_calls_then(&h, Operation::Deprovision, State::Available);
+        let h = deleting(h);
+        assert_calls_then(&h, Operation::Deprovision, State::PoweringOffBeforeDelete);
+    }
+}
+
 #[test]
 fn a_provisioned_host_sees_to_its_data_image_before_powering_on() {
     let unchecked = Facts {

@@ -1,5 +1,5 @@
-//! Deploying an image, taking it off again (deprovisioning), and adopting a host that
-//! already runs its OS.
+//! Deploying an image and adopting a host that already runs its OS (taking the image
+//! off again is in `deprovision`).
 
 use serde_json::{Value, json};
 
@@ -66,8 +66,8 @@ impl IronicProvisioner {
         }
     }
 
-    /// A transition that runs Ironic's automated cleaning (`provide`, `deleted`):
-    /// the node's `automated_clean` follows the host's cleaning mode first.
+    /// A transition that runs Ironic's automated cleaning (`provide`): the node's
+    /// `automated_clean` follows the host's cleaning mode first.
     async fn transition_into_cleaning(
         &self,
         host: &Host,
@@ -81,58 +81,6 @@ impl IronicProvisioner {
         }
         self.transition(host, node, Req::new(target), progress, what)
             .await
-    }
-
-    pub(super) async fn deprovision_node(&self, host: &Host) -> ProvisionerResult<Progress> {
-        let node = self.require_node(host).await?;
-        match node.state() {
-            ProvisionState::Active
-            | ProvisionState::DeployFailed
-            | ProvisionState::WaitCallBack => {
-                self.transition_into_cleaning(
-                    host,
-                    &node,
-                    ProvisionTarget::Deleted,
-                    Progress::started(),
-                    "start deprovisioning",
-                )
-                .await
-            }
-            // Deleting leads into cleaning: wait for both alike.
-            ProvisionState::Deleting
-            | ProvisionState::Deploying
-            | ProvisionState::Cleaning
-            | ProvisionState::CleanWait
-            | ProvisionState::CleanFailed => {
-                self.follow_cleaning(host, &node, "Cleaning failed").await
-            }
-            ProvisionState::Manageable => {
-                self.transition(
-                    host,
-                    &node,
-                    Req::new(ProvisionTarget::Provide),
-                    Progress::default(),
-                    "make the host available (provide)",
-                )
-                .await
-            }
-            ProvisionState::Available => Ok(Outcome::done(Progress::default())),
-            ProvisionState::Error if host.restart_on_failure => {
-                self.transition(
-                    host,
-                    &node,
-                    Req::new(ProvisionTarget::Deleted),
-                    Progress::default(),
-                    "retry deprovisioning",
-                )
-                .await
-            }
-            ProvisionState::Error => Ok(Outcome::failed(
-                Progress::default(),
-                format!("Deprovisioning failed: {}", last_error(&node)),
-            )),
-            _ => Self::unexpected(&node, Progress::default(), "deprovision the host"),
-        }
     }
 
     pub(super) async fn adopt_node(

@@ -2,12 +2,14 @@
 //! the next step for its provision state, and says when to look again.
 //!
 //! One file per operation: `register` (node, boot port, BMC access), `inspect`,
-//! `clean` (prepare, and recovery from failed cleaning), `deploy` (provision,
-//! deprovision, adopt), `power`, `delete`; `node` holds what they share.
+//! `clean` (prepare, and recovery from failed cleaning), `deploy` (provision, adopt),
+//! `deprovision` (with the full disk wipe), `power`, `delete`; `node` holds what they
+//! share.
 
 mod clean;
 mod delete;
 mod deploy;
+mod deprovision;
 mod firmware;
 mod inspect;
 mod node;

@@ -118,7 +118,12 @@ impl IronicProvisioner {
         host: &Host,
         node: &Node,
     ) -> Result<(), IronicError> {
-        let wanted = host.cleaning_mode == AutomatedCleaningMode::Metadata;
+        // `full` cleans metadata like `metadata` does; its wipe at deprovisioning
+        // turns automated cleaning off until the wipe is over (see `deprovision`).
+        if super::deprovision::wipe_noted(node) {
+            return Ok(());
+        }
+        let wanted = host.cleaning_mode != AutomatedCleaningMode::Disabled;
         if node.automated_clean != Some(wanted) {
             self.patch(host, node, &[PatchOp::set("/automated_clean", wanted)])
                 .await?;

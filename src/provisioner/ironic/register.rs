@@ -378,7 +378,7 @@ impl IronicProvisioner {
             vendor_interface: i.vendor.map(Into::into),
             bios_interface: i.bios.map(Into::into),
             firmware_interface: i.firmware.map(Into::into),
-            automated_clean: Some(host.cleaning_mode == AutomatedCleaningMode::Metadata),
+            automated_clean: Some(host.cleaning_mode != AutomatedCleaningMode::Disabled),
             disable_power_off: host.disable_power_off.then_some(true),
             network_data,
         };
