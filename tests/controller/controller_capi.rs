@@ -7,12 +7,10 @@
 use std::time::{Duration, Instant};
 
 use crate::support::capi::{
-    self, CAPI, CLUSTER_LABEL, INFRA, Manager, USER_DATA, api, create, create_cluster_secrets,
+    self, CAPI, CLUSTER_LABEL, INFRA, Manager, api, create, create_cluster_secrets,
     create_pool_host, install_crds, merge, merge_status, released,
 };
-use crate::support::{
-    bmo_run, eventually, installed_namespace, stored_config_drive, unique_name, wait_for_state,
-};
+use crate::support::{bmo_run, eventually, installed_namespace, wait_for_state};
 use bmo::api::{BareMetalHost, ProvisioningState};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
@@ -222,28 +220,8 @@ async fn cluster_api_core_and_capm3_scale_a_machine_deployment_on_bmo_hosts() {
             .expect("m3m")
             .to_owned();
         let host_name = host.metadata.name.clone().expect("host");
-        let drive =
-            stored_config_drive(&host.status.clone().expect("status").provisioning.id).await;
-        assert_eq!(drive["user_data"].as_str(), Some(USER_DATA), "{drive}");
-        assert_eq!(drive["meta_data"]["role"], "worker", "{drive}");
-        assert_eq!(
-            drive["meta_data"]["machine"],
-            machine_name.as_str(),
-            "{drive}"
-        );
-        assert_eq!(drive["meta_data"]["host"], host_name.as_str(), "{drive}");
-
-        // The kubelet's part: the node registers with the label CAPM3's cloud-init
-        // templates give it (metal3.io/uuid = the host's UID).
-        let node_name = unique_name("capi-node");
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": node_name, "labels": {"metal3.io/uuid": host.metadata.uid}},
-        }))
-        .expect("node");
-        node_api
-            .create(&Default::default(), &node)
-            .await
-            .expect("node");
+        capi::assert_config_drive_from_capm3(&host, &machine_name).await;
+        let node_name = capi::register_node(&client, &host, "capi-node").await;
         nodes.push(node_name.clone());
 
         let provider_id = format!("metal3://{ns}/{host_name}/{m3m}");

@@ -10,12 +10,10 @@
 use std::time::{Duration, Instant};
 
 use crate::support::capi::{
-    self, CAPI, CLUSTER_LABEL, INFRA, Manager, USER_DATA, api, create, create_cluster_secrets,
+    self, CAPI, CLUSTER_LABEL, INFRA, Manager, api, create, create_cluster_secrets,
     create_pool_host, install_crds, merge, merge_status, released,
 };
-use crate::support::{
-    bmo_run, eventually, installed_namespace, stored_config_drive, unique_name, wait_for_state,
-};
+use crate::support::{bmo_run, eventually, installed_namespace, wait_for_state};
 use bmo::api::{BareMetalHost, ProvisioningState};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
@@ -264,35 +262,18 @@ async fn capm3_claims_provisions_and_releases_hosts_through_bmo() {
             spec.user_data.as_ref().and_then(|r| r.name.as_deref()),
             Some("bootstrap-data")
         );
-        let meta_secret = spec
-            .meta_data
-            .as_ref()
-            .and_then(|r| r.name.clone())
-            .expect("metaData");
+        assert!(
+            spec.meta_data
+                .as_ref()
+                .and_then(|r| r.name.as_ref())
+                .is_some(),
+            "CAPM3 names a metaData Secret"
+        );
         assert!(spec.online);
         let image = spec.image.as_ref().expect("image");
         assert_eq!(image.url, "http://127.0.0.1/images/node.qcow2");
-        let status = host.status.clone().expect("status");
-        let drive = stored_config_drive(&status.provisioning.id).await;
-        assert_eq!(drive["user_data"].as_str(), Some(USER_DATA), "{drive}");
-        assert_eq!(
-            drive["meta_data"]["role"], "worker",
-            "{meta_secret}: {drive}"
-        );
-        assert_eq!(drive["meta_data"]["machine"], *name, "{drive}");
-        assert_eq!(drive["meta_data"]["host"], host_name.as_str(), "{drive}");
-
-        // The kubelet's part: the node registers with the label CAPM3's cloud-init
-        // templates give it (metal3.io/uuid = the host's UID).
-        let node_name = unique_name("capm3-node");
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": node_name, "labels": {"metal3.io/uuid": host.metadata.uid}},
-        }))
-        .expect("node");
-        node_api
-            .create(&Default::default(), &node)
-            .await
-            .expect("node");
+        capi::assert_config_drive_from_capm3(&host, name).await;
+        let node_name = capi::register_node(&client, &host, "capm3-node").await;
         nodes.push(node_name.clone());
 
         let provider_id = format!("metal3://{ns}/{host_name}/{name}");

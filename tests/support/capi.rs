@@ -6,10 +6,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use super::{
-    Stack, create_bmc_secret, fake_host, free_port, unique_mac, unique_name, wait_for_state,
+    Stack, create_bmc_secret, fake_host, free_port, stored_config_drive, unique_mac, unique_name,
+    wait_for_state,
 };
 use bmo::api::{BareMetalHost, ProvisioningState};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -271,4 +272,31 @@ pub async fn create_cluster_secrets(client: &Client, ns: &str, cluster_name: &st
             .await
             .expect("secret");
     }
+}
+
+/// What CAPM3 put in the host's userData and metaData, read back from the config drive
+/// Ironic stored for the host's node.
+pub async fn assert_config_drive_from_capm3(host: &BareMetalHost, machine: &str) {
+    let host_name = host.metadata.name.as_deref().unwrap_or_default();
+    let node_id = host.status.as_ref().map(|s| s.provisioning.id.clone());
+    let drive = stored_config_drive(&node_id.unwrap_or_default()).await;
+    assert_eq!(drive["user_data"].as_str(), Some(USER_DATA), "{drive}");
+    assert_eq!(drive["meta_data"]["role"], "worker", "{drive}");
+    assert_eq!(drive["meta_data"]["machine"], machine, "{drive}");
+    assert_eq!(drive["meta_data"]["host"], host_name, "{drive}");
+}
+
+/// The kubelet's part: a Node registers with the label CAPM3's cloud-init templates
+/// give it (`metal3.io/uuid` = the host's UID). Returns the Node's name.
+pub async fn register_node(client: &Client, host: &BareMetalHost, prefix: &str) -> String {
+    let name = unique_name(prefix);
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"metal3.io/uuid": host.metadata.uid}},
+    }))
+    .expect("node");
+    Api::<Node>::all(client.clone())
+        .create(&Default::default(), &node)
+        .await
+        .expect("node");
+    name
 }
