@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::api::{BareMetalHost, CurrentStep};
 use crate::metrics::Metrics;
-use crate::provisioner::{self, InspectStatus, Outcome, PowerMode, Provisioner};
+use crate::provisioner::{self, InspectStatus, Outcome, PowerMode, Progress, Provisioner};
 
 use super::request::{prepare_request, provision_request, service_request};
 use super::save::Extras;
@@ -92,7 +92,7 @@ pub async fn call<P: Provisioner, S: Store>(
                     .map_err(store_err(host))?;
             }
             running(&mut extras, outcome.value.current_step.as_ref());
-            call_result(&outcome)
+            started_or_result(&outcome)
         }
         Operation::Service => service(host, ctx, phost, facts, &mut extras).await?,
         Operation::Provision => {
@@ -158,12 +158,18 @@ async fn service<P: Provisioner, S: Store>(
             .map_err(store_err(host))?;
     }
     running(extras, outcome.value.current_step.as_ref());
-    Ok(match outcome.requeue_after {
+    Ok(started_or_result(&outcome))
+}
+
+/// `Started` when this call began the clean or service steps (the state machine
+/// records what they apply), else what the outcome says.
+fn started_or_result(outcome: &Outcome<Progress>) -> CallResult {
+    match outcome.requeue_after {
         Some(after) if outcome.value.started && outcome.error.is_none() => {
             CallResult::Started { after }
         }
-        _ => call_result(&outcome),
-    })
+        _ => call_result(outcome),
+    }
 }
 
 /// Adopts the host with its image and config data.

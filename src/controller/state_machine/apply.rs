@@ -51,6 +51,17 @@ pub fn apply(host: &BareMetalHost, status: &mut BareMetalHostStatus, update: &Up
         }
         None => {}
     }
+    match update.record_prepared {
+        Some(true) => {
+            status.provisioning.raid = host.spec.raid.clone();
+            status.provisioning.firmware = host.spec.firmware.clone();
+        }
+        Some(false) => {
+            status.provisioning.raid = None;
+            status.provisioning.firmware = None;
+        }
+        None => {}
+    }
     if let Some(next) = update.state {
         // A new image gets its own attempts.
         if next == State::Provisioning && status.last_attempted_image != host.spec.image {

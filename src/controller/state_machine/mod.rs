@@ -204,6 +204,11 @@ pub struct Update {
     pub provisioning_failed: bool,
     /// The spec's image / custom deploy become the provisioned ones (or are cleared).
     pub record_provisioned: Option<bool>,
+    /// The spec's RAID and `spec.firmware` become the prepared ones (`true`: the clean
+    /// carrying them started, so that it is not started again once Ironic is back in
+    /// `manageable`, as upstream) or are forgotten (`false`: preparing failed, so the
+    /// next attempt applies them again).
+    pub record_prepared: Option<bool>,
     pub operational_status: Option<OperationalStatus>,
     /// An event for the host: (reason, message, is a warning).
     pub event: Option<(String, String, bool)>,
@@ -736,6 +741,11 @@ pub fn after(host: &BareMetalHost, op: Operation, result: &CallResult) -> Update
             ..Default::default()
         },
         CallResult::Started { after } if op == Operation::Service => servicing::started(*after),
+        CallResult::Started { after } if op == Operation::Prepare => Update {
+            requeue: Requeue::After(*after),
+            record_prepared: Some(true),
+            ..Default::default()
+        },
         CallResult::Started { after } => Update {
             requeue: Requeue::After(*after),
             event: op
@@ -750,6 +760,9 @@ pub fn after(host: &BareMetalHost, op: Operation, result: &CallResult) -> Update
                 requeue: Requeue::Backoff,
                 ..Default::default()
             };
+            if op == Operation::Prepare {
+                update.record_prepared = Some(false);
+            }
             if op == Operation::Provision && state == State::Provisioning {
                 // Clean up before the next attempt.
                 update.state = Some(State::Deprovisioning);

@@ -898,3 +898,51 @@ fn refused_bios_settings_fail_preparing_once_until_something_changes() {
         })
     );
 }
+
+#[test]
+fn the_raid_is_recorded_when_its_clean_starts_and_forgotten_when_preparing_fails() {
+    // Ironic returns a node to `manageable` after a manual clean; had the RAID not been
+    // recorded when the clean started, preparing would start it again there.
+    let raid = json!({"raid": {"hardwareRAIDVolumes": [{"level": "1", "sizeGibibytes": 10}]}});
+    let h = host(raid, "preparing", json!({}));
+    assert!(
+        crate::controller::request::prepare_request(
+            &h,
+            &facts().firmware,
+            &facts().firmware_updates
+        )
+        .unprepared
+    );
+    let started = after(
+        &h,
+        Operation::Prepare,
+        &CallResult::Started {
+            after: Duration::from_secs(5),
+        },
+    );
+    assert_eq!(started.state, None, "still preparing");
+    let status = applied(&h, &started);
+    assert_eq!(status.provisioning.raid, h.spec.raid);
+    let mut cleaning = h.clone();
+    cleaning.status = Some(status);
+    let request = crate::controller::request::prepare_request(
+        &cleaning,
+        &facts().firmware,
+        &facts().firmware_updates,
+    );
+    assert!(
+        !request.unprepared,
+        "the clean that started is not started again"
+    );
+
+    let failed = after(
+        &cleaning,
+        Operation::Prepare,
+        &CallResult::Failed("Cleaning failed: no controller".into()),
+    );
+    let status = applied(&cleaning, &failed);
+    assert_eq!(
+        status.provisioning.raid, None,
+        "the next attempt applies it again"
+    );
+}
