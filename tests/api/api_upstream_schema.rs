@@ -45,6 +45,7 @@ const BMO_ADDED_FIELDS: &[&str] = &[
 /// constants; `errorType` has bmo's extra `detach error`; a NIC's attachment reference is required by bmo's type (upstream's
 /// webhook refuses an empty one too); bmo's HardwareData requires spec (bmo writes it).
 const KNOWN_TYPE_DIFFERENCES: &[&str] = &[
+    "baremetalhosts spec.automatedCleaningMode",
     "baremetalhosts spec.firmware.simultaneousMultithreadingEnabled",
     "baremetalhosts spec.firmware.sriovEnabled",
     "baremetalhosts spec.firmware.virtualizationEnabled",
