@@ -194,7 +194,8 @@ async fn create_host(client: &kube::Client, ns: &str, lab: &Lab, vm: &Vm) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bios_settings_change_on_a_provisioned_vm_through_servicing() {
-    let _shared = crate::support::shared();
+    // One lab at a time: each runs the machine's one system libvirtd.
+    let _alone = crate::support::exclusive("vm_servicing");
     let stack = Stack::get();
     let client = stack.kube_client().await;
     bmo::api::install::install(&client, Duration::from_secs(60))
