@@ -252,27 +252,7 @@ async fn cluster_api_core_and_capm3_scale_a_machine_deployment_on_bmo_hosts() {
             node_name.as_str()
         );
         let addresses = &running.data["status"]["addresses"];
-        let listed: Vec<(&str, &str)> = addresses
-            .as_array()
-            .expect("addresses")
-            .iter()
-            .map(|a| {
-                (
-                    a["type"].as_str().unwrap_or(""),
-                    a["address"].as_str().unwrap_or(""),
-                )
-            })
-            .collect();
-        assert!(
-            listed.contains(&("Hostname", host_name.as_str())),
-            "{addresses}"
-        );
-        assert!(
-            listed
-                .iter()
-                .any(|(t, a)| *t == "InternalIP" && a.starts_with("192.0.2.2")),
-            "{addresses}"
-        );
+        capi::assert_addresses_of(addresses, &host_name);
         machine_names.push(machine_name);
         claimed.push(host_name);
     }

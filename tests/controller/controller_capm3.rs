@@ -293,27 +293,7 @@ async fn capm3_claims_provisions_and_releases_hosts_through_bmo() {
         .await;
         let elapsed = t0.elapsed();
         let addresses = m3m.data["status"]["addresses"].clone();
-        let listed: Vec<(&str, &str)> = addresses
-            .as_array()
-            .expect("addresses")
-            .iter()
-            .map(|a| {
-                (
-                    a["type"].as_str().unwrap_or(""),
-                    a["address"].as_str().unwrap_or(""),
-                )
-            })
-            .collect();
-        assert!(
-            listed.contains(&("Hostname", host_name.as_str())),
-            "{addresses}"
-        );
-        assert!(
-            listed
-                .iter()
-                .any(|(t, a)| *t == "InternalIP" && a.starts_with("192.0.2.2")),
-            "{addresses}"
-        );
+        capi::assert_addresses_of(&addresses, &host_name);
         let node = node_api.get(&node_name).await.expect("node");
         assert_eq!(
             node.spec.and_then(|s| s.provider_id).as_deref(),

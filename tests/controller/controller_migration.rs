@@ -205,23 +205,7 @@ impl Site {
                 .set_provision_state(&node.uuid, request)
                 .await
                 .unwrap_or_else(|e| panic!("move to {state}: {e}"));
-            let ironic = &self.ironic;
-            eventually(
-                &format!("node {state}"),
-                Duration::from_secs(120),
-                || async {
-                    let n = ironic
-                        .get_node(&node.uuid)
-                        .await
-                        .map_err(|e| e.to_string())?
-                        .ok_or("node gone")?;
-                    match n.provision_state.as_deref() {
-                        Some(s) if s == state && n.target_provision_state.is_none() => Ok(()),
-                        other => Err(format!("{other:?} {:?}", n.last_error)),
-                    }
-                },
-            )
-            .await;
+            crate::support::fake_bios::wait_node(&self.ironic, &node.uuid, state).await;
         }
         node.uuid
     }

@@ -300,3 +300,26 @@ pub async fn register_node(client: &Client, host: &BareMetalHost, prefix: &str) 
         .expect("node");
     name
 }
+
+/// The addresses CAPM3 copied from the host: its name, and an InternalIP from the
+/// pool hosts' NICs (192.0.2.2x).
+pub fn assert_addresses_of(addresses: &Value, host_name: &str) {
+    let listed: Vec<(&str, &str)> = addresses
+        .as_array()
+        .expect("addresses")
+        .iter()
+        .map(|a| {
+            (
+                a["type"].as_str().unwrap_or(""),
+                a["address"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert!(listed.contains(&("Hostname", host_name)), "{addresses}");
+    assert!(
+        listed
+            .iter()
+            .any(|(t, a)| *t == "InternalIP" && a.starts_with("192.0.2.2")),
+        "{addresses}"
+    );
+}
