@@ -305,44 +305,56 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
 
 /// The BIOS settings and firmware updates the host's objects ask for, where they
 /// matter: an available or preparing host applies them by preparing, a provisioned
-/// one by servicing as far as its HostUpdatePolicy allows.
+/// one by servicing as far as its HostUpdatePolicy allows. The firmware objects come
+/// from the watch's cache; the policy is read (a request) only when they ask for
+/// something or servicing is under way.
 async fn load_firmware<P: Provisioner, S: Store>(
     host: &BareMetalHost,
     ctx: &Context<P, S>,
     facts: &mut Facts,
 ) -> Result<(), ReconcileError> {
-    let (settings, updates) = if matches!(
+    let preparing = matches!(
         host.provisioning_state(),
         ProvisioningState::Available | ProvisioningState::Ready | ProvisioningState::Preparing
-    ) {
+    );
+    if !preparing && !state_machine::wants_servicing_facts(host) {
+        return Ok(());
+    }
+    let settings = ctx.firmware_settings(host).await.map_err(store_err(host))?;
+    let components = ctx
+        .firmware_components(host)
+        .await
+        .map_err(store_err(host))?;
+    let settings_set = settings
+        .as_ref()
+        .is_some_and(|s| !s.spec.settings.is_empty());
+    let updates_set = components
+        .as_ref()
+        .is_some_and(|c| !c.spec.updates.is_empty());
+    let (apply_settings, apply_updates) = if preparing {
         (true, true)
-    } else if state_machine::wants_servicing_facts(host) {
-        let policy = ctx
-            .store
-            .host_update_policy(host)
-            .await
-            .map_err(store_err(host))?;
-        facts.servicing_allowed = state_machine::ServicingAllowed::from_policy(policy.as_ref());
+    } else {
+        if settings_set || updates_set || state_machine::servicing_under_way(host) {
+            let policy = ctx
+                .store
+                .host_update_policy(host)
+                .await
+                .map_err(store_err(host))?;
+            facts.servicing_allowed = state_machine::ServicingAllowed::from_policy(policy.as_ref());
+        }
         (
             facts.servicing_allowed.settings,
             facts.servicing_allowed.updates,
         )
-    } else {
-        (false, false)
     };
-    if settings {
-        let settings = ctx.firmware_settings(host).await.map_err(store_err(host))?;
+    if apply_settings {
         facts.firmware = firmware::legacy::pending(host, settings.as_ref());
-        facts.firmware_spec_set |= settings.is_some_and(|s| !s.spec.settings.is_empty());
+        facts.firmware_spec_set |= settings_set;
     }
-    if updates {
-        let components = ctx
-            .firmware_components(host)
-            .await
-            .map_err(store_err(host))?;
+    if apply_updates {
         facts.firmware_updates =
             firmware::components::state_machine::pending_updates(components.as_ref());
-        facts.firmware_spec_set |= components.is_some_and(|c| !c.spec.updates.is_empty());
+        facts.firmware_spec_set |= updates_set;
     }
     Ok(())
 }

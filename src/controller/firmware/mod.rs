@@ -95,11 +95,21 @@ pub async fn reconcile<P: FirmwareReader, S: FirmwareStore>(
         match step {
             Step::Idle => return Ok(Next::OnChange),
             Step::Done(after) => return Ok(Next::After(after)),
-            Step::CreateSettings => {
-                let created = ctx.store.create_settings(host).await.map_err(store_err)?;
-                tracing::info!("created the host's HostFirmwareSettings");
-                facts.settings = Some(created);
-            }
+            Step::CreateSettings => match ctx.store.create_settings(host).await {
+                Ok(created) => {
+                    tracing::info!("created the host's HostFirmwareSettings");
+                    facts.settings = Some(created);
+                }
+                // Made meanwhile, or the cache had not seen it yet.
+                Err(StoreError::Conflict) => {
+                    facts.settings = ctx
+                        .store
+                        .current_settings(&namespace, &name)
+                        .await
+                        .map_err(store_err)?;
+                }
+                Err(e) => return Err(store_err(e)),
+            },
             Step::AdoptSettings => {
                 let adopted = ctx
                     .store

@@ -15,20 +15,20 @@ use std::sync::Arc;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, ResourceExt};
 use tracing::Instrument;
 
 use super::components::ComponentsStore;
 use super::{FirmwareContext, FirmwareError, FirmwareStore, KubeFirmwareStore, PROVISIONER_RETRY};
-use crate::api::BareMetalHost;
-use crate::api::firmware::{HostFirmwareComponents, HostFirmwareSettings};
+use crate::api::firmware::{FirmwareSchema, HostFirmwareComponents, HostFirmwareSettings};
+use crate::api::{BareMetalHost, BareMetalHostStatus, OperationalStatus, ProvisioningState};
 use crate::controller::Next;
 use crate::provisioner::FirmwareReader;
 
-/// What of a host matters here: its generation, its node and its state, and whether
-/// it is paused or detached (upstream leaves such hosts' firmware alone).
+/// What of a host matters here: its generation, its node, whether it is paused or
+/// detached (upstream leaves such hosts' firmware alone), and its [`firmware_phase`].
 fn host_node(host: &BareMetalHost) -> Option<u64> {
     use crate::api::host::{DETACHED_ANNOTATION, PAUSED_ANNOTATION};
     let mut hasher = DefaultHasher::new();
@@ -39,14 +39,34 @@ fn host_node(host: &BareMetalHost) -> Option<u64> {
     }
     host.status
         .as_ref()
-        .map(|s| s.operational_status.to_string())
-        .hash(&mut hasher);
-    // Leaving `preparing` means BIOS settings may have been applied: read again.
-    host.status
-        .as_ref()
-        .map(|s| (s.provisioning.id.as_str(), s.provisioning.state))
+        .map(|s| {
+            (
+                s.provisioning.id.as_str(),
+                s.operational_status == OperationalStatus::Detached,
+                firmware_phase(s),
+            )
+        })
         .hash(&mut hasher);
     Some(hasher.finish())
+}
+
+/// The stretches of a host's life between which Ironic may have read its BIOS
+/// settings and firmware anew: registration (Ironic reads both when it verifies the
+/// node, and again when inspection ends, which preparing follows), preparing and
+/// servicing (their steps apply settings and updates), and the rest. Waking on every
+/// state change instead cost two Ironic and five kube-apiserver requests per change
+/// and host.
+fn firmware_phase(status: &BareMetalHostStatus) -> u8 {
+    if status.operational_status == OperationalStatus::Servicing {
+        return 2;
+    }
+    match status.provisioning.state {
+        ProvisioningState::None | ProvisioningState::Unmanaged | ProvisioningState::Registering => {
+            0
+        }
+        ProvisioningState::Preparing => 1,
+        _ => 3,
+    }
 }
 
 /// What of a HostFirmwareComponents matters here: its spec and its owners.
@@ -70,12 +90,14 @@ pub async fn run<P: FirmwareReader + 'static>(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.store.client().clone();
-    let (hosts, settings, components): (
+    let (hosts, settings, components, schemas): (
         Api<BareMetalHost>,
         Api<HostFirmwareSettings>,
         Api<HostFirmwareComponents>,
+        Api<FirmwareSchema>,
     ) = match &ctx.namespace {
         Some(ns) => (
+            Api::namespaced(client.clone(), ns),
             Api::namespaced(client.clone(), ns),
             Api::namespaced(client.clone(), ns),
             Api::namespaced(client, ns),
@@ -83,30 +105,46 @@ pub async fn run<P: FirmwareReader + 'static>(
         None => (
             Api::all(client.clone()),
             Api::all(client.clone()),
+            Api::all(client.clone()),
             Api::all(client),
         ),
     };
-    let (reader, writer) = kube::runtime::reflector::store();
+    let (reader, writer) = reflector::store();
     let host_changes = watcher(hosts, watcher::Config::default())
         .default_backoff()
         .reflect(writer)
         .applied_objects()
         .predicate_filter(host_node, Default::default());
+    let caches = &ctx.store.caches;
+    let (settings_cache, settings_writer) = reflector::store();
+    let _ = caches.settings.set(settings_cache);
     let settings_changes = watcher(settings, watcher::Config::default())
         .default_backoff()
+        .reflect(settings_writer)
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default())
         .filter_map(|s| async move { same_name(&s.ok()?) });
+    let (components_cache, components_writer) = reflector::store();
+    let _ = caches.components.set(components_cache);
     let components_changes = watcher(components, watcher::Config::default())
         .default_backoff()
+        .reflect(components_writer)
         .applied_objects()
         .predicate_filter(components_change, Default::default())
         .filter_map(|c| async move { same_name(&c.ok()?) });
+    // FirmwareSchemas wake no host; the watch only keeps the cache.
+    let (schemas_cache, schemas_writer) = reflector::store();
+    let _ = caches.schemas.set(schemas_cache);
+    let schemas_kept = watcher(schemas, watcher::Config::default())
+        .default_backoff()
+        .reflect(schemas_writer)
+        .filter_map(|_| futures::future::ready(None::<ObjectRef<BareMetalHost>>));
     let listed = reader.clone();
     let shutdown = shutdown.shared();
     let reconciling = Controller::for_stream(host_changes, reader)
         .reconcile_on(settings_changes)
         .reconcile_on(components_changes)
+        .reconcile_on(schemas_kept)
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile_host, error_policy, ctx)
         .for_each(|result| async move {

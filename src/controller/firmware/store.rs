@@ -5,11 +5,14 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+
+use futures::FutureExt;
 
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
@@ -37,11 +40,21 @@ pub trait FirmwareStore: Send + Sync {
         name: &str,
     ) -> impl Future<Output = Result<Option<BareMetalHost>, StoreError>> + Send;
 
+    /// The object, possibly from a cache a write behind.
     fn settings(
         &self,
         namespace: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<HostFirmwareSettings>, StoreError>> + Send;
+
+    /// The object as the API server holds it now (after a create lost a race).
+    fn current_settings(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<HostFirmwareSettings>, StoreError>> + Send {
+        self.settings(namespace, name)
+    }
 
     /// Makes the host's HostFirmwareSettings (empty spec), owned by the host;
     /// [`StoreError::Conflict`] when one appeared meanwhile.
@@ -141,12 +154,49 @@ pub fn settings_event(
 pub struct KubeFirmwareStore {
     client: kube::Client,
     pub(super) instance: Option<String>,
+    pub(super) caches: Arc<FirmwareCaches>,
+}
+
+/// The firmware objects the running controller watches, so that a reconcile reads
+/// them without a request; until a cache has listed, they are read from the API
+/// server. A cache a write behind costs at most a status write that changes nothing,
+/// or a create refused as a conflict, after which the object is read from the API
+/// server.
+#[derive(Default)]
+pub struct FirmwareCaches {
+    pub(super) settings: OnceLock<reflector::Store<HostFirmwareSettings>>,
+    pub(super) components: OnceLock<reflector::Store<HostFirmwareComponents>>,
+    pub(super) schemas: OnceLock<reflector::Store<FirmwareSchema>>,
+}
+
+/// `namespace/name` as `cache` holds it (`Some(None)`: it has no such object), or
+/// `None` when there is no cache or it has not listed yet.
+pub(super) fn cached<K>(
+    cache: &OnceLock<reflector::Store<K>>,
+    namespace: &str,
+    name: &str,
+) -> Option<Option<K>>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let cache = cache.get()?;
+    cache.wait_until_ready().now_or_never()?.ok()?;
+    Some(
+        cache
+            .get(&ObjectRef::new(name).within(namespace))
+            .map(|object| object.as_ref().clone()),
+    )
 }
 
 impl KubeFirmwareStore {
     /// `instance` names this bmo in the events it publishes (`POD_NAME`).
     pub fn new(client: kube::Client, instance: Option<String>) -> Self {
-        Self { client, instance }
+        Self {
+            client,
+            instance,
+            caches: Arc::default(),
+        }
     }
 
     pub fn client(&self) -> &kube::Client {
@@ -214,6 +264,17 @@ impl FirmwareStore for KubeFirmwareStore {
         namespace: &str,
         name: &str,
     ) -> Result<Option<HostFirmwareSettings>, StoreError> {
+        if let Some(settings) = cached(&self.caches.settings, namespace, name) {
+            return Ok(settings);
+        }
+        self.current_settings(namespace, name).await
+    }
+
+    async fn current_settings(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<HostFirmwareSettings>, StoreError> {
         Ok(self
             .api::<HostFirmwareSettings>(namespace)
             .get_opt(name)
@@ -257,6 +318,9 @@ impl FirmwareStore for KubeFirmwareStore {
         namespace: &str,
         name: &str,
     ) -> Result<Option<FirmwareSchema>, StoreError> {
+        if let Some(schema) = cached(&self.caches.schemas, namespace, name) {
+            return Ok(schema);
+        }
         Ok(self.api::<FirmwareSchema>(namespace).get_opt(name).await?)
     }
 

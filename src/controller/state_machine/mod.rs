@@ -27,7 +27,7 @@ pub use checks::{
     Gate, gate, moved_away, observed_power, reboot_request, release, restart_on_failure, spec_error,
 };
 pub use next::{RegistrationCheck, next};
-pub use servicing::{ServicingAllowed, wants_servicing_facts};
+pub use servicing::{ServicingAllowed, servicing_under_way, wants_servicing_facts};
 
 /// How often a host in a stable state is looked at (power, changes).
 pub const STEADY_POLL: Duration = Duration::from_secs(60);

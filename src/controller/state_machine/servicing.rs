@@ -45,6 +45,11 @@ pub fn wants_servicing_facts(host: &BareMetalHost) -> bool {
         && ((host.spec.online && !st.powered_on) || in_servicing(&st))
 }
 
+/// The host is being serviced, or its servicing failed and is not settled yet.
+pub fn servicing_under_way(host: &BareMetalHost) -> bool {
+    host.status.as_ref().is_some_and(in_servicing)
+}
+
 /// Servicing runs or failed and is not settled yet.
 fn in_servicing(st: &BareMetalHostStatus) -> bool {
     st.operational_status == OperationalStatus::Servicing

@@ -85,6 +85,9 @@ pub async fn reconcile<P: FirmwareReader, S: ComponentsStore>(
         now: Some(now),
         ..Facts::default()
     };
+    // A write refused because the object changed: read it from the API server, not
+    // from the cache, which may still hold the old one.
+    let mut lost_race = false;
     for _ in 0..MAX_STEPS {
         let step = state_machine::next(&facts);
         tracing::debug!(?step, "firmware components step");
@@ -93,12 +96,12 @@ pub async fn reconcile<P: FirmwareReader, S: ComponentsStore>(
             Step::Idle => return Ok(Next::OnChange),
             Step::Done(after) => return Ok(Next::After(after)),
             Step::LookUp => {
-                let found = ctx
-                    .store
-                    .components(&namespace, &name)
-                    .await
-                    .map_err(store_err)?;
-                facts.object = Some(found);
+                let found = if lost_race {
+                    ctx.store.current_components(&namespace, &name).await
+                } else {
+                    ctx.store.components(&namespace, &name).await
+                };
+                facts.object = Some(found.map_err(store_err)?);
             }
             Step::ReadComponents => {
                 let node = NodeRef {
@@ -117,7 +120,10 @@ pub async fn reconcile<P: FirmwareReader, S: ComponentsStore>(
                     tracing::info!("created the host's HostFirmwareComponents");
                     facts.object = Some(Some(created));
                 }
-                Err(StoreError::Conflict) => facts.object = None,
+                Err(StoreError::Conflict) => {
+                    lost_race = true;
+                    facts.object = None;
+                }
                 Err(e) => return Err(store_err(e)),
             },
             Step::Adopt => {
@@ -126,7 +132,10 @@ pub async fn reconcile<P: FirmwareReader, S: ComponentsStore>(
                 };
                 match ctx.store.adopt_components(host, &object).await {
                     Ok(adopted) => facts.object = Some(Some(adopted)),
-                    Err(StoreError::Conflict) => facts.object = None,
+                    Err(StoreError::Conflict) => {
+                        lost_race = true;
+                        facts.object = None;
+                    }
                     Err(e) => return Err(store_err(e)),
                 }
             }
@@ -143,6 +152,7 @@ pub async fn reconcile<P: FirmwareReader, S: ComponentsStore>(
                     // Written meanwhile (the host controller recorded updates): read
                     // it again and decide anew.
                     Err(StoreError::Conflict) => {
+                        lost_race = true;
                         facts.object = None;
                         continue;
                     }

@@ -17,7 +17,8 @@ use crate::api::firmware::{
     HostFirmwareComponents, HostFirmwareComponentsSpec, HostFirmwareComponentsStatus,
 };
 use crate::controller::firmware::store::{
-    KubeFirmwareStore, MemoryFirmwareStore, add_owner, create_conflict, key, key_of, unchanged,
+    KubeFirmwareStore, MemoryFirmwareStore, add_owner, cached, create_conflict, key, key_of,
+    unchanged,
 };
 use crate::controller::store::events::{Reporter, upstream_event};
 use crate::controller::store::{
@@ -31,11 +32,21 @@ pub const REPORTING_CONTROLLER: &str = "metal3.io/hostfirmwarecomponents-control
 
 /// The Kubernetes side of the HostFirmwareComponents controller.
 pub trait ComponentsStore: Send + Sync {
+    /// The object, possibly from a cache a write behind.
     fn components(
         &self,
         namespace: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<HostFirmwareComponents>, StoreError>> + Send;
+
+    /// The object as the API server holds it now (after a write lost a race).
+    fn current_components(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<HostFirmwareComponents>, StoreError>> + Send {
+        self.components(namespace, name)
+    }
 
     /// Makes the host's HostFirmwareComponents (empty `spec.updates`), owned by the
     /// host; [`StoreError::Conflict`] when one appeared meanwhile.
@@ -100,6 +111,17 @@ fn new_components(host: &BareMetalHost) -> HostFirmwareComponents {
 
 impl ComponentsStore for KubeFirmwareStore {
     async fn components(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<HostFirmwareComponents>, StoreError> {
+        match cached(&self.caches.components, namespace, name) {
+            Some(components) => Ok(components),
+            None => self.current_components(namespace, name).await,
+        }
+    }
+
+    async fn current_components(
         &self,
         namespace: &str,
         name: &str,
