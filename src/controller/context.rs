@@ -3,9 +3,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use futures::FutureExt;
 use kube::ResourceExt;
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector;
 
 use super::capacity::Slots;
 use super::dataimage::KubeDataImageStore;
@@ -15,6 +14,7 @@ use super::{ControllerSettings, KubeStore, Store};
 use crate::api::BareMetalHost;
 use crate::api::firmware::{HostFirmwareComponents, HostFirmwareSettings};
 use crate::controller::firmware::components::state_machine::{PendingUpdates, pending_updates};
+use crate::controller::store::cached;
 use crate::metrics::Metrics;
 use crate::netboot::DeployImages;
 use crate::netboot::hosts::HostDirectory;
@@ -142,12 +142,9 @@ impl<P: Provisioner, S: Store> Context<P, S> {
         &self,
         host: &BareMetalHost,
     ) -> Result<Option<HostFirmwareSettings>, super::StoreError> {
-        if let Some(cache) = self.firmware_cache.get()
-            && cache.wait_until_ready().now_or_never().is_some()
-        {
-            let key =
-                ObjectRef::new(&host.name_any()).within(&host.namespace().unwrap_or_default());
-            return Ok(cache.get(&key).map(|s| s.as_ref().clone()));
+        let namespace = host.namespace().unwrap_or_default();
+        if let Some(settings) = cached(&self.firmware_cache, &namespace, &host.name_any()) {
+            return Ok(settings);
         }
         self.store.firmware_settings(host).await
     }
@@ -160,18 +157,14 @@ impl<P: Provisioner, S: Store> Context<P, S> {
         &self,
         host: &BareMetalHost,
     ) -> Result<Option<HostFirmwareComponents>, super::StoreError> {
-        if let Some(cache) = self.components_cache.get()
-            && cache.wait_until_ready().now_or_never().is_some()
-        {
-            let key =
-                ObjectRef::new(&host.name_any()).within(&host.namespace().unwrap_or_default());
-            let cached = cache.get(&key).map(|c| c.as_ref().clone());
-            if !matches!(
-                pending_updates(cached.as_ref()),
+        let namespace = host.namespace().unwrap_or_default();
+        if let Some(components) = cached(&self.components_cache, &namespace, &host.name_any())
+            && !matches!(
+                pending_updates(components.as_ref()),
                 PendingUpdates::Apply { .. }
-            ) {
-                return Ok(cached);
-            }
+            )
+        {
+            return Ok(components);
         }
         self.store.firmware_components(host).await
     }

@@ -12,10 +12,13 @@ pub mod managed_fields;
 mod memory;
 
 use std::future::Future;
+use std::sync::OnceLock;
 
+use futures::FutureExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::ResourceExt;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::{Resource, ResourceExt};
 
 use crate::api::firmware::{
     FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
@@ -28,6 +31,26 @@ pub(crate) use kube_store::{
 };
 pub use managed_fields::UPSTREAM_FIELD_MANAGER;
 pub use memory::{MemoryStore, RecordedEvent};
+
+/// `namespace/name` as `cache` holds it (`Some(None)`: it has no such object), or
+/// `None` when there is no cache or it has not listed yet.
+pub(crate) fn cached<K>(
+    cache: &OnceLock<reflector::Store<K>>,
+    namespace: &str,
+    name: &str,
+) -> Option<Option<K>>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let cache = cache.get()?;
+    cache.wait_until_ready().now_or_never()?.ok()?;
+    Some(
+        cache
+            .get(&ObjectRef::new(name).within(namespace))
+            .map(|object| object.as_ref().clone()),
+    )
+}
 
 /// A Kubernetes call that did not go through.
 #[derive(Debug, thiserror::Error)]

@@ -69,6 +69,7 @@ pub async fn run<P: DataImageProvisioner + 'static>(
         None => (Api::all(client.clone()), Api::all(client)),
     };
     let (reader, writer) = kube::runtime::reflector::store();
+    let _ = ctx.store.cache.set(reader.clone());
     let image_changes = watcher(images, watcher::Config::default())
         .default_backoff()
         .reflect(writer)

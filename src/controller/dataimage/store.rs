@@ -4,10 +4,12 @@
 //! [`StoreError::Conflict`]; the status by server-side apply.
 
 use std::future::Future;
+use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::reflector;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
@@ -15,7 +17,7 @@ use crate::api::images::DATA_IMAGE_FINALIZER;
 use crate::api::{BareMetalHost, DataImage, DataImageStatus};
 use crate::controller::store::events::{Reporter, upstream_event};
 use crate::controller::store::{
-    FIELD_MANAGER, HostEvent, StoreError, conflict_or, guarded_list_patch, json_patch,
+    FIELD_MANAGER, HostEvent, StoreError, cached, conflict_or, guarded_list_patch, json_patch,
     owner_reference, patch_finalizers, take_over,
 };
 
@@ -94,12 +96,21 @@ pub fn data_image_event(
 pub struct KubeDataImageStore {
     client: kube::Client,
     instance: Option<String>,
+    /// The DataImage controller's watch, shared by every clone of the store (the
+    /// host controller holds one): a host without a DataImage, the usual case, is
+    /// answered from it; one the cache holds is read from the API server, since the
+    /// attach and eject decisions need its current status.
+    pub(super) cache: Arc<OnceLock<reflector::Store<DataImage>>>,
 }
 
 impl KubeDataImageStore {
     /// `instance` names this bmo in the events it publishes (`POD_NAME`).
     pub fn new(client: kube::Client, instance: Option<String>) -> Self {
-        Self { client, instance }
+        Self {
+            client,
+            instance,
+            cache: Arc::default(),
+        }
     }
 
     pub fn client(&self) -> &kube::Client {
@@ -121,6 +132,9 @@ impl DataImageStore for KubeDataImageStore {
         namespace: &str,
         name: &str,
     ) -> Result<Option<DataImage>, StoreError> {
+        if let Some(None) = cached(&self.cache, namespace, name) {
+            return Ok(None);
+        }
         Ok(self.api::<DataImage>(namespace).get_opt(name).await?)
     }
 

@@ -7,12 +7,10 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use futures::FutureExt;
-
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
@@ -23,7 +21,7 @@ use crate::api::firmware::{
 };
 use crate::controller::store::events::{Reporter, upstream_event};
 use crate::controller::store::{
-    FIELD_MANAGER, HostEvent, StoreError, conflict_or, guarded_list_patch, json_patch,
+    FIELD_MANAGER, HostEvent, StoreError, cached, conflict_or, guarded_list_patch, json_patch,
     owner_reference, take_over,
 };
 
@@ -167,26 +165,6 @@ pub struct FirmwareCaches {
     pub(super) settings: OnceLock<reflector::Store<HostFirmwareSettings>>,
     pub(super) components: OnceLock<reflector::Store<HostFirmwareComponents>>,
     pub(super) schemas: OnceLock<reflector::Store<FirmwareSchema>>,
-}
-
-/// `namespace/name` as `cache` holds it (`Some(None)`: it has no such object), or
-/// `None` when there is no cache or it has not listed yet.
-pub(super) fn cached<K>(
-    cache: &OnceLock<reflector::Store<K>>,
-    namespace: &str,
-    name: &str,
-) -> Option<Option<K>>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    let cache = cache.get()?;
-    cache.wait_until_ready().now_or_never()?.ok()?;
-    Some(
-        cache
-            .get(&ObjectRef::new(name).within(namespace))
-            .map(|object| object.as_ref().clone()),
-    )
 }
 
 impl KubeFirmwareStore {

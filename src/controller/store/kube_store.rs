@@ -280,18 +280,23 @@ impl Store for KubeStore {
             },
         );
         data.metadata.owner_references = Some(vec![owner_reference(host, true)]);
-        // HardwareData upstream's operator wrote (with Update) becomes bmo's, so the
-        // apply removes what a new inspection no longer reports.
         let api = self.api::<HardwareData>(host);
-        if let Some(existing) = api.get_opt(&host.name_any()).await? {
-            take_over(&api, &existing, "").await?;
+        let apply = || async {
+            api.patch(
+                &host.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&data),
+            )
+            .await
+        };
+        let applied = apply().await?;
+        // HardwareData upstream's operator wrote (with Update) becomes bmo's and is
+        // applied again, so that what a new inspection no longer reports goes. Applying
+        // first costs one request where there is nothing to take over (always, but
+        // for a migration), against a read before every write.
+        if take_over(&api, &applied, "").await?.is_some() {
+            apply().await?;
         }
-        api.patch(
-            &host.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&data),
-        )
-        .await?;
         Ok(())
     }
 

@@ -17,12 +17,11 @@ use crate::api::firmware::{
     HostFirmwareComponents, HostFirmwareComponentsSpec, HostFirmwareComponentsStatus,
 };
 use crate::controller::firmware::store::{
-    KubeFirmwareStore, MemoryFirmwareStore, add_owner, cached, create_conflict, key, key_of,
-    unchanged,
+    KubeFirmwareStore, MemoryFirmwareStore, add_owner, create_conflict, key, key_of, unchanged,
 };
 use crate::controller::store::events::{Reporter, upstream_event};
 use crate::controller::store::{
-    FIELD_MANAGER, HostEvent, StoreError, conflict_or, owner_reference, take_over,
+    FIELD_MANAGER, HostEvent, StoreError, cached, conflict_or, owner_reference, take_over,
 };
 
 /// Upstream's `source.component` on HostFirmwareComponents events.
