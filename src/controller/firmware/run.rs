@@ -3,15 +3,17 @@
 //!
 //! It reconciles BareMetalHosts (the firmware objects may not exist yet, and
 //! kube-runtime only reconciles objects it has seen), each time both kinds: a host
-//! wakes when its generation, its node (`status.provisioning.ID`) or its provisioning
-//! state changes, and when the generation of its HostFirmwareSettings or
+//! wakes when its generation or its node (`status.provisioning.ID`) changes, when it
+//! enters or leaves the stretches in which Ironic reads the BIOS and firmware anew
+//! ([`firmware_phase`]), and when the generation of its HostFirmwareSettings or
 //! HostFirmwareComponents changes (a new spec), or the owners of the latter (upstream
-//! reconciles a pre-made object once its host exists). bmo's own status writes wake
-//! nothing.
+//! reconciles a pre-made object once its host exists). bmo's own writes (statuses,
+//! the objects it makes) wake nothing.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
+use futures::future::ready;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::{Action, Controller};
@@ -21,6 +23,7 @@ use kube::{Api, ResourceExt};
 use tracing::Instrument;
 
 use super::components::ComponentsStore;
+use super::state_machine::ironic_read_firmware;
 use super::{FirmwareContext, FirmwareError, FirmwareStore, KubeFirmwareStore, PROVISIONER_RETRY};
 use crate::api::firmware::{FirmwareSchema, HostFirmwareComponents, HostFirmwareSettings};
 use crate::api::{BareMetalHost, BareMetalHostStatus, OperationalStatus, ProvisioningState};
@@ -43,7 +46,7 @@ fn host_node(host: &BareMetalHost) -> Option<u64> {
             (
                 s.provisioning.id.as_str(),
                 s.operational_status == OperationalStatus::Detached,
-                firmware_phase(s),
+                firmware_phase(host, s),
             )
         })
         .hash(&mut hasher);
@@ -51,21 +54,19 @@ fn host_node(host: &BareMetalHost) -> Option<u64> {
 }
 
 /// The stretches of a host's life between which Ironic may have read its BIOS
-/// settings and firmware anew: registration (Ironic reads both when it verifies the
-/// node, and again when inspection ends, which preparing follows), preparing and
-/// servicing (their steps apply settings and updates), and the rest. Waking on every
-/// state change instead cost two Ironic and five kube-apiserver requests per change
-/// and host.
-fn firmware_phase(status: &BareMetalHostStatus) -> u8 {
+/// settings and firmware anew: registration and inspection (Ironic reads both when
+/// it verifies the node and when inspection ends), preparing and servicing (their
+/// steps apply settings and updates), and the rest. Waking on every state change
+/// instead cost two Ironic and five kube-apiserver requests per change and host.
+fn firmware_phase(host: &BareMetalHost, status: &BareMetalHostStatus) -> u8 {
     if status.operational_status == OperationalStatus::Servicing {
-        return 2;
-    }
-    match status.provisioning.state {
-        ProvisioningState::None | ProvisioningState::Unmanaged | ProvisioningState::Registering => {
-            0
-        }
-        ProvisioningState::Preparing => 1,
-        _ => 3,
+        2
+    } else if status.provisioning.state == ProvisioningState::Preparing {
+        1
+    } else if ironic_read_firmware(host) {
+        3
+    } else {
+        0
     }
 }
 
@@ -77,6 +78,19 @@ fn components_change(object: &HostFirmwareComponents) -> Option<u64> {
         owner.uid.hash(&mut hasher);
     }
     Some(hasher.finish())
+}
+
+/// A firmware object as bmo makes it: first generation, empty spec, owned by the
+/// host of its name. Its creation wakes nothing (the reconcile that made it goes
+/// on); a spec written later, or an object made another way, does.
+fn as_made<K: ResourceExt>(object: &K, spec_empty: bool) -> bool {
+    let name = object.name_any();
+    spec_empty
+        && object.meta().generation == Some(1)
+        && object
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "BareMetalHost" && o.name == name)
 }
 
 /// The host of the same name as a firmware object.
@@ -122,6 +136,7 @@ pub async fn run<P: FirmwareReader + 'static>(
         .default_backoff()
         .reflect(settings_writer)
         .applied_objects()
+        .filter(|s| ready(!matches!(s, Ok(s) if as_made(s, s.spec.settings.is_empty()))))
         .predicate_filter(predicates::generation, Default::default())
         .filter_map(|s| async move { same_name(&s.ok()?) });
     let (components_cache, components_writer) = reflector::store();
@@ -130,6 +145,7 @@ pub async fn run<P: FirmwareReader + 'static>(
         .default_backoff()
         .reflect(components_writer)
         .applied_objects()
+        .filter(|c| ready(!matches!(c, Ok(c) if as_made(c, c.spec.updates.is_empty()))))
         .predicate_filter(components_change, Default::default())
         .filter_map(|c| async move { same_name(&c.ok()?) });
     // FirmwareSchemas wake no host; the watch only keeps the cache.

@@ -12,8 +12,8 @@ use crate::api::firmware::{
     HostFirmwareComponents, HostFirmwareComponentsStatus, NIC_COMPONENT_PREFIX,
 };
 use crate::controller::firmware::state_machine::{
-    REQUEUE, REQUEUE_CHANGE_DETECTED, condition_true, has_node, owned_by, set_condition,
-    stamp_transitions,
+    REQUEUE, REQUEUE_CHANGE_DETECTED, condition_true, has_node, ironic_read_firmware, owned_by,
+    set_condition, stamp_transitions,
 };
 use crate::controller::store::managed_fields::has_updates;
 
@@ -64,7 +64,11 @@ pub enum Step {
 
 /// The next step.
 pub fn next(facts: &Facts) -> Step {
-    let Some(host) = facts.host.as_ref().filter(|h| has_node(h)) else {
+    let Some(host) = facts
+        .host
+        .as_ref()
+        .filter(|h| has_node(h) && ironic_read_firmware(h))
+    else {
         return Step::Idle;
     };
     let Some(object) = &facts.object else {
@@ -229,6 +233,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     use super::*;
+    use crate::api::ProvisioningState;
     use crate::api::firmware::HostFirmwareComponentsSpec;
 
     fn host() -> BareMetalHost {
@@ -289,6 +294,20 @@ mod tests {
     fn made_only_for_nodes_with_components() {
         assert_eq!(next(&facts(None, Vec::new())), Step::Done(REQUEUE));
         assert_eq!(next(&facts(None, bmc())), Step::Create);
+    }
+
+    #[test]
+    fn nothing_is_read_before_registration_and_inspection_end() {
+        for state in [ProvisioningState::Registering, ProvisioningState::Inspecting] {
+            let mut waiting = Facts {
+                host: Some(host()),
+                ..Facts::default()
+            };
+            if let Some(s) = waiting.host.as_mut().and_then(|h| h.status.as_mut()) {
+                s.provisioning.state = state;
+            }
+            assert_eq!(next(&waiting), Step::Idle, "{state}");
+        }
     }
 
     #[test]

@@ -106,6 +106,9 @@ pub fn next(facts: &Facts) -> Step {
     {
         return Step::AdoptSettings;
     }
+    if !ironic_read_firmware(host) {
+        return Step::Idle;
+    }
     let Some(bios) = &facts.bios else {
         return Step::ReadBios;
     };
@@ -158,6 +161,20 @@ pub(crate) fn has_node(host: &BareMetalHost) -> bool {
                     ProvisioningState::None | ProvisioningState::Unmanaged
                 )
         })
+}
+
+/// Ironic has read the node's BIOS settings and firmware: it does when it verifies
+/// the node and again when inspection ends, so before registration and inspection
+/// are over a read shows nothing preparing would act on. The settings object is
+/// made meanwhile; what it reports is read once the host moves on.
+pub(crate) fn ironic_read_firmware(host: &BareMetalHost) -> bool {
+    use crate::api::ProvisioningState as State;
+    !host.status.as_ref().is_some_and(|s| {
+        matches!(
+            s.provisioning.state,
+            State::None | State::Unmanaged | State::Registering | State::Inspecting
+        )
+    })
 }
 
 pub(crate) fn owned_by(

@@ -228,8 +228,50 @@ fn steps_follow_what_is_known() {
     let mut deleted = host("node-1");
     deleted.metadata.deletion_timestamp = Some(now());
     let ours = || Some(hfs(json!({}), vec![owner("h-uid")]));
+    let in_state = |state| {
+        let mut h = host("node-1");
+        if let Some(s) = h.status.as_mut() {
+            s.provisioning.state = state;
+        }
+        h
+    };
     let table: Vec<(&str, Facts, &str)> = vec![
         ("no host", Facts::default(), "Idle"),
+        (
+            "registering host without a settings object: made before Ironic read the BIOS",
+            Facts {
+                host: Some(in_state(crate::api::ProvisioningState::Registering)),
+                ..Facts::default()
+            },
+            "CreateSettings",
+        ),
+        (
+            "registering host: Ironic has not read the BIOS yet",
+            Facts {
+                host: Some(in_state(crate::api::ProvisioningState::Registering)),
+                settings: ours(),
+                ..Facts::default()
+            },
+            "Idle",
+        ),
+        (
+            "inspecting host: Ironic reads the BIOS again when inspection ends",
+            Facts {
+                host: Some(in_state(crate::api::ProvisioningState::Inspecting)),
+                settings: ours(),
+                ..Facts::default()
+            },
+            "Idle",
+        ),
+        (
+            "preparing host",
+            Facts {
+                host: Some(in_state(crate::api::ProvisioningState::Preparing)),
+                settings: ours(),
+                ..Facts::default()
+            },
+            "ReadBios",
+        ),
         (
             "host without a node",
             Facts {
