@@ -298,7 +298,10 @@ mod tests {
 
     #[test]
     fn nothing_is_read_before_registration_and_inspection_end() {
-        for state in [ProvisioningState::Registering, ProvisioningState::Inspecting] {
+        for state in [
+            ProvisioningState::Registering,
+            ProvisioningState::Inspecting,
+        ] {
             let mut waiting = Facts {
                 host: Some(host()),
                 ..Facts::default()
