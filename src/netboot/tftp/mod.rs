@@ -72,7 +72,14 @@ pub async fn serve(socket: UdpSocket, files: Arc<TftpFiles>, sessions: Slots) {
                     }
                     drop(slot);
                     if sessions.in_use() == 0 {
-                        release_freed_memory();
+                        // A moment later, once this task's own memory is freed too,
+                        // and only if no transfer started meanwhile.
+                        tokio::spawn(async move {
+                            tokio::time::sleep(TRIM_DELAY).await;
+                            if sessions.in_use() == 0 {
+                                release_freed_memory();
+                            }
+                        });
                     }
                 });
             }
@@ -93,6 +100,9 @@ pub async fn serve(socket: UdpSocket, files: Arc<TftpFiles>, sessions: Slots) {
         }
     }
 }
+
+/// How long after the last transfer ends its memory is handed back.
+const TRIM_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Hands the memory freed by finished transfers back to the system, so that a flood's
 /// windows do not stay resident once it is over. glibc keeps freed heap memory for
