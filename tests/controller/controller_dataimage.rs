@@ -142,11 +142,6 @@ async fn eject_leftovers() {
     }
 }
 
-fn tail(log: &str) -> String {
-    let lines: Vec<_> = log.lines().rev().take(6).collect();
-    lines.into_iter().rev().collect::<Vec<_>>().join("\n")
-}
-
 async fn set_online(hosts: &Api<BareMetalHost>, name: &str, online: bool) {
     hosts
         .patch(
@@ -229,7 +224,7 @@ async fn a_data_image_is_inserted_at_power_on_and_ejected_when_deleted() {
                 ProvisioningState::ExternallyProvisioned if !powered_on && bmc == "Off" => Ok(()),
                 other => Err(format!(
                     "{other} on={powered_on} bmc={bmc}; {}",
-                    tail(&bmo.log())
+                    bmo.log_tail(6)
                 )),
             }
         },
@@ -262,7 +257,7 @@ async fn a_data_image_is_inserted_at_power_on_and_ejected_when_deleted() {
             di.status
                 .as_ref()
                 .and_then(|s| s.error.clone())
-                .ok_or_else(|| format!("{:?}; {}", di.status, tail(&bmo.log())))
+                .ok_or_else(|| format!("{:?}; {}", di.status, bmo.log_tail(6)))
         },
     )
     .await;
@@ -308,7 +303,7 @@ async fn a_data_image_is_inserted_at_power_on_and_ejected_when_deleted() {
     eventually("the DataImage gone", Duration::from_secs(30), || async {
         match images.get_opt(name).await.map_err(|e| e.to_string())? {
             None => Ok(()),
-            Some(di) => Err(format!("{:?}; {}", di.finalizers(), tail(&bmo.log()))),
+            Some(di) => Err(format!("{:?}; {}", di.finalizers(), bmo.log_tail(6))),
         }
     })
     .await;
@@ -348,7 +343,7 @@ async fn a_data_image_is_inserted_at_power_on_and_ejected_when_deleted() {
                 Err(format!(
                     "attached {attached:?}, on {on}, {:?}; {}",
                     di.status,
-                    tail(&bmo.log())
+                    bmo.log_tail(6)
                 ))
             }
         },
@@ -380,7 +375,7 @@ async fn a_data_image_is_inserted_at_power_on_and_ejected_when_deleted() {
                 "{:?} {:?}; {}",
                 di.finalizers(),
                 di.status,
-                tail(&bmo.log())
+                bmo.log_tail(6)
             )),
         }
     })

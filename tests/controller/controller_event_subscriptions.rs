@@ -320,11 +320,6 @@ async fn create_subscription_object(
         .expect("create BMCEventSubscription")
 }
 
-fn tail(log: &str) -> String {
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(20)..].join("\n")
-}
-
 /// Every Event message in `ns`.
 async fn event_messages(client: &kube::Client, ns: &str) -> Vec<(String, String)> {
     Api::<Event>::namespaced(client.clone(), ns)
@@ -354,7 +349,7 @@ async fn delete_and_wait(client: &kube::Client, ns: &str, bmo: &BmoProcess) {
                     "still there: {:?} {:?}; log: {}",
                     s.finalizers(),
                     s.status,
-                    tail(&bmo.log())
+                    bmo.log_tail(20)
                 )),
                 Err(e) => Err(e.to_string()),
             }
@@ -392,7 +387,7 @@ async fn subscription_is_created_on_the_bmc_and_deleted_with_the_object() {
         let status = s.status.clone().unwrap_or_default();
         match status.subscription_id {
             Some(id) if !id.is_empty() => Ok(id),
-            _ => Err(format!("{status:?}; log: {}", tail(&bmo.log()))),
+            _ => Err(format!("{status:?}; log: {}", bmo.log_tail(20))),
         }
     })
     .await;
@@ -447,7 +442,7 @@ async fn subscription_is_created_on_the_bmc_and_deleted_with_the_object() {
             Ok(Some(h)) => Err(format!(
                 "{}; log: {}",
                 h.provisioning_state(),
-                tail(&bmo.log())
+                bmo.log_tail(20)
             )),
             Err(e) => Err(e.to_string()),
         }
@@ -475,7 +470,7 @@ async fn a_bmc_without_an_event_service_is_reported_and_the_object_still_goes() 
         let status = s.status.clone().unwrap_or_default();
         match status.error {
             Some(e) if !e.is_empty() => Ok(e),
-            _ => Err(format!("{status:?}; log: {}", tail(&bmo.log()))),
+            _ => Err(format!("{status:?}; log: {}", bmo.log_tail(20))),
         }
     })
     .await;

@@ -110,17 +110,12 @@ impl Site {
                     "{current} ({:?} {}) log tail: {}",
                     st.error_type,
                     st.error_message,
-                    tail(&self.bmo.log())
+                    self.bmo.log_tail(5)
                 ))
             }
         })
         .await
     }
-}
-
-fn tail(log: &str) -> String {
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(5)..].join("\n")
 }
 
 #[tokio::test]
@@ -160,7 +155,7 @@ async fn fake_hardware_host_goes_from_registering_to_provisioned_and_back_out() 
             if h.status.as_ref().is_some_and(|s| s.powered_on) {
                 Ok(())
             } else {
-                Err(format!("poweredOn false; log: {}", tail(&site.bmo.log())))
+                Err(format!("poweredOn false; log: {}", site.bmo.log_tail(5)))
             }
         },
     )
@@ -231,7 +226,7 @@ async fn fake_hardware_host_goes_from_registering_to_provisioned_and_back_out() 
             Some(h) => Err(format!(
                 "still {}; log: {}",
                 h.provisioning_state(),
-                tail(&site.bmo.log())
+                site.bmo.log_tail(5)
             )),
         }
     })
@@ -296,7 +291,7 @@ async fn registration_error(site: &Site, name: &str) -> BareMetalHost {
                     h.provisioning_state(),
                     st.error_type,
                     st.error_message,
-                    tail(&site.bmo.log())
+                    site.bmo.log_tail(5)
                 ))
             }
         },
@@ -408,7 +403,7 @@ async fn host_stuck_in_registering_with_bad_credentials_can_be_deleted() {
                 Some(h) => Err(format!(
                     "still {}; log: {}",
                     h.provisioning_state(),
-                    tail(&site.bmo.log())
+                    site.bmo.log_tail(5)
                 )),
             }
         },

@@ -246,7 +246,7 @@ async fn reconciled(hosts: &Api<BareMetalHost>, name: &str, bmo: &BmoProcess) ->
             if owners.contains(&("bmo".to_owned(), "Apply".to_owned())) {
                 Ok(h)
             } else {
-                Err(format!("{owners:?}; log: {}", tail(&bmo.log())))
+                Err(format!("{owners:?}; log: {}", bmo.log_tail(40)))
             }
         },
     )
@@ -282,16 +282,11 @@ async fn wait_state(
                 h.provisioning_state(),
                 st.error_type,
                 st.error_message,
-                tail(&bmo.log())
+                bmo.log_tail(40)
             ))
         },
     )
     .await
-}
-
-fn tail(log: &str) -> String {
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
 fn redfish_address(system_index: usize) -> (String, String, String) {
@@ -453,7 +448,7 @@ async fn status_upstream_wrote_is_cleared_by_bmo_and_events_match_upstreams() {
             } else {
                 Err(format!(
                     "poweredOn {on}, node power {power:?}; log: {}",
-                    tail(&bmo.log())
+                    bmo.log_tail(40)
                 ))
             }
         },
@@ -599,7 +594,7 @@ async fn host_upstream_left_with_a_wrong_password_reaches_available_once_fixed()
                     "{:?} {}; log: {}",
                     st.error_type,
                     st.error_message,
-                    tail(&bmo.log())
+                    bmo.log_tail(40)
                 ))
             }
         },
@@ -787,7 +782,7 @@ async fn upstream_footprint_is_taken_over_without_new_nodes_or_provision_changes
         if details.ram_mebibytes == Some(8192) && details.hostname.is_none() {
             Ok(())
         } else {
-            Err(format!("{details:?}; log: {}", tail(&bmo.log())))
+            Err(format!("{details:?}; log: {}", bmo.log_tail(40)))
         }
     })
     .await;
@@ -820,7 +815,7 @@ async fn upstream_footprint_is_taken_over_without_new_nodes_or_provision_changes
             if s.finalizers().is_empty() {
                 Ok(())
             } else {
-                Err(format!("{:?}; log: {}", s.finalizers(), tail(&bmo.log())))
+                Err(format!("{:?}; log: {}", s.finalizers(), bmo.log_tail(40)))
             }
         },
     )
@@ -845,7 +840,7 @@ async fn upstream_footprint_is_taken_over_without_new_nodes_or_provision_changes
             Some(h) => Err(format!(
                 "{}; log: {}",
                 h.provisioning_state(),
-                tail(&bmo.log())
+                bmo.log_tail(40)
             )),
         }
     })

@@ -21,8 +21,8 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::support::{
-    BmoProcess, Stack, bmo_run, create_bmc_secret, eventually, fake_host, new_namespace,
-    unique_mac, wait_for_state,
+    Stack, bmo_run, create_bmc_secret, eventually, fake_host, new_namespace, unique_mac,
+    wait_for_state,
 };
 
 /// The paused annotation's value CAPM3 writes (`PausedAnnotationKey`); it removes only
@@ -306,12 +306,6 @@ async fn create_user_data(client: &kube::Client, ns: &str, name: &str) {
         .expect("create userData secret");
 }
 
-fn tail(bmo: &BmoProcess) -> String {
-    let log = bmo.log();
-    let start = log.len().saturating_sub(3000);
-    log.get(start..).unwrap_or(&log).to_owned()
-}
-
 #[tokio::test]
 async fn moved_hosts_are_taken_over_without_inspection_deployment_or_deprovisioning() {
     let _shared = crate::support::shared();
@@ -503,7 +497,7 @@ async fn moved_hosts_are_taken_over_without_inspection_deployment_or_deprovision
                         st.provisioning.id,
                         st.error_type,
                         st.error_message,
-                        tail(&target_bmo)
+                        target_bmo.log_tail(40)
                     ))
                 }
             },
@@ -550,7 +544,7 @@ async fn moved_hosts_are_taken_over_without_inspection_deployment_or_deprovision
                     .any(|l| l.contains(&settled) && l.ends_with("state=provisioned"))
                 {
                     true => Ok(()),
-                    false => Err(tail(&target_bmo)),
+                    false => Err(target_bmo.log_tail(40)),
                 }
             },
         )
@@ -576,7 +570,10 @@ async fn moved_hosts_are_taken_over_without_inspection_deployment_or_deprovision
             if moved == BTreeSet::from([worker.to_owned(), spare.to_owned()]) {
                 Ok(())
             } else {
-                Err(format!("{moved:?}; source bmo log: {}", tail(&source_bmo)))
+                Err(format!(
+                    "{moved:?}; source bmo log: {}",
+                    source_bmo.log_tail(40)
+                ))
             }
         },
     )

@@ -237,6 +237,13 @@ impl BmoProcess {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 
+    /// The last `lines` lines bmo has logged, for a failure message.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log = self.log();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
     /// Sends a signal by name (`TERM`, `INT`, `KILL`).
     pub fn signal(&self, name: &str) {
         let status = std::process::Command::new("kill")
