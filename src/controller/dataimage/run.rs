@@ -18,6 +18,7 @@ use tracing::Instrument;
 use super::{DataImageContext, DataImageError, DataImageStore, KubeDataImageStore};
 use crate::api::host::{DETACHED_ANNOTATION, PAUSED_ANNOTATION};
 use crate::api::{BareMetalHost, DataImage};
+use crate::controller::store::managed_fields;
 use crate::provisioner::DataImageProvisioner;
 
 /// How soon a reconcile that failed is tried again (upstream's delay).
@@ -72,6 +73,7 @@ pub async fn run<P: DataImageProvisioner + 'static>(
     let _ = ctx.store.cache.set(reader.clone());
     let image_changes = watcher(images, watcher::Config::default())
         .default_backoff()
+        .modify(managed_fields::trim)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(image_change, Default::default());

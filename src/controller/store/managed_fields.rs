@@ -78,6 +78,21 @@ pub fn has_updates(managed: &[ManagedFieldsEntry], subresource: &str) -> bool {
         .any(|e| e.operation.as_deref() == Some("Update") && of_subresource(e, subresource))
 }
 
+/// Drops `object`'s managedFields, unless a field manager wrote its status with an
+/// Update (which [`take_over_updates`] must see whole). Watch caches hold every
+/// object for as long as bmo runs, and a managedFields list costs about as much
+/// memory as the fields it lists; nothing else of bmo reads it.
+pub fn trim<K: kube::Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    let needed = meta
+        .managed_fields
+        .as_deref()
+        .is_some_and(|managed| has_updates(managed, "status"));
+    if !needed {
+        meta.managed_fields = None;
+    }
+}
+
 fn of_subresource(entry: &ManagedFieldsEntry, subresource: &str) -> bool {
     entry.subresource.as_deref().unwrap_or_default() == subresource
 }
@@ -222,5 +237,34 @@ mod tests {
         ];
         assert_eq!(take_over_updates(&managed, "bmo", "status", &now()), None);
         assert_eq!(take_over_updates(&[], "bmo", "status", &now()), None);
+    }
+
+    #[test]
+    fn caches_keep_managed_fields_only_when_a_status_update_must_be_taken_over() {
+        use crate::api::BareMetalHost;
+        let applied_only = vec![
+            entry(
+                "bmo",
+                "Apply",
+                "status",
+                json!({"f:status": {"f:errorCount": {}}}),
+            ),
+            entry("kubectl", "Update", "", json!({"f:spec": {"f:online": {}}})),
+        ];
+        let mut host = BareMetalHost::new("host-0", Default::default());
+        host.metadata.managed_fields = Some(applied_only.clone());
+        trim(&mut host);
+        assert_eq!(host.metadata.managed_fields, None);
+
+        let mut migrated = applied_only;
+        migrated.push(entry(
+            UPSTREAM_FIELD_MANAGER,
+            "Update",
+            "status",
+            json!({"f:status": {"f:errorType": {}}}),
+        ));
+        host.metadata.managed_fields = Some(migrated.clone());
+        trim(&mut host);
+        assert_eq!(host.metadata.managed_fields, Some(migrated));
     }
 }

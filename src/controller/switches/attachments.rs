@@ -21,7 +21,7 @@ use serde_json::json;
 use crate::api::network::IN_USE_ANNOTATION;
 use crate::api::{BareMetalHost, HostNetworkAttachment};
 use crate::controller::run::WatchBackoff;
-use crate::controller::store::{StoreError, conflict_or};
+use crate::controller::store::{StoreError, conflict_or, managed_fields};
 
 use super::store::SWITCH_FIELD_MANAGER;
 
@@ -87,6 +87,12 @@ pub async fn run(
     // annotation is cleared before the hosts were listed.
     let host_events = watcher(hosts_api, watcher::Config::default())
         .backoff(WatchBackoff::default())
+        // Only the hosts' spec is read here; their status (hardware details) would
+        // be a second copy of the host controller's.
+        .modify(|host: &mut BareMetalHost| {
+            managed_fields::trim(host);
+            host.status = None;
+        })
         .reflect(host_writer)
         .map(|e| (Source::Hosts, matches!(e, Ok(watcher::Event::InitDone))));
     let attachment_events = watcher(attachments_api, watcher::Config::default())

@@ -27,6 +27,7 @@ pub use store::ComponentsStore;
 use super::{FirmwareContext, FirmwareError};
 use crate::api::BareMetalHost;
 use crate::api::firmware::HostFirmwareComponents;
+use crate::controller::store::managed_fields;
 use crate::controller::{Next, StoreError};
 use crate::provisioner::{FirmwareReader, HostId, NodeRef};
 
@@ -45,6 +46,7 @@ pub fn judged_hosts(
     };
     watcher(api, watcher::Config::default())
         .default_backoff()
+        .modify(managed_fields::trim)
         .reflect(cache)
         .applied_objects()
         .predicate_filter(conditions_hash, Default::default())
