@@ -254,7 +254,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         store: controller::firmware::KubeFirmwareStore::new(kube.clone(), config.pod_name.clone()),
         namespace: config.watch_namespace.clone(),
     });
-    let firmware_task = tokio::spawn(controller::firmware::run(firmware_ctx, stopped()));
+    let firmware_task = tokio::spawn(controller::firmware::run(
+        firmware_ctx,
+        config.concurrency,
+        stopped(),
+    ));
     let data_image_ctx = Arc::new(controller::dataimage::DataImageContext {
         provisioner: data_image_provisioner,
         store: data_image_store,

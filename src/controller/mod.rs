@@ -33,6 +33,7 @@ pub mod store;
 pub mod switches;
 #[cfg(test)]
 mod tests;
+pub(crate) mod turns;
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;

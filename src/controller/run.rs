@@ -16,7 +16,8 @@ use kube::{Api, ResourceExt};
 use tokio::sync::broadcast;
 
 use super::known_hosts::ClusterHosts;
-use super::store::{SECRET_LABEL, Store};
+use super::store::{SECRET_LABEL, Store, managed_fields};
+use super::turns::Turns;
 use super::{Context, ReconcileError, backoff, reconcile, steady};
 use crate::api::BareMetalHost;
 use crate::api::firmware::HostFirmwareSettings;
@@ -150,6 +151,7 @@ pub async fn run<P: Provisioner + 'static>(
         watcher::Config::default().labels(&labelled),
     )
     .backoff(WatchBackoff::default())
+    .modify(managed_fields::trim)
     .reflect(secret_cache_writer)
     .touched_objects()
     .filter_map(|secret| {
@@ -177,14 +179,16 @@ pub async fn run<P: Provisioner + 'static>(
     let counted = cluster_hosts.clone();
     let host_changes = watcher(hosts, watcher::Config::default())
         .backoff(WatchBackoff::default())
+        .modify(managed_fields::trim)
         .reflect(writer)
         .inspect(move |_| counted.changed())
         .applied_objects()
         .predicate_filter(host_change_predicate(), Default::default());
     let known_hosts = reader.clone();
     let listed = reader.clone();
-    let concurrency = ctx.settings.concurrency.max(1);
+    let turns = Arc::new(Turns::new(ctx.settings.concurrency, reader.clone()));
     let shutdown = shutdown.shared();
+    let turn_shutdown = shutdown.clone();
     // A new provisioning IP changes every node's deploy image URLs.
     let address_changes = futures::stream::unfold(ctx.deploy_images.clone(), |images| async {
         let mut images = images?;
@@ -206,6 +210,7 @@ pub async fn run<P: Provisioner + 'static>(
     let _ = ctx.firmware_cache.set(firmware_reader);
     let firmware_changes = watcher(firmware_api, watcher::Config::default())
         .backoff(WatchBackoff::default())
+        .modify(managed_fields::trim)
         .reflect(firmware_writer)
         .applied_objects()
         .predicate_filter(firmware_conditions, Default::default())
@@ -240,9 +245,25 @@ pub async fn run<P: Provisioner + 'static>(
             move |secret| hosts_using_secret(&known_hosts, &secret.metadata),
         )
         .trigger_backoff(WatchBackoff::default())
-        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        // No limit here: the reconciles that fall due wait for their turn in `turns`.
+        .with_config(kube::runtime::controller::Config::default().concurrency(0))
         .graceful_shutdown_on(shutdown.clone())
-        .run(reconcile, error_policy, ctx)
+        .run(
+            move |host, ctx| {
+                let turns = turns.clone();
+                let shutdown = turn_shutdown.clone();
+                async move {
+                    match turns.take(&host, shutdown).await {
+                        // Boxed: a waiting reconcile holds only its host, not room
+                        // for a whole reconcile's state (one per host waits at N).
+                        Some((_turn, host)) => Box::pin(reconcile(host, ctx)).await,
+                        None => Ok(Action::await_change()),
+                    }
+                }
+            },
+            error_policy,
+            ctx,
+        )
         .for_each(|result| async move {
             match result {
                 Ok(_) => {}

@@ -28,6 +28,8 @@ use super::{FirmwareContext, FirmwareError, FirmwareStore, KubeFirmwareStore, PR
 use crate::api::firmware::{FirmwareSchema, HostFirmwareComponents, HostFirmwareSettings};
 use crate::api::{BareMetalHost, BareMetalHostStatus, OperationalStatus, ProvisioningState};
 use crate::controller::Next;
+use crate::controller::store::managed_fields;
+use crate::controller::turns::Turns;
 use crate::provisioner::FirmwareReader;
 
 /// What of a host matters here: its generation, its node, whether it is paused or
@@ -98,9 +100,11 @@ fn same_name<K: ResourceExt>(object: &K) -> Option<ObjectRef<BareMetalHost>> {
     Some(ObjectRef::<BareMetalHost>::new(&object.name_any()).within(&object.namespace()?))
 }
 
-/// Runs the HostFirmwareSettings controller until `shutdown` resolves.
+/// Runs the HostFirmwareSettings controller until `shutdown` resolves, reconciling at
+/// most `concurrency` hosts at once.
 pub async fn run<P: FirmwareReader + 'static>(
     ctx: Arc<FirmwareContext<P, KubeFirmwareStore>>,
+    concurrency: u16,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.store.client().clone();
@@ -126,6 +130,7 @@ pub async fn run<P: FirmwareReader + 'static>(
     let (reader, writer) = reflector::store();
     let host_changes = watcher(hosts, watcher::Config::default())
         .default_backoff()
+        .modify(managed_fields::trim)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(host_node, Default::default());
@@ -134,6 +139,7 @@ pub async fn run<P: FirmwareReader + 'static>(
     let _ = caches.settings.set(settings_cache);
     let settings_changes = watcher(settings, watcher::Config::default())
         .default_backoff()
+        .modify(managed_fields::trim)
         .reflect(settings_writer)
         .applied_objects()
         .filter(|s| ready(!matches!(s, Ok(s) if as_made(s, s.spec.settings.is_empty()))))
@@ -143,6 +149,7 @@ pub async fn run<P: FirmwareReader + 'static>(
     let _ = caches.components.set(components_cache);
     let components_changes = watcher(components, watcher::Config::default())
         .default_backoff()
+        .modify(managed_fields::trim)
         .reflect(components_writer)
         .applied_objects()
         .filter(|c| ready(!matches!(c, Ok(c) if as_made(c, c.spec.updates.is_empty()))))
@@ -153,16 +160,34 @@ pub async fn run<P: FirmwareReader + 'static>(
     let _ = caches.schemas.set(schemas_cache);
     let schemas_kept = watcher(schemas, watcher::Config::default())
         .default_backoff()
+        .modify(managed_fields::trim)
         .reflect(schemas_writer)
         .filter_map(|_| futures::future::ready(None::<ObjectRef<BareMetalHost>>));
     let listed = reader.clone();
+    // Hosts take turns as in the host controller: with every host applied at once,
+    // reads of a thousand hosts' BIOS settings are not all sent together.
+    let turns = Arc::new(Turns::new(concurrency, reader.clone()));
     let shutdown = shutdown.shared();
+    let turn_shutdown = shutdown.clone();
     let reconciling = Controller::for_stream(host_changes, reader)
         .reconcile_on(settings_changes)
         .reconcile_on(components_changes)
         .reconcile_on(schemas_kept)
         .graceful_shutdown_on(shutdown.clone())
-        .run(reconcile_host, error_policy, ctx)
+        .run(
+            move |host, ctx| {
+                let turns = turns.clone();
+                let shutdown = turn_shutdown.clone();
+                async move {
+                    match turns.take(&host, shutdown).await {
+                        Some((_turn, host)) => Box::pin(reconcile_host(host, ctx)).await,
+                        None => Ok(Action::await_change()),
+                    }
+                }
+            },
+            error_policy,
+            ctx,
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "firmware reconcile did not finish");
