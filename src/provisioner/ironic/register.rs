@@ -1,5 +1,7 @@
 //! Registration: the node, its boot port and BMC access, kept up to date.
 
+use std::time::Duration;
+
 use reqwest::StatusCode;
 use serde_json::{Map, Value, json};
 
@@ -139,7 +141,7 @@ impl IronicProvisioner {
         if matches!(
             node.state(),
             ProvisionState::Enroll | ProvisionState::Verifying | ProvisionState::Manageable
-        ) && let Some(failed) = self.ensure_boot_port(host, &node).await?
+        ) && let Some(failed) = self.ensure_boot_port(host, &node, false).await?
         {
             return Ok(failed.map(|()| registration));
         }
@@ -399,18 +401,23 @@ impl IronicProvisioner {
             power: Self::power_of(&node),
             ..Registration::default()
         };
-        if let Some(failed) = self.ensure_boot_port(host, &node).await? {
+        if let Some(failed) = self.ensure_boot_port(host, &node, true).await? {
             return Ok(failed.map(|()| registration));
         }
-        self.changed(registration)
+        // A new node is in `enroll` as soon as Ironic answers: nothing to wait for
+        // before the BMC check.
+        Ok(Outcome::changed(registration, Duration::ZERO))
     }
 
     /// Creates the boot MAC's port if the node lacks it; `Some(failure)` if the MAC
-    /// belongs to another node.
+    /// belongs to another node. `new_node`: the node was just created, after
+    /// `find_node` found no port with the MAC, so the port is created without
+    /// looking it up again.
     pub(super) async fn ensure_boot_port(
         &self,
         host: &Host,
         node: &Node,
+        new_node: bool,
     ) -> Result<Option<Outcome<()>>, ProvisionerError> {
         let Some(mac) = &host.boot_mac else {
             return Ok(None);
@@ -418,6 +425,17 @@ impl IronicProvisioner {
         let known = (node.uuid.clone(), mac.to_ascii_lowercase());
         if self.has_boot_port(&known) {
             return Ok(None);
+        }
+        if new_node {
+            match self.client.create_port(&node.uuid, mac).await {
+                Ok(_) => {
+                    self.record_boot_port(known);
+                    return Ok(None);
+                }
+                // Made meanwhile by another client: the look-up names its node.
+                Err(e) if e.status() == Some(StatusCode::CONFLICT) => {}
+                Err(e) => return self.busy_or_err(host, e, ()).map(Some),
+            }
         }
         let existing = self
             .client
