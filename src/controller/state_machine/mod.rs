@@ -456,6 +456,7 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
         State::Provisioned => {
             if provisioning_cancelled(host) {
                 return with_capacity(
+                    host,
                     facts,
                     transition(
                         State::Deprovisioning,
@@ -525,18 +526,26 @@ fn credentials_problem(facts: &Facts) -> Option<Step> {
     }))
 }
 
-/// `step` when a provisioning slot is free; else the host waits for one.
-fn with_capacity(facts: &Facts, step: Step) -> Step {
+/// `step` when a provisioning slot is free; else the host waits for one. The event
+/// says so once, when the host starts waiting, not at each of its looks while it
+/// waits (at 1000 hosts and 20 slots, 8 events per host).
+fn with_capacity(host: &BareMetalHost, facts: &Facts, step: Step) -> Step {
     if facts.has_capacity {
         return step;
     }
+    let waiting = host
+        .status
+        .as_ref()
+        .is_some_and(|s| s.operational_status == OperationalStatus::Delayed);
     Step::Transition(Update {
         operational_status: Some(OperationalStatus::Delayed),
-        event: Some((
-            "Delayed".into(),
-            "waiting for a provisioning slot (PROVISIONING_LIMIT)".into(),
-            false,
-        )),
+        event: (!waiting).then(|| {
+            (
+                "Delayed".into(),
+                "waiting for a provisioning slot (PROVISIONING_LIMIT)".into(),
+                false,
+            )
+        }),
         requeue: Requeue::After(Duration::from_secs(60)),
         ..Default::default()
     })
@@ -552,6 +561,7 @@ fn plan_available(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts)
     }
     if annotation(host, crate::api::host::INSPECT_ANNOTATION).is_some_and(|v| v != "disabled") {
         return with_capacity(
+            host,
             facts,
             transition(
                 State::Inspecting,
@@ -600,6 +610,7 @@ fn plan_available(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts)
             return Step::Wait(SLOW_POLL);
         }
         return with_capacity(
+            host,
             facts,
             Step::Transition(Update {
                 state: Some(State::Provisioning),

@@ -185,6 +185,19 @@ fn available_host_without_a_slot_is_delayed() {
         Step::Transition(u) => {
             assert_eq!(u.state, None);
             assert_eq!(u.operational_status, Some(OperationalStatus::Delayed));
+            assert!(u.event.is_some_and(|(reason, _, _)| reason == "Delayed"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let delayed = host(
+        json!({"image": image()}),
+        "available",
+        json!({"operationalStatus": "delayed"}),
+    );
+    match plan(&delayed, &f) {
+        Step::Transition(u) => {
+            assert_eq!(u.operational_status, Some(OperationalStatus::Delayed));
+            assert_eq!(u.event, None, "no second event while it keeps waiting");
         }
         other => panic!("{other:?}"),
     }
