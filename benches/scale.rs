@@ -1198,7 +1198,7 @@ fn table(results: &[RunResult]) -> String {
         format!("{:.2}", r.per_host_min(r.ironic_idle))
     });
     row(
-        "idle, host controller alone (without the firmware controller's reads): kube-apiserver / Ironic requests per host per minute",
+        "idle, host controller alone (without the firmware controllers' reads): kube-apiserver / Ironic requests per host per minute",
         &|r| {
             format!(
                 "{:.2} / {:.2}",
@@ -1652,9 +1652,13 @@ async fn run_bmo(
                 .sum()
         };
         r.kube_idle_firmware = count(&kube_idle_kinds, &|k| {
-            k.contains("hostfirmwaresettings") || k.contains("firmwareschemas")
+            k.contains("hostfirmwaresettings")
+                || k.contains("hostfirmwarecomponents")
+                || k.contains("firmwareschemas")
         });
-        r.ironic_idle_firmware = count(&ironic_idle_kinds, &|k| k.ends_with("/bios"));
+        r.ironic_idle_firmware = count(&ironic_idle_kinds, &|k| {
+            k.ends_with("/bios") || k.ends_with("/firmware")
+        });
         print_breakdown("kube requests, idle", &kube_idle_kinds);
         print_breakdown("Ironic requests, idle", &ironic_idle_kinds);
     }
