@@ -188,7 +188,6 @@ pub async fn run<P: Provisioner + 'static>(
     let listed = reader.clone();
     let turns = Arc::new(Turns::new(ctx.settings.concurrency, reader.clone()));
     let shutdown = shutdown.shared();
-    let turn_shutdown = shutdown.clone();
     // A new provisioning IP changes every node's deploy image URLs.
     let address_changes = futures::stream::unfold(ctx.deploy_images.clone(), |images| async {
         let mut images = images?;
@@ -249,18 +248,7 @@ pub async fn run<P: Provisioner + 'static>(
         .with_config(kube::runtime::controller::Config::default().concurrency(0))
         .graceful_shutdown_on(shutdown.clone())
         .run(
-            move |host, ctx| {
-                let turns = turns.clone();
-                let shutdown = turn_shutdown.clone();
-                async move {
-                    match turns.take(&host, shutdown).await {
-                        // Boxed: a waiting reconcile holds only its host, not room
-                        // for a whole reconcile's state (one per host waits at N).
-                        Some((_turn, host)) => Box::pin(reconcile(host, ctx)).await,
-                        None => Ok(Action::await_change()),
-                    }
-                }
-            },
+            turns.reconciler(shutdown.clone(), reconcile),
             error_policy,
             ctx,
         )

@@ -15,6 +15,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
@@ -48,6 +50,34 @@ impl Turns {
         };
         let now = self.hosts.get(&ObjectRef::from_obj(host))?;
         Some((turn, now))
+    }
+
+    /// `reconcile` taking turns, for kube-runtime's `Controller::run`: a host
+    /// whose turn does not come before `shutdown` is left for its next change.
+    pub fn reconciler<C, E, F, R>(
+        self: Arc<Self>,
+        shutdown: impl Future<Output = ()> + Clone + Send + 'static,
+        reconcile: F,
+    ) -> impl FnMut(Arc<BareMetalHost>, Arc<C>) -> BoxFuture<'static, Result<Action, E>>
+    where
+        C: Send + Sync + 'static,
+        E: Send + 'static,
+        F: Fn(Arc<BareMetalHost>, Arc<C>) -> R + Clone + Send + 'static,
+        R: Future<Output = Result<Action, E>> + Send + 'static,
+    {
+        move |host, ctx| {
+            let turns = self.clone();
+            let shutdown = shutdown.clone();
+            let reconcile = reconcile.clone();
+            Box::pin(async move {
+                match turns.take(&host, shutdown).await {
+                    // Boxed: a waiting reconcile holds only its host, not room for
+                    // a whole reconcile's state (at N hosts, N of them wait).
+                    Some((_turn, host)) => Box::pin(reconcile(host, ctx)).await,
+                    None => Ok(Action::await_change()),
+                }
+            })
+        }
     }
 }
 

@@ -168,23 +168,13 @@ pub async fn run<P: FirmwareReader + 'static>(
     // reads of a thousand hosts' BIOS settings are not all sent together.
     let turns = Arc::new(Turns::new(concurrency, reader.clone()));
     let shutdown = shutdown.shared();
-    let turn_shutdown = shutdown.clone();
     let reconciling = Controller::for_stream(host_changes, reader)
         .reconcile_on(settings_changes)
         .reconcile_on(components_changes)
         .reconcile_on(schemas_kept)
         .graceful_shutdown_on(shutdown.clone())
         .run(
-            move |host, ctx| {
-                let turns = turns.clone();
-                let shutdown = turn_shutdown.clone();
-                async move {
-                    match turns.take(&host, shutdown).await {
-                        Some((_turn, host)) => Box::pin(reconcile_host(host, ctx)).await,
-                        None => Ok(Action::await_change()),
-                    }
-                }
-            },
+            turns.reconciler(shutdown.clone(), reconcile_host),
             error_policy,
             ctx,
         )
