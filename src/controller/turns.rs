@@ -38,7 +38,7 @@ impl Turns {
 
     /// Waits for `host`'s turn; then the turn (held until dropped) and the host as it
     /// is now. `None` when `shutdown` comes first or the host is gone meanwhile.
-    pub async fn take(
+    async fn take(
         &self,
         host: &BareMetalHost,
         shutdown: impl Future<Output = ()>,
