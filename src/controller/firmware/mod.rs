@@ -27,7 +27,7 @@ pub use store::{FirmwareStore, KubeFirmwareStore, MemoryFirmwareStore};
 
 use super::Next;
 use crate::api::BareMetalHost;
-use crate::api::firmware::HostFirmwareSettings;
+use crate::api::firmware::{FirmwareSchema, HostFirmwareSettings};
 use crate::controller::StoreError;
 use crate::provisioner::{FirmwareReader, HostId, NodeRef, ProvisionerError};
 
@@ -139,24 +139,41 @@ pub async fn reconcile<P: FirmwareReader, S: FirmwareStore>(
                 facts.schema = Some(found.map_or(Lookup::Missing, Lookup::Found));
             }
             Step::CreateSchema(schema) => {
-                let created = ctx
-                    .store
-                    .create_schema(&settings, &schema)
-                    .await
-                    .map_err(store_err)?;
-                tracing::info!(schema = %created.name_any(), "created a FirmwareSchema");
-                facts.schema = Some(Lookup::Found(created));
+                match ctx.store.create_schema(&settings, &schema).await {
+                    Ok(created) => {
+                        tracing::info!(schema = %created.name_any(), "created a FirmwareSchema");
+                        facts.schema = Some(Lookup::Found(created));
+                    }
+                    // A host of the same model made it meanwhile.
+                    Err(StoreError::Conflict) => {
+                        facts.schema = Some(
+                            current_schema(ctx, &namespace, &schema.name_any())
+                                .await
+                                .map_err(store_err)?,
+                        );
+                    }
+                    Err(e) => return Err(store_err(e)),
+                }
             }
             Step::OwnSchema => {
                 let Some(Lookup::Found(schema)) = &facts.schema else {
                     return Ok(Next::After(PROVISIONER_RETRY));
                 };
-                let owned = ctx
-                    .store
-                    .own_schema(&settings, schema)
-                    .await
-                    .map_err(store_err)?;
-                facts.schema = Some(Lookup::Found(owned));
+                match ctx.store.own_schema(&settings, schema).await {
+                    Ok(owned) => facts.schema = Some(Lookup::Found(owned)),
+                    // Hosts of one model share the schema and add themselves to its
+                    // owners at once: the loser reads it again and tries again here,
+                    // rather than a whole reconcile (and a BIOS read) later.
+                    Err(StoreError::Conflict) => {
+                        let name = schema.name_any();
+                        facts.schema = Some(
+                            current_schema(ctx, &namespace, &name)
+                                .await
+                                .map_err(store_err)?,
+                        );
+                    }
+                    Err(e) => return Err(store_err(e)),
+                }
             }
             Step::SaveStatus {
                 status,
@@ -175,6 +192,16 @@ pub async fn reconcile<P: FirmwareReader, S: FirmwareStore>(
         }
     }
     Ok(Next::After(Duration::from_secs(1)))
+}
+
+/// The FirmwareSchema `name` as the API server holds it now (after a write lost a race).
+async fn current_schema<P, S: FirmwareStore>(
+    ctx: &FirmwareContext<P, S>,
+    namespace: &str,
+    name: &str,
+) -> Result<Lookup<FirmwareSchema>, StoreError> {
+    let found = ctx.store.current_schema(namespace, name).await?;
+    Ok(found.map_or(Lookup::Missing, Lookup::Found))
 }
 
 #[cfg(test)]

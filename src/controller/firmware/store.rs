@@ -75,6 +75,15 @@ pub trait FirmwareStore: Send + Sync {
         name: &str,
     ) -> impl Future<Output = Result<Option<FirmwareSchema>, StoreError>> + Send;
 
+    /// The schema as the API server holds it now (after a write lost a race).
+    fn current_schema(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<FirmwareSchema>, StoreError>> + Send {
+        self.schema(namespace, name)
+    }
+
     /// Makes `schema`, owned by `settings`; [`StoreError::Conflict`] when it exists.
     fn create_schema(
         &self,
@@ -299,6 +308,14 @@ impl FirmwareStore for KubeFirmwareStore {
         if let Some(schema) = cached(&self.caches.schemas, namespace, name) {
             return Ok(schema);
         }
+        self.current_schema(namespace, name).await
+    }
+
+    async fn current_schema(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<FirmwareSchema>, StoreError> {
         Ok(self.api::<FirmwareSchema>(namespace).get_opt(name).await?)
     }
 
@@ -366,6 +383,8 @@ pub(super) struct Objects {
     hosts: BTreeMap<String, BareMetalHost>,
     settings: BTreeMap<String, HostFirmwareSettings>,
     schemas: BTreeMap<String, FirmwareSchema>,
+    /// What [`FirmwareStore::schema`] answers instead, as a cache a write behind.
+    stale_schemas: BTreeMap<String, Option<FirmwareSchema>>,
     pub(super) components: BTreeMap<String, HostFirmwareComponents>,
     pub(super) events: Vec<(String, String, String)>,
     pub(super) status_writes: usize,
@@ -411,6 +430,14 @@ impl MemoryFirmwareStore {
     pub fn put_schema(&self, schema: FirmwareSchema) {
         let mut objects = self.lock();
         objects.schemas.insert(key_of(&schema), schema);
+    }
+
+    /// Makes [`FirmwareStore::schema`] answer `stale` for the schema `name` from now
+    /// on, as a cache that has not seen the latest writes would (`None`: not there).
+    pub fn serve_stale_schema(&self, namespace: &str, name: &str, stale: Option<FirmwareSchema>) {
+        self.lock()
+            .stale_schemas
+            .insert(key(namespace, name), stale);
     }
 
     /// Puts (or replaces) a HostFirmwareComponents, as a user or another operator
@@ -512,6 +539,19 @@ impl FirmwareStore for MemoryFirmwareStore {
     }
 
     async fn schema(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<FirmwareSchema>, StoreError> {
+        let objects = self.lock();
+        let key = key(namespace, name);
+        if let Some(stale) = objects.stale_schemas.get(&key) {
+            return Ok(stale.clone());
+        }
+        Ok(objects.schemas.get(&key).cloned())
+    }
+
+    async fn current_schema(
         &self,
         namespace: &str,
         name: &str,

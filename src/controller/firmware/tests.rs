@@ -42,6 +42,65 @@ fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).expect("valid time"))
 }
 
+fn schema_owners(ctx: &FirmwareContext<FixtureProvisioner, MemoryFirmwareStore>) -> Vec<String> {
+    let schemas = ctx.store.schemas();
+    assert_eq!(schemas.len(), 1, "{schemas:?}");
+    schemas[0]
+        .owner_references()
+        .iter()
+        .map(|o| o.name.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_host_whose_cache_missed_the_schema_uses_the_one_made_meanwhile() {
+    let ctx = context();
+    let (a, b) = (host("a", "node-a"), host("b", "node-b"));
+    ctx.store.put_host(a.clone());
+    ctx.store.put_host(b.clone());
+    reconcile(&a, &ctx, now()).await.expect("reconciled");
+    // b's cache has not seen a's schema yet: its create meets 409.
+    let name = schema_name(&bios().schema);
+    ctx.store.serve_stale_schema("ns", &name, None);
+    let next = reconcile(&b, &ctx, now())
+        .await
+        .expect("finishes in one reconcile");
+    assert_eq!(next, Next::After(REQUEUE));
+    assert_eq!(schema_owners(&ctx), ["a", "b"]);
+}
+
+#[tokio::test]
+async fn a_host_that_loses_the_race_to_own_the_schema_tries_again_at_once() {
+    let ctx = context();
+    let (a, b) = (host("a", "node-a"), host("b", "node-b"));
+    ctx.store.put_host(a.clone());
+    ctx.store.put_host(b.clone());
+    reconcile(&a, &ctx, now()).await.expect("reconciled");
+    // Another host of the model adds itself to the owners after b's cache saw the
+    // schema: b's guarded patch of the owners meets a conflict.
+    let name = schema_name(&bios().schema);
+    let seen = ctx.store.schemas().remove(0);
+    ctx.store
+        .serve_stale_schema("ns", &name, Some(seen.clone()));
+    let mut newer = seen;
+    newer.owner_references_mut().push(OwnerReference {
+        api_version: "metal3.io/v1alpha1".into(),
+        kind: "HostFirmwareSettings".into(),
+        name: "c".into(),
+        uid: "c-settings-uid".into(),
+        ..OwnerReference::default()
+    });
+    newer.metadata.resource_version = Some("999".into());
+    ctx.store.put_schema(newer);
+    let next = reconcile(&b, &ctx, now())
+        .await
+        .expect("finishes in one reconcile");
+    assert_eq!(next, Next::After(REQUEUE));
+    assert_eq!(schema_owners(&ctx), ["a", "c", "b"]);
+    let status = ctx.store.stored_settings("ns", "b").and_then(|s| s.status);
+    assert_eq!(status.map(|s| s.settings), Some(bios().settings));
+}
+
 #[tokio::test]
 async fn hosts_of_one_model_get_their_settings_and_share_one_schema() {
     let ctx = context();
