@@ -136,7 +136,7 @@ pub async fn reconcile<P: FirmwareReader, S: FirmwareStore>(
                     .schema(&namespace, &schema)
                     .await
                     .map_err(store_err)?;
-                facts.schema = Some(found.map_or(Lookup::Missing, Lookup::Found));
+                facts.schema = Some(lookup(found, &settings));
             }
             Step::CreateSchema(schema) => {
                 match ctx.store.create_schema(&settings, &schema).await {
@@ -147,7 +147,7 @@ pub async fn reconcile<P: FirmwareReader, S: FirmwareStore>(
                     // A host of the same model made it meanwhile.
                     Err(StoreError::Conflict) => {
                         facts.schema = Some(
-                            current_schema(ctx, &namespace, &schema.name_any())
+                            current_schema(ctx, &settings, &namespace, &schema.name_any())
                                 .await
                                 .map_err(store_err)?,
                         );
@@ -160,14 +160,20 @@ pub async fn reconcile<P: FirmwareReader, S: FirmwareStore>(
                     return Ok(Next::After(PROVISIONER_RETRY));
                 };
                 match ctx.store.own_schema(&settings, schema).await {
-                    Ok(owned) => facts.schema = Some(Lookup::Found(owned)),
+                    Ok(()) => {
+                        let mut owned = schema.clone();
+                        owned
+                            .owner_references_mut()
+                            .push(store::settings_owner(&settings));
+                        facts.schema = Some(Lookup::Found(owned));
+                    }
                     // Hosts of one model share the schema and add themselves to its
                     // owners at once: the loser reads it again and tries again here,
                     // rather than a whole reconcile (and a BIOS read) later.
                     Err(StoreError::Conflict) => {
                         let name = schema.name_any();
                         facts.schema = Some(
-                            current_schema(ctx, &namespace, &name)
+                            current_schema(ctx, &settings, &namespace, &name)
                                 .await
                                 .map_err(store_err)?,
                         );
@@ -197,11 +203,28 @@ pub async fn reconcile<P: FirmwareReader, S: FirmwareStore>(
 /// The FirmwareSchema `name` as the API server holds it now (after a write lost a race).
 async fn current_schema<P, S: FirmwareStore>(
     ctx: &FirmwareContext<P, S>,
+    settings: &HostFirmwareSettings,
     namespace: &str,
     name: &str,
 ) -> Result<Lookup<FirmwareSchema>, StoreError> {
     let found = ctx.store.current_schema(namespace, name).await?;
-    Ok(found.map_or(Lookup::Missing, Lookup::Found))
+    Ok(lookup(found, settings))
+}
+
+/// A schema as the state machine needs it: its spec, and `settings` among its owners
+/// or not. The other owners are dropped: a schema shared by a thousand hosts carries a
+/// thousand, and every reconcile in flight holds its copy.
+fn lookup(
+    found: Option<FirmwareSchema>,
+    settings: &HostFirmwareSettings,
+) -> Lookup<FirmwareSchema> {
+    let Some(mut schema) = found else {
+        return Lookup::Missing;
+    };
+    if let Some(owners) = schema.metadata.owner_references.as_mut() {
+        owners.retain(|o| Some(o.uid.as_str()) == settings.metadata.uid.as_deref());
+    }
+    Lookup::Found(schema)
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! Every Kubernetes read and write of the HostFirmwareSettings controller, behind one
 //! trait: [`KubeFirmwareStore`] on the API server, [`MemoryFirmwareStore`] for tests.
 //! Owner lists are written with a precondition (JSON Patch `test` of the list as
-//! read), so a lost race is [`StoreError::Conflict`].
+//! read, or of the resourceVersion for the shared FirmwareSchema), so a lost race is
+//! [`StoreError::Conflict`].
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -91,12 +92,13 @@ pub trait FirmwareStore: Send + Sync {
         schema: &FirmwareSchema,
     ) -> impl Future<Output = Result<FirmwareSchema, StoreError>> + Send;
 
-    /// Adds `settings` to `schema`'s owners, if they are still as read.
+    /// Adds `settings` to `schema`'s owners, if the schema is still as read (its
+    /// resourceVersion); [`StoreError::Conflict`] when it is not.
     fn own_schema(
         &self,
         settings: &HostFirmwareSettings,
         schema: &FirmwareSchema,
-    ) -> impl Future<Output = Result<FirmwareSchema, StoreError>> + Send;
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Writes the whole status (server-side apply on the status subresource).
     fn apply_status(
@@ -115,7 +117,7 @@ pub trait FirmwareStore: Send + Sync {
 }
 
 /// `settings` as an owner (of its FirmwareSchema), as upstream sets it.
-fn settings_owner(settings: &HostFirmwareSettings) -> OwnerReference {
+pub(super) fn settings_owner(settings: &HostFirmwareSettings) -> OwnerReference {
     OwnerReference {
         api_version: "metal3.io/v1alpha1".into(),
         kind: "HostFirmwareSettings".into(),
@@ -336,13 +338,39 @@ impl FirmwareStore for KubeFirmwareStore {
             .map_err(create_conflict)
     }
 
+    /// The schema of a model is shared by every host of it, and carries one owner per
+    /// host (as upstream's does): a thousand hosts make it a quarter of a megabyte.
+    /// So the patch appends the one owner (guarded by the resourceVersion rather than
+    /// the whole list as read) and the answer is not kept.
     async fn own_schema(
         &self,
         settings: &HostFirmwareSettings,
         schema: &FirmwareSchema,
-    ) -> Result<FirmwareSchema, StoreError> {
-        let api = self.api::<FirmwareSchema>(&schema.namespace().unwrap_or_default());
-        add_owner(&api, schema, settings_owner(settings)).await
+    ) -> Result<(), StoreError> {
+        let owner = serde_json::to_value(settings_owner(settings))
+            .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
+        let (path, value) = match schema.metadata.owner_references {
+            Some(_) => ("/metadata/ownerReferences/-", owner),
+            None => ("/metadata/ownerReferences", json!([owner])),
+        };
+        let patch = json_patch(vec![
+            json!({"op": "test", "path": "/metadata/resourceVersion",
+                   "value": schema.metadata.resource_version.as_deref().unwrap_or_default()}),
+            json!({"op": "add", "path": path, "value": value}),
+        ])?;
+        let namespace = schema.namespace().unwrap_or_default();
+        let request = kube::core::Request::new(FirmwareSchema::url_path(&(), Some(&namespace)))
+            .patch(
+                &schema.name_any(),
+                &PatchParams::default(),
+                &Patch::Json::<()>(patch),
+            )
+            .map_err(|e| StoreError::Kube(kube::Error::BuildRequest(e)))?;
+        self.client
+            .request::<serde::de::IgnoredAny>(request)
+            .await
+            .map_err(conflict_or)?;
+        Ok(())
     }
 
     async fn apply_status(
@@ -579,14 +607,18 @@ impl FirmwareStore for MemoryFirmwareStore {
         &self,
         settings: &HostFirmwareSettings,
         schema: &FirmwareSchema,
-    ) -> Result<FirmwareSchema, StoreError> {
+    ) -> Result<(), StoreError> {
         let mut objects = self.lock();
-        unchanged(objects.schemas.get(&key_of(schema)), schema)?;
-        let mut owned = schema.clone();
+        let key = key_of(schema);
+        let Some(stored) = objects.schemas.get(&key) else {
+            return Err(StoreError::Conflict);
+        };
+        unchanged(Some(stored), schema)?;
+        let mut owned = stored.clone();
         owned.owner_references_mut().push(settings_owner(settings));
         objects.stamp(&mut owned);
-        objects.schemas.insert(key_of(&owned), owned.clone());
-        Ok(owned)
+        objects.schemas.insert(key, owned);
+        Ok(())
     }
 
     async fn apply_status(
