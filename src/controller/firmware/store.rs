@@ -1,12 +1,13 @@
 //! Every Kubernetes read and write of the HostFirmwareSettings controller, behind one
 //! trait: [`KubeFirmwareStore`] on the API server, [`MemoryFirmwareStore`] for tests.
 //! Owner lists are written with a precondition (JSON Patch `test` of the list as
-//! read, or of the resourceVersion for the shared FirmwareSchema), so a lost race is
-//! [`StoreError::Conflict`].
+//! read), so a lost race is [`StoreError::Conflict`]; the shared FirmwareSchema's are
+//! appended to, without one (see `own_schema` of [`KubeFirmwareStore`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
@@ -92,8 +93,8 @@ pub trait FirmwareStore: Send + Sync {
         schema: &FirmwareSchema,
     ) -> impl Future<Output = Result<FirmwareSchema, StoreError>> + Send;
 
-    /// Adds `settings` to `schema`'s owners, if the schema is still as read (its
-    /// resourceVersion); [`StoreError::Conflict`] when it is not.
+    /// Appends `settings` to `schema`'s owners as the schema is now (another owner
+    /// added since it was read is kept).
     fn own_schema(
         &self,
         settings: &HostFirmwareSettings,
@@ -164,7 +165,13 @@ pub struct KubeFirmwareStore {
     client: kube::Client,
     pub(super) instance: Option<String>,
     pub(super) caches: Arc<FirmwareCaches>,
+    /// Owners this bmo appended to a FirmwareSchema lately, by (schema, owner uid):
+    /// the schema cache may not show them yet, and an append is not sent twice.
+    appended_owners: Arc<Mutex<HashMap<(String, String), Instant>>>,
 }
+
+/// How long an appended owner is remembered: far longer than a watch event takes.
+const APPENDED_OWNER_MEMORY: Duration = Duration::from_secs(60);
 
 /// The firmware objects the running controller watches, so that a reconcile reads
 /// them without a request; until a cache has listed, they are read from the API
@@ -185,6 +192,7 @@ impl KubeFirmwareStore {
             client,
             instance,
             caches: Arc::default(),
+            appended_owners: Arc::default(),
         }
     }
 
@@ -339,37 +347,56 @@ impl FirmwareStore for KubeFirmwareStore {
     }
 
     /// The schema of a model is shared by every host of it, and carries one owner per
-    /// host (as upstream's does): a thousand hosts make it a quarter of a megabyte.
-    /// So the patch appends the one owner (guarded by the resourceVersion rather than
-    /// the whole list as read) and the answer is not kept.
+    /// host (as upstream's does): a thousand hosts make it a quarter of a megabyte,
+    /// and during an enrolment they add themselves at once. So the patch appends the
+    /// one owner without a precondition (the API server applies it to the object as
+    /// it is then: no lost races, no re-reads), and the answer is not kept. Only a
+    /// schema without owners is written whole, guarded by its resourceVersion.
     async fn own_schema(
         &self,
         settings: &HostFirmwareSettings,
         schema: &FirmwareSchema,
     ) -> Result<(), StoreError> {
-        let owner = serde_json::to_value(settings_owner(settings))
+        let owner = settings_owner(settings);
+        let appended = (key_of(schema), owner.uid.clone());
+        {
+            let mut recent = self
+                .appended_owners
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            recent.retain(|_, at| at.elapsed() < APPENDED_OWNER_MEMORY);
+            if recent.contains_key(&appended) {
+                return Ok(());
+            }
+        }
+        let owner = serde_json::to_value(owner)
             .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
-        let (path, value) = match schema.metadata.owner_references {
-            Some(_) => ("/metadata/ownerReferences/-", owner),
-            None => ("/metadata/ownerReferences", json!([owner])),
+        let operations = match schema.metadata.owner_references {
+            Some(_) => {
+                vec![json!({"op": "add", "path": "/metadata/ownerReferences/-", "value": owner})]
+            }
+            None => vec![
+                json!({"op": "test", "path": "/metadata/resourceVersion",
+                       "value": schema.metadata.resource_version.as_deref().unwrap_or_default()}),
+                json!({"op": "add", "path": "/metadata/ownerReferences", "value": [owner]}),
+            ],
         };
-        let patch = json_patch(vec![
-            json!({"op": "test", "path": "/metadata/resourceVersion",
-                   "value": schema.metadata.resource_version.as_deref().unwrap_or_default()}),
-            json!({"op": "add", "path": path, "value": value}),
-        ])?;
         let namespace = schema.namespace().unwrap_or_default();
         let request = kube::core::Request::new(FirmwareSchema::url_path(&(), Some(&namespace)))
             .patch(
                 &schema.name_any(),
                 &PatchParams::default(),
-                &Patch::Json::<()>(patch),
+                &Patch::Json::<()>(json_patch(operations)?),
             )
             .map_err(|e| StoreError::Kube(kube::Error::BuildRequest(e)))?;
         self.client
             .request::<serde::de::IgnoredAny>(request)
             .await
             .map_err(conflict_or)?;
+        self.appended_owners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(appended, Instant::now());
         Ok(())
     }
 
@@ -613,7 +640,7 @@ impl FirmwareStore for MemoryFirmwareStore {
         let Some(stored) = objects.schemas.get(&key) else {
             return Err(StoreError::Conflict);
         };
-        unchanged(Some(stored), schema)?;
+        // As on the API server: appended to the schema as stored now.
         let mut owned = stored.clone();
         owned.owner_references_mut().push(settings_owner(settings));
         objects.stamp(&mut owned);

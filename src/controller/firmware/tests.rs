@@ -70,14 +70,14 @@ async fn a_host_whose_cache_missed_the_schema_uses_the_one_made_meanwhile() {
 }
 
 #[tokio::test]
-async fn a_host_that_loses_the_race_to_own_the_schema_tries_again_at_once() {
+async fn a_host_adds_itself_to_the_owners_the_schema_has_now() {
     let ctx = context();
     let (a, b) = (host("a", "node-a"), host("b", "node-b"));
     ctx.store.put_host(a.clone());
     ctx.store.put_host(b.clone());
     reconcile(&a, &ctx, now()).await.expect("reconciled");
     // Another host of the model adds itself to the owners after b's cache saw the
-    // schema: b's guarded patch of the owners meets a conflict.
+    // schema: b's append keeps it.
     let name = schema_name(&bios().schema);
     let seen = ctx.store.schemas().remove(0);
     ctx.store
