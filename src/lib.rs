@@ -11,6 +11,7 @@ pub mod credentials;
 pub mod ironic;
 pub mod leader;
 pub mod make_host;
+pub mod malloc;
 pub mod metrics;
 pub mod netboot;
 pub mod notify;

@@ -62,9 +62,17 @@ enum Command {
     },
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn main() -> anyhow::Result<()> {
+    // Before the runtime starts its threads.
+    bmo::malloc::tune();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(run_command(Cli::parse()))
+}
+
+async fn run_command(cli: Cli) -> anyhow::Result<()> {
     bmo::tls::install_crypto_provider();
     match cli.command {
         Command::Run(config) => {
