@@ -52,13 +52,22 @@ fn schema_owners(ctx: &FirmwareContext<FixtureProvisioner, MemoryFirmwareStore>)
         .collect()
 }
 
-#[tokio::test]
-async fn a_host_whose_cache_missed_the_schema_uses_the_one_made_meanwhile() {
+/// Hosts a and b of one model, a reconciled (the schema made, owned by a); then b.
+async fn schema_made_by_a() -> (
+    FirmwareContext<FixtureProvisioner, MemoryFirmwareStore>,
+    BareMetalHost,
+) {
     let ctx = context();
     let (a, b) = (host("a", "node-a"), host("b", "node-b"));
     ctx.store.put_host(a.clone());
     ctx.store.put_host(b.clone());
     reconcile(&a, &ctx, now()).await.expect("reconciled");
+    (ctx, b)
+}
+
+#[tokio::test]
+async fn a_host_whose_cache_missed_the_schema_uses_the_one_made_meanwhile() {
+    let (ctx, b) = schema_made_by_a().await;
     // b's cache has not seen a's schema yet: its create meets 409.
     let name = schema_name(&bios().schema);
     ctx.store.serve_stale_schema("ns", &name, None);
@@ -71,11 +80,7 @@ async fn a_host_whose_cache_missed_the_schema_uses_the_one_made_meanwhile() {
 
 #[tokio::test]
 async fn a_host_adds_itself_to_the_owners_the_schema_has_now() {
-    let ctx = context();
-    let (a, b) = (host("a", "node-a"), host("b", "node-b"));
-    ctx.store.put_host(a.clone());
-    ctx.store.put_host(b.clone());
-    reconcile(&a, &ctx, now()).await.expect("reconciled");
+    let (ctx, b) = schema_made_by_a().await;
     // Another host of the model adds itself to the owners after b's cache saw the
     // schema: b's append keeps it.
     let name = schema_name(&bios().schema);
