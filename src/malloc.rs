@@ -8,9 +8,7 @@
 //! so later large ones (pages of Ironic's node list, watch pages, the FirmwareSchema a
 //! thousand hosts share) are carved from the arenas and leave holes there when freed.
 //! Here the arenas are capped and the threshold fixed, so a large buffer's memory goes
-//! back to the kernel when it is freed; and since glibc hands back by itself only what
-//! is freed at the top of an arena, `bmo run` asks it every few seconds to hand back
-//! the free pages inside them too ([`spawn_trimmer`]).
+//! back to the kernel when it is freed.
 //!
 //! `MALLOC_ARENA_MAX` or `GLIBC_TUNABLES` in the environment still win: glibc reads
 //! them when the process starts, and [`tune`] leaves a setting alone when either is set.
@@ -45,27 +43,4 @@ pub fn tune() {
             }
         }
     }
-}
-
-/// How often the free pages inside the arenas are handed back: a walk over the heap
-/// that takes a few milliseconds at a thousand hosts.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Hands the free pages inside glibc's arenas back to the kernel every [`TRIM_EVERY`],
-/// for as long as the runtime runs.
-pub fn spawn_trimmer() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    tokio::spawn(async {
-        let mut every = tokio::time::interval(TRIM_EVERY);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            every.tick().await;
-            // SAFETY: malloc_trim only returns free memory to the kernel; it takes
-            // the arenas' locks like any allocation.
-            unsafe {
-                libc::malloc_trim(0);
-            }
-        }
-    });
 }

@@ -67,7 +67,6 @@ struct Health {
 /// Runs bmo until a shutdown signal arrives.
 pub async fn run(config: Config) -> Result<(), RunError> {
     tracing::info!("{BUILD}");
-    crate::malloc::spawn_trimmer();
     // Every setting is checked before the first connection.
     let leader_election = config.leader_election()?;
     let discovery = config.discovery_settings();
