@@ -10,8 +10,9 @@
 //! Here the arenas are capped and the threshold fixed, so a large buffer's memory goes
 //! back to the kernel when it is freed.
 //!
-//! `MALLOC_ARENA_MAX` or `GLIBC_TUNABLES` in the environment still win: glibc reads
-//! them when the process starts, and [`tune`] leaves a setting alone when either is set.
+//! `MALLOC_ARENA_MAX`, `MALLOC_MMAP_THRESHOLD_` or `GLIBC_TUNABLES` in the environment
+//! still win: glibc reads them when the process starts, and [`tune`] leaves a setting
+//! alone when it is named there.
 
 /// Arenas at most: tokio runs one worker per core plus blocking threads, and bmo
 /// spends its time waiting on the network, so the lock of a shared arena is rarely
