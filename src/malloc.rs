@@ -1,8 +1,8 @@
 //! glibc's allocator, set for a long-running server with a few threads.
 //!
-//! With glibc's defaults bmo's resident memory at 1000 hosts was about twice the heap
-//! it had in use (heaptrack: 28 MiB in use, 64 MiB resident; at the peak 56 against
-//! 95). Two defaults cause it: every thread that meets a locked arena gets an arena of
+//! With glibc's defaults bmo's resident memory at 1000 hosts was 20 MiB above the
+//! heap it had in use and the 16 MiB of its code and libraries (heaptrack: 28 MiB in
+//! use, 64 MiB resident). Two defaults cause it: every thread that meets a locked arena gets an arena of
 //! its own (up to eight per core), each keeping the memory freed in it; and the first
 //! large buffer freed raises the threshold above which buffers get their own mapping,
 //! so later large ones (pages of Ironic's node list, watch pages, the FirmwareSchema a
