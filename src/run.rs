@@ -204,7 +204,21 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         ))),
         _ => None,
     };
-    let controller_task = tokio::spawn(controller::run(ctx, stopped()));
+    // One watch each of hosts, HostFirmwareSettings and HostFirmwareComponents for
+    // every controller that reads them (src/controller/shared_watch.rs).
+    let mut watches = controller::shared_watch::Watches::new(
+        &kube,
+        config
+            .watch_namespace
+            .as_deref()
+            .filter(|ns| !ns.is_empty()),
+    );
+    let host_feeds = watches.subscribe();
+    let firmware_feeds = watches.subscribe();
+    let data_image_hosts = watches.hosts.subscribe();
+    let attachment_hosts = (watches.hosts.cache(), watches.hosts.events());
+    let watches_task = tokio::spawn(watches.run(stopped()));
+    let controller_task = tokio::spawn(controller::run_with(ctx, host_feeds, stopped()));
     let claims_task = config.claims.enabled.then(|| {
         tokio::spawn(controller::claims::run(
             controller::claims::KubeClaimStore::new(kube.clone()),
@@ -218,6 +232,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let attachments_task = tokio::spawn(controller::switches::attachments::run(
         kube.clone(),
         config.watch_namespace.clone().filter(|ns| !ns.is_empty()),
+        attachment_hosts.0,
+        attachment_hosts.1,
         stopped(),
     ));
     let switches_task = switch_targets.map(|targets| {
@@ -257,6 +273,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let firmware_task = tokio::spawn(controller::firmware::run(
         firmware_ctx,
         config.concurrency,
+        firmware_feeds,
         stopped(),
     ));
     let data_image_ctx = Arc::new(controller::dataimage::DataImageContext {
@@ -265,7 +282,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         namespace: config.watch_namespace.clone(),
         max_backoff,
     });
-    let data_image_task = tokio::spawn(controller::dataimage::run(data_image_ctx, stopped()));
+    let data_image_task = tokio::spawn(controller::dataimage::run(
+        data_image_ctx,
+        data_image_hosts,
+        stopped(),
+    ));
     let subscriptions_ctx = Arc::new(controller::event_subscriptions::SubscriptionContext {
         provisioner: subscriptions_provisioner,
         store: controller::event_subscriptions::KubeSubscriptionStore::new(
@@ -318,6 +339,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         let _ = task.await;
     }
     let _ = subscriptions_task.await;
+    let _ = watches_task.await;
     if let Some(elector) = &elector
         && outcome.is_ok()
     {

@@ -8,10 +8,10 @@
 //! exchange wakes.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::sync::watch;
 
 use crate::api::BareMetalHost;
 use crate::netboot::hosts::{KnownHost, KnownHosts};
@@ -24,24 +24,19 @@ type ByMac = HashMap<MacAddr, Vec<ObjectRef<BareMetalHost>>>;
 /// per DHCP request (a flood of made-up MACs included) costs one hash lookup.
 pub struct ClusterHosts {
     hosts: Store<BareMetalHost>,
-    /// Watch events applied to the store so far.
-    changes: AtomicU64,
+    /// Moves with every watch event applied to the store.
+    changes: watch::Receiver<u64>,
     /// The index and the count of changes it was built at.
     index: RwLock<(Option<u64>, Arc<ByMac>)>,
 }
 
 impl ClusterHosts {
-    pub fn new(hosts: Store<BareMetalHost>) -> Self {
+    pub fn new(hosts: Store<BareMetalHost>, changes: watch::Receiver<u64>) -> Self {
         Self {
             hosts,
-            changes: AtomicU64::new(0),
+            changes,
             index: RwLock::default(),
         }
-    }
-
-    /// Call after each watch event has reached the store.
-    pub fn changed(&self) {
-        self.changes.fetch_add(1, Ordering::AcqRel);
     }
 
     /// The hosts that boot from `mac` or have a NIC with it.
@@ -50,7 +45,7 @@ impl ClusterHosts {
     }
 
     fn index(&self) -> Arc<ByMac> {
-        let seen = self.changes.load(Ordering::Acquire);
+        let seen = *self.changes.borrow();
         {
             // A panic while holding the lock leaves a whole index (one assignment).
             let index = self.index.read().unwrap_or_else(|p| p.into_inner());
@@ -144,7 +139,8 @@ mod tests {
     #[test]
     fn a_host_is_known_by_its_boot_mac_and_inspected_nics_once_its_event_counted() {
         let (reader, mut writer) = kube::runtime::reflector::store();
-        let cluster = ClusterHosts::new(reader);
+        let (events, counted) = tokio::sync::watch::channel(0u64);
+        let cluster = ClusterHosts::new(reader, counted);
         let mac = |s: &str| s.parse::<MacAddr>().expect("MAC");
         assert_eq!(cluster.lookup(&mac("52:54:00:aa:00:01")), None);
 
@@ -158,7 +154,7 @@ mod tests {
             None,
             "the index is rebuilt only after a change is counted"
         );
-        cluster.changed();
+        events.send_modify(|n| *n += 1);
         for m in ["52:54:00:aa:00:01", "52:54:00:aa:00:02"] {
             assert_eq!(
                 cluster.lookup(&mac(m)),
@@ -176,7 +172,7 @@ mod tests {
         );
 
         writer.apply_watcher_event(&watcher::Event::Delete(host("a", "52:54:00:aa:00:01", &[])));
-        cluster.changed();
+        events.send_modify(|n| *n += 1);
         assert_eq!(cluster.lookup(&mac("52:54:00:aa:00:01")), None, "deleted");
     }
 }

@@ -26,6 +26,7 @@ pub mod request;
 pub(crate) mod run;
 pub mod save;
 pub mod secrets;
+pub mod shared_watch;
 pub mod state_machine;
 pub mod status_annotations;
 pub mod steady;
@@ -47,7 +48,7 @@ use crate::api::{BareMetalHost, OperationalStatus, ProvisioningState};
 use crate::metrics::{self, HostLabels};
 use crate::provisioner::{self, DeployRamdisk, Provisioner, ProvisionerError};
 pub use context::Context;
-pub use run::run;
+pub use run::{run, run_with};
 use save::{Extras, save};
 use state_machine::{
     CallResult, CredentialsCheck, Facts, Gate, PendingSettings, PendingUpdates, RegistrationCheck,

@@ -15,7 +15,9 @@ use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
 use kube::{Api, ResourceExt};
 use tokio::sync::broadcast;
 
+use super::firmware::same_name;
 use super::known_hosts::ClusterHosts;
+use super::shared_watch::{Feeds, Watches};
 use super::store::{SECRET_LABEL, Store, managed_fields};
 use super::turns::Turns;
 use super::{Context, ReconcileError, backoff, reconcile, steady};
@@ -74,7 +76,7 @@ const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
 /// The longest such pause: the watches come back within this long of the API
 /// server's return. (kube-runtime's default grows to 30 s plus up to as much jitter,
 /// so bmo could stay blind for up to a minute after the API server came back.)
-const WATCH_RETRY_MAX: Duration = Duration::from_secs(4);
+pub(super) const WATCH_RETRY_MAX: Duration = Duration::from_secs(4);
 
 /// Pauses between attempts to watch again: doubling from [`WATCH_RETRY_MIN`] up to
 /// [`WATCH_RETRY_MAX`], back to the start after a watch event arrives.
@@ -119,24 +121,31 @@ pub async fn run<P: Provisioner + 'static>(
     ctx: Arc<Context<P>>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let mut watches = Watches::new(ctx.store.client(), ctx.settings.namespace.as_deref());
+    let feeds = watches.subscribe();
+    let shutdown = shutdown.shared();
+    futures::join!(
+        watches.run(shutdown.clone()),
+        run_with(ctx, feeds, shutdown)
+    );
+}
+
+/// [`run`] on watches shared with other controllers.
+pub async fn run_with<P: Provisioner + 'static>(
+    ctx: Arc<Context<P>>,
+    feeds: Feeds,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
     let client = ctx.store.client().clone();
-    let (hosts, secrets, labelled_secrets): (
-        Api<BareMetalHost>,
-        Api<PartialObjectMeta<Secret>>,
-        Api<Secret>,
-    ) = match &ctx.settings.namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-        ),
-        None => (
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-        ),
-    };
-    let (reader, writer) = reflector::store();
+    let (secrets, labelled_secrets): (Api<PartialObjectMeta<Secret>>, Api<Secret>) =
+        match &ctx.settings.namespace {
+            Some(ns) => (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+            ),
+            None => (Api::all(client.clone()), Api::all(client.clone())),
+        };
+    let reader = feeds.hosts.cache();
     // The Secrets bmo labelled are cached whole (the BMC credentials are read at every
     // reconcile); the others are watched by metadata only, to wake a host whose
     // Secret appears or changes before bmo labels it. A change is reflected in the
@@ -172,18 +181,11 @@ pub async fn run<P: Provisioner + 'static>(
     });
     // The watched hosts, by MAC: bmo's DHCP server knows them, and a DHCP exchange
     // wakes the hosts with the client's MAC.
-    let cluster_hosts = Arc::new(ClusterHosts::new(reader.clone()));
+    let cluster_hosts = Arc::new(ClusterHosts::new(reader.clone(), feeds.host_events));
     if let Some(directory) = &ctx.known_hosts {
         directory.attach(cluster_hosts.clone());
     }
-    let counted = cluster_hosts.clone();
-    let host_changes = watcher(hosts, watcher::Config::default())
-        .backoff(WatchBackoff::default())
-        .modify(managed_fields::trim)
-        .reflect(writer)
-        .inspect(move |_| counted.changed())
-        .applied_objects()
-        .predicate_filter(host_change_predicate(), Default::default());
+    let host_changes = feeds.hosts.changed(host_change_predicate());
     let known_hosts = reader.clone();
     let listed = reader.clone();
     let turns = Arc::new(Turns::new(ctx.settings.concurrency, reader.clone()));
@@ -201,36 +203,20 @@ pub async fn run<P: Provisioner + 'static>(
     let slot_takers = freed_slots(ctx.slots.freed());
     // A HostFirmwareSettings judged anew (its conditions changed) may ask an
     // available host to prepare again, at once rather than at the next steady poll.
-    let firmware_api: Api<HostFirmwareSettings> = match &ctx.settings.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let (firmware_reader, firmware_writer) = reflector::store();
-    let _ = ctx.firmware_cache.set(firmware_reader);
-    let firmware_changes = watcher(firmware_api, watcher::Config::default())
-        .backoff(WatchBackoff::default())
-        .modify(managed_fields::trim)
-        .reflect(firmware_writer)
-        .applied_objects()
-        .predicate_filter(firmware_conditions, Default::default())
-        .filter_map(|settings| async move {
-            let settings = settings.ok()?;
-            Some(
-                ObjectRef::<BareMetalHost>::new(&settings.name_any())
-                    .within(&settings.namespace()?),
-            )
-        });
-    let (components_reader, components_writer) = reflector::store();
-    let _ = ctx.components_cache.set(components_reader);
-    let components_changes = crate::controller::firmware::components::judged_hosts(
-        client.clone(),
-        ctx.settings.namespace.as_deref(),
-        components_writer,
-    );
+    let _ = ctx.firmware_cache.set(feeds.settings.cache());
+    let firmware_changes = feeds
+        .settings
+        .changed(firmware_conditions)
+        .filter_map(|settings| async move { same_name(settings.as_ref()) });
+    let _ = ctx.components_cache.set(feeds.components.cache());
+    let components_changes = feeds
+        .components
+        .changed(crate::controller::firmware::components::conditions_hash)
+        .filter_map(|components| async move { same_name(components.as_ref()) });
     // Hosts at rest whose node changed behind bmo's back (one list of nodes per
     // steady interval).
     let steady_changes = steady::changed_hosts(ctx.clone(), ctx.settings.steady_poll);
-    let reconciling = Controller::for_stream(host_changes, reader)
+    let reconciling = Controller::for_shared_stream(host_changes, reader)
         .reconcile_all_on(address_changes)
         .reconcile_on(slot_takers)
         .reconcile_on(dhcp_clients)
@@ -259,7 +245,7 @@ pub async fn run<P: Provisioner + 'static>(
                 // refuses; tried again within WATCH_RETRY_MAX.
                 Err(kube::runtime::controller::Error::QueueError(e)) => tracing::warn!(
                     error = %crate::telemetry::with_causes(&e),
-                    "watch of BareMetalHosts or Secrets failed; trying again in at most {} s",
+                    "watch of Secrets failed; trying again in at most {} s",
                     WATCH_RETRY_MAX.as_secs()
                 ),
                 Err(e) => tracing::debug!(error = %e, "reconcile did not finish"),

@@ -97,7 +97,7 @@ async fn bmo_run_stops_on_sigterm_at_once_while_its_first_list_of_hosts_fails() 
         Duration::from_secs(30),
         || async {
             let log = bmo.log();
-            if log.contains("watch of BareMetalHosts or Secrets failed") {
+            if log.contains("watch of BareMetalHosts failed") {
                 Ok(())
             } else {
                 Err(log)

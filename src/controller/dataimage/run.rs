@@ -18,6 +18,7 @@ use tracing::Instrument;
 use super::{DataImageContext, DataImageError, DataImageStore, KubeDataImageStore};
 use crate::api::host::{DETACHED_ANNOTATION, PAUSED_ANNOTATION};
 use crate::api::{BareMetalHost, DataImage};
+use crate::controller::shared_watch::Subscription;
 use crate::controller::store::managed_fields;
 use crate::provisioner::DataImageProvisioner;
 
@@ -59,15 +60,13 @@ fn host_change(host: &BareMetalHost) -> Option<u64> {
 /// Runs the DataImage controller until `shutdown` resolves.
 pub async fn run<P: DataImageProvisioner + 'static>(
     ctx: Arc<DataImageContext<P, KubeDataImageStore>>,
+    hosts: Subscription<BareMetalHost>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.store.client().clone();
-    let (images, hosts): (Api<DataImage>, Api<BareMetalHost>) = match &ctx.namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-        ),
-        None => (Api::all(client.clone()), Api::all(client)),
+    let images: Api<DataImage> = match &ctx.namespace {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
     };
     let (reader, writer) = kube::runtime::reflector::store();
     let _ = ctx.store.cache.set(reader.clone());
@@ -77,14 +76,9 @@ pub async fn run<P: DataImageProvisioner + 'static>(
         .reflect(writer)
         .applied_objects()
         .predicate_filter(image_change, Default::default());
-    let host_changes = watcher(hosts, watcher::Config::default())
-        .default_backoff()
-        .applied_objects()
-        .predicate_filter(host_change, Default::default())
-        .filter_map(|h| async move {
-            let h = h.ok()?;
-            Some(ObjectRef::<DataImage>::new(&h.name_any()).within(&h.namespace()?))
-        });
+    let host_changes = hosts.changed(host_change).filter_map(|h| async move {
+        Some(ObjectRef::<DataImage>::new(&h.name_any()).within(&h.namespace()?))
+    });
     let listed = reader.clone();
     let shutdown = shutdown.shared();
     let reconciling = Controller::for_stream(image_changes, reader)

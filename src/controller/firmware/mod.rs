@@ -21,7 +21,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
-pub use run::run;
+pub use run::{run, same_name};
 use state_machine::{Facts, Lookup, Step};
 pub use store::{FirmwareStore, KubeFirmwareStore, MemoryFirmwareStore};
 

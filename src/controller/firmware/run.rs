@@ -25,9 +25,10 @@ use tracing::Instrument;
 use super::components::ComponentsStore;
 use super::state_machine::ironic_read_firmware;
 use super::{FirmwareContext, FirmwareError, FirmwareStore, KubeFirmwareStore, PROVISIONER_RETRY};
-use crate::api::firmware::{FirmwareSchema, HostFirmwareComponents, HostFirmwareSettings};
+use crate::api::firmware::{FirmwareSchema, HostFirmwareComponents};
 use crate::api::{BareMetalHost, BareMetalHostStatus, OperationalStatus, ProvisioningState};
 use crate::controller::Next;
+use crate::controller::shared_watch::Feeds;
 use crate::controller::store::managed_fields;
 use crate::controller::turns::Turns;
 use crate::provisioner::FirmwareReader;
@@ -96,65 +97,38 @@ fn as_made<K: ResourceExt>(object: &K, spec_empty: bool) -> bool {
 }
 
 /// The host of the same name as a firmware object.
-fn same_name<K: ResourceExt>(object: &K) -> Option<ObjectRef<BareMetalHost>> {
+pub fn same_name<K: ResourceExt>(object: &K) -> Option<ObjectRef<BareMetalHost>> {
     Some(ObjectRef::<BareMetalHost>::new(&object.name_any()).within(&object.namespace()?))
 }
 
 /// Runs the HostFirmwareSettings controller until `shutdown` resolves, reconciling at
-/// most `concurrency` hosts at once.
+/// most `concurrency` hosts at once, on watches shared with the host controller.
 pub async fn run<P: FirmwareReader + 'static>(
     ctx: Arc<FirmwareContext<P, KubeFirmwareStore>>,
     concurrency: u16,
+    feeds: Feeds,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.store.client().clone();
-    let (hosts, settings, components, schemas): (
-        Api<BareMetalHost>,
-        Api<HostFirmwareSettings>,
-        Api<HostFirmwareComponents>,
-        Api<FirmwareSchema>,
-    ) = match &ctx.namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client, ns),
-        ),
-        None => (
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            Api::all(client),
-        ),
+    let schemas: Api<FirmwareSchema> = match &ctx.namespace {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
     };
-    let (reader, writer) = reflector::store();
-    let host_changes = watcher(hosts, watcher::Config::default())
-        .default_backoff()
-        .modify(managed_fields::trim)
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(host_node, Default::default());
+    let reader = feeds.hosts.cache();
+    let host_changes = feeds.hosts.changed(host_node);
     let caches = &ctx.store.caches;
-    let (settings_cache, settings_writer) = reflector::store();
-    let _ = caches.settings.set(settings_cache);
-    let settings_changes = watcher(settings, watcher::Config::default())
-        .default_backoff()
-        .modify(managed_fields::trim)
-        .reflect(settings_writer)
-        .applied_objects()
-        .filter(|s| ready(!matches!(s, Ok(s) if as_made(s, s.spec.settings.is_empty()))))
-        .predicate_filter(predicates::generation, Default::default())
-        .filter_map(|s| async move { same_name(&s.ok()?) });
-    let (components_cache, components_writer) = reflector::store();
-    let _ = caches.components.set(components_cache);
-    let components_changes = watcher(components, watcher::Config::default())
-        .default_backoff()
-        .modify(managed_fields::trim)
-        .reflect(components_writer)
-        .applied_objects()
-        .filter(|c| ready(!matches!(c, Ok(c) if as_made(c, c.spec.updates.is_empty()))))
-        .predicate_filter(components_change, Default::default())
-        .filter_map(|c| async move { same_name(&c.ok()?) });
+    let _ = caches.settings.set(feeds.settings.cache());
+    let settings_changes = feeds
+        .settings
+        .changed(predicates::generation)
+        .filter(|s| ready(!as_made(s.as_ref(), s.spec.settings.is_empty())))
+        .filter_map(|s| async move { same_name(s.as_ref()) });
+    let _ = caches.components.set(feeds.components.cache());
+    let components_changes = feeds
+        .components
+        .changed(components_change)
+        .filter(|c| ready(!as_made(c.as_ref(), c.spec.updates.is_empty())))
+        .filter_map(|c| async move { same_name(c.as_ref()) });
     // FirmwareSchemas wake no host; the watch only keeps the cache.
     let (schemas_cache, schemas_writer) = reflector::store();
     let _ = caches.schemas.set(schemas_cache);
@@ -168,7 +142,7 @@ pub async fn run<P: FirmwareReader + 'static>(
     // reads of a thousand hosts' BIOS settings are not all sent together.
     let turns = Arc::new(Turns::new(concurrency, reader.clone()));
     let shutdown = shutdown.shared();
-    let reconciling = Controller::for_stream(host_changes, reader)
+    let reconciling = Controller::for_shared_stream(host_changes, reader)
         .reconcile_on(settings_changes)
         .reconcile_on(components_changes)
         .reconcile_on(schemas_kept)

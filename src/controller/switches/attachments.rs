@@ -10,18 +10,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use futures::{StreamExt, stream};
+use futures::{FutureExt, StreamExt};
 use kube::api::{Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
+use tokio::sync::watch;
 
 use crate::api::network::IN_USE_ANNOTATION;
 use crate::api::{BareMetalHost, HostNetworkAttachment};
 use crate::controller::run::WatchBackoff;
-use crate::controller::store::{StoreError, conflict_or, managed_fields};
+use crate::controller::store::{StoreError, conflict_or};
 
 use super::store::SWITCH_FIELD_MANAGER;
 
@@ -65,48 +66,27 @@ pub fn references(hosts: &[&BareMetalHost]) -> BTreeMap<AttachmentKey, String> {
 }
 
 /// Runs until `shutdown` resolves; with `namespace` only that namespace's hosts and
-/// attachments are looked at.
+/// attachments are looked at. `hosts` is the cache of the shared host watch, and
+/// `host_events` moves with each of its events (changes that come close together
+/// are looked at once).
 pub async fn run(
     client: Client,
     namespace: Option<String>,
+    hosts: Store<BareMetalHost>,
+    mut host_events: watch::Receiver<u64>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let (hosts_api, attachments_api): (
-        Api<BareMetalHost>,
-        Api<PartialObjectMeta<HostNetworkAttachment>>,
-    ) = match &namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-        ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
+    let attachments_api: Api<PartialObjectMeta<HostNetworkAttachment>> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
     };
-    let (hosts, host_writer) = reflector::store();
     let (attachments, attachment_writer) = reflector::store();
-    // Each item says which store changed and whether it has finished a list: no
-    // annotation is cleared before the hosts were listed.
-    let host_events = watcher(hosts_api, watcher::Config::default())
-        .backoff(WatchBackoff::default())
-        // Only the hosts' spec is read here; their status (hardware details) would
-        // be a second copy of the host controller's.
-        .modify(|host: &mut BareMetalHost| {
-            managed_fields::trim(host);
-            host.status = None;
-        })
-        .reflect(host_writer)
-        .map(|e| (Source::Hosts, matches!(e, Ok(watcher::Event::InitDone))));
-    let attachment_events = watcher(attachments_api, watcher::Config::default())
+    let mut attachment_events = watcher(attachments_api, watcher::Config::default())
         .backoff(WatchBackoff::default())
         .reflect(attachment_writer)
-        .map(|e| {
-            (
-                Source::Attachments,
-                matches!(e, Ok(watcher::Event::InitDone)),
-            )
-        });
-    let mut changes = stream::select(host_events, attachment_events).boxed();
+        .boxed();
     let mut shutdown = std::pin::pin!(shutdown);
-    let (mut hosts_listed, mut attachments_listed) = (false, false);
+    let mut attachments_listed = false;
     let mut retry = false;
     loop {
         let pause = async {
@@ -118,13 +98,19 @@ pub async fn run(
         };
         tokio::select! {
             () = &mut shutdown => return,
-            change = changes.next() => match change {
-                Some((Source::Hosts, listed)) => hosts_listed |= listed,
-                Some((Source::Attachments, listed)) => attachments_listed |= listed,
+            changed = host_events.changed() => if changed.is_err() {
+                return;
+            },
+            change = attachment_events.next() => match change {
+                Some(event) => {
+                    attachments_listed |= matches!(event, Ok(watcher::Event::InitDone));
+                }
                 None => return,
             },
             () = pause => {}
         }
+        // No annotation is cleared before both were listed.
+        let hosts_listed = hosts.wait_until_ready().now_or_never().is_some();
         if !(hosts_listed && attachments_listed) {
             continue;
         }
@@ -136,11 +122,6 @@ pub async fn run(
             }
         };
     }
-}
-
-enum Source {
-    Hosts,
-    Attachments,
 }
 
 /// Brings every attachment's annotation in line with the hosts that reference it.

@@ -15,11 +15,8 @@ pub mod store;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 
 use state_machine::{Facts, Step};
 pub use store::ComponentsStore;
@@ -27,38 +24,13 @@ pub use store::ComponentsStore;
 use super::{FirmwareContext, FirmwareError};
 use crate::api::BareMetalHost;
 use crate::api::firmware::HostFirmwareComponents;
-use crate::controller::store::managed_fields;
 use crate::controller::{Next, StoreError};
 use crate::provisioner::{FirmwareReader, HostId, NodeRef};
 
-/// Hosts whose HostFirmwareComponents was judged anew (its conditions changed): a
-/// valid change asks an available host to prepare again, at once rather than at its
-/// next steady poll. For the host controller's watch, which also keeps every object
-/// in `cache`.
-pub fn judged_hosts(
-    client: kube::Client,
-    namespace: Option<&str>,
-    cache: reflector::store::Writer<HostFirmwareComponents>,
-) -> impl futures::Stream<Item = ObjectRef<BareMetalHost>> + Send + 'static {
-    let api: Api<HostFirmwareComponents> = match namespace {
-        Some(ns) => Api::namespaced(client, ns),
-        None => Api::all(client),
-    };
-    watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(managed_fields::trim)
-        .reflect(cache)
-        .applied_objects()
-        .predicate_filter(conditions_hash, Default::default())
-        .filter_map(|object| async move {
-            let object = object.ok()?;
-            Some(ObjectRef::<BareMetalHost>::new(&object.name_any()).within(&object.namespace()?))
-        })
-}
-
 /// What of a HostFirmwareComponents the host controller acts on: its conditions
-/// (type, status, observed generation).
-fn conditions_hash(object: &HostFirmwareComponents) -> Option<u64> {
+/// (type, status, observed generation). A change judged valid asks an available
+/// host to prepare again, at once rather than at its next steady poll.
+pub fn conditions_hash(object: &HostFirmwareComponents) -> Option<u64> {
     let mut hasher = DefaultHasher::new();
     for c in object.status.iter().flat_map(|s| &s.conditions) {
         (&c.type_, &c.status, c.observed_generation).hash(&mut hasher);
