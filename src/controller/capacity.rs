@@ -39,6 +39,15 @@ fn consumes(state: State) -> bool {
     )
 }
 
+/// Whether `host` is in a state that holds a slot: its reconciles go first
+/// ([`super::turns::Turns`]), since each step it finishes sooner frees its slot
+/// sooner for the hosts waiting.
+pub fn holds_slot(host: &crate::api::BareMetalHost) -> bool {
+    host.status
+        .as_ref()
+        .is_some_and(|s| consumes(s.provisioning.state))
+}
+
 impl Inner {
     fn free(&self, limit: usize) -> usize {
         limit.saturating_sub(self.busy.len())

@@ -188,7 +188,11 @@ pub async fn run_with<P: Provisioner + 'static>(
     let host_changes = feeds.hosts.changed(host_change_predicate());
     let known_hosts = reader.clone();
     let listed = reader.clone();
-    let turns = Arc::new(Turns::new(ctx.settings.concurrency, reader.clone()));
+    let turns = Arc::new(Turns::new(
+        ctx.settings.concurrency,
+        reader.clone(),
+        super::capacity::holds_slot,
+    ));
     let shutdown = shutdown.shared();
     // A new provisioning IP changes every node's deploy image URLs.
     let address_changes = futures::stream::unfold(ctx.deploy_images.clone(), |images| async {

@@ -7,32 +7,103 @@
 //! again while others waited: at N = 100 the last host got its first reconcile, and
 //! with it any status, 66 s after it was applied. So kube-runtime runs every due
 //! reconcile at once (it still never runs two for one host) and each waits here for
-//! one of `BMO_CONCURRENCY` turns, handed out first come, first served (tokio's
-//! semaphore is fair). A reconcile whose turn comes works on the host as the watch
-//! cache holds it then, not as it was when it fell due. The firmware controllers,
-//! which also reconcile BareMetalHosts, take turns the same way (their own).
+//! one of `BMO_CONCURRENCY` turns, handed out first come, first served, except that
+//! hosts holding a provisioning slot go before the others: at N = 1000 the twenty
+//! slot holders otherwise queued behind hundreds of enrolling hosts at every step,
+//! and the slots, not Ironic, set the pace. A reconcile whose turn comes works on
+//! the host as the watch cache holds it then, not as it was when it fell due. The
+//! firmware controllers, which also reconcile BareMetalHosts, take turns the same
+//! way (their own, all in one line).
 
+use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::future::BoxFuture;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::oneshot;
 
 use crate::api::BareMetalHost;
 
 pub struct Turns {
-    permits: Semaphore,
+    queue: Mutex<Queue>,
     hosts: Store<BareMetalHost>,
+    /// Hosts that go before the others: those holding a provisioning slot, so that
+    /// a slot is freed as soon as its work is done rather than after every host
+    /// enrolling meanwhile had its turn.
+    first: fn(&BareMetalHost) -> bool,
+}
+
+#[derive(Default)]
+struct Queue {
+    free: usize,
+    /// Waiting reconciles of hosts that go first, then of the others; each in the
+    /// order they asked.
+    first: VecDeque<oneshot::Sender<()>>,
+    others: VecDeque<oneshot::Sender<()>>,
+}
+
+/// A turn, given back (to the next waiting reconcile) when dropped.
+struct Turn<'a>(&'a Turns);
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.0.give_back();
+    }
+}
+
+/// A reconcile waiting for its turn; one dropped after the turn was handed to it
+/// but before it took it (shutdown, a cancelled reconcile) hands it on.
+struct Waiting<'a> {
+    turns: &'a Turns,
+    handed: oneshot::Receiver<()>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.handed.close();
+        if self.handed.try_recv().is_ok() {
+            self.turns.give_back();
+        }
+    }
 }
 
 impl Turns {
-    /// At most `concurrency` reconciles of the hosts in `hosts` at a time.
-    pub fn new(concurrency: u16, hosts: Store<BareMetalHost>) -> Self {
+    /// At most `concurrency` reconciles of the hosts in `hosts` at a time; among the
+    /// waiting, hosts for which `first` holds go first.
+    pub fn new(
+        concurrency: u16,
+        hosts: Store<BareMetalHost>,
+        first: fn(&BareMetalHost) -> bool,
+    ) -> Self {
         Self {
-            permits: Semaphore::new(usize::from(concurrency.max(1))),
+            queue: Mutex::new(Queue {
+                free: usize::from(concurrency.max(1)),
+                ..Queue::default()
+            }),
             hosts,
+            first,
+        }
+    }
+
+    /// Hands a turn to the next waiting reconcile still waiting, or frees it.
+    fn give_back(&self) {
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            let next = match queue.first.pop_front() {
+                Some(next) => next,
+                None => match queue.others.pop_front() {
+                    Some(next) => next,
+                    None => {
+                        queue.free += 1;
+                        return;
+                    }
+                },
+            };
+            if next.send(()).is_ok() {
+                return;
+            }
         }
     }
 
@@ -42,11 +113,38 @@ impl Turns {
         &self,
         host: &BareMetalHost,
         shutdown: impl Future<Output = ()>,
-    ) -> Option<(SemaphorePermit<'_>, Arc<BareMetalHost>)> {
-        let turn = tokio::select! {
-            biased;
-            () = shutdown => return None,
-            turn = self.permits.acquire() => turn.ok()?,
+    ) -> Option<(Turn<'_>, Arc<BareMetalHost>)> {
+        let waiting = {
+            let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            if queue.free > 0 {
+                queue.free -= 1;
+                None
+            } else {
+                let (hand, handed) = oneshot::channel();
+                let now = self.hosts.get(&ObjectRef::from_obj(host));
+                if (self.first)(now.as_deref().unwrap_or(host)) {
+                    queue.first.push_back(hand);
+                } else {
+                    queue.others.push_back(hand);
+                }
+                Some(Waiting {
+                    turns: self,
+                    handed,
+                })
+            }
+        };
+        let turn = match waiting {
+            None => Turn(self),
+            Some(mut waiting) => {
+                tokio::select! {
+                    biased;
+                    () = shutdown => return None,
+                    handed = &mut waiting.handed => handed.ok()?,
+                }
+                // Received, so dropping `waiting` hands nothing on: the turn is
+                // this reconcile's now.
+                Turn(self)
+            }
         };
         let now = self.hosts.get(&ObjectRef::from_obj(host))?;
         Some((turn, now))
@@ -84,6 +182,8 @@ impl Turns {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::FutureExt;
+    use kube::ResourceExt;
     use kube::runtime::reflector::store;
     use kube::runtime::watcher::Event;
 
@@ -100,7 +200,7 @@ mod tests {
         for name in ["a", "b", "c"] {
             writer.apply_watcher_event(&Event::Apply(host(name, 1)));
         }
-        let turns = Arc::new(Turns::new(1, reader));
+        let turns = Arc::new(Turns::new(1, reader, |_| false));
         let first = turns
             .take(&host("a", 1), std::future::pending())
             .await
@@ -131,10 +231,61 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_host_that_goes_first_overtakes_those_waiting_longer_and_a_dropped_turn_passes_on() {
+        let (reader, mut writer) = store();
+        for name in ["a", "b", "urgent"] {
+            writer.apply_watcher_event(&Event::Apply(host(name, 1)));
+        }
+        let turns = Arc::new(Turns::new(1, reader, |h| h.name_any() == "urgent"));
+        let first = turns.take(&host("a", 1), std::future::pending()).await;
+        assert!(first.is_some());
+
+        let (order_tx, mut order) = tokio::sync::mpsc::unbounded_channel();
+        let mut waiting = Vec::new();
+        for name in ["b", "urgent"] {
+            let turns = turns.clone();
+            let order_tx = order_tx.clone();
+            waiting.push(tokio::spawn(async move {
+                let taken = turns.take(&host(name, 1), std::future::pending()).await;
+                let _ = order_tx.send(name);
+                drop(taken);
+            }));
+            tokio::task::yield_now().await;
+        }
+        // A waiter given up (its reconcile cancelled) takes no turn with it.
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let given_up = {
+            let turns = turns.clone();
+            tokio::spawn(async move {
+                let shutdown = async {
+                    let _ = stopped.await;
+                };
+                turns.take(&host("a", 1), shutdown).await.is_none()
+            })
+        };
+        tokio::task::yield_now().await;
+        let _ = stop.send(());
+        assert!(given_up.await.unwrap_or(false), "ended by its shutdown");
+        drop(first);
+        for task in waiting {
+            let _ = task.await;
+        }
+        assert_eq!(order.recv().await, Some("urgent"));
+        assert_eq!(order.recv().await, Some("b"));
+        assert!(
+            turns
+                .take(&host("a", 1), std::future::pending())
+                .now_or_never()
+                .is_some(),
+            "every turn came back"
+        );
+    }
+
+    #[tokio::test]
     async fn waiting_ends_at_shutdown_and_a_deleted_host_gets_no_turn() {
         let (reader, mut writer) = store();
         writer.apply_watcher_event(&Event::Apply(host("a", 1)));
-        let turns = Turns::new(1, reader);
+        let turns = Turns::new(1, reader, |_| false);
         let held = turns.take(&host("a", 1), std::future::pending()).await;
         assert!(held.is_some());
         assert!(
