@@ -25,7 +25,7 @@ use tracing::Instrument;
 use super::components::ComponentsStore;
 use super::state_machine::ironic_read_firmware;
 use super::{FirmwareContext, FirmwareError, FirmwareStore, KubeFirmwareStore, PROVISIONER_RETRY};
-use crate::api::firmware::{FirmwareSchema, HostFirmwareComponents};
+use crate::api::firmware::{FirmwareSchema, HostFirmwareComponents, HostFirmwareSettings};
 use crate::api::{BareMetalHost, BareMetalHostStatus, OperationalStatus, ProvisioningState};
 use crate::controller::Next;
 use crate::controller::shared_watch::Feeds;
@@ -34,8 +34,9 @@ use crate::controller::turns::Turns;
 use crate::provisioner::FirmwareReader;
 
 /// What of a host matters here: its generation, its node, whether it is paused or
-/// detached (upstream leaves such hosts' firmware alone), and its [`firmware_phase`].
-fn host_node(host: &BareMetalHost) -> Option<u64> {
+/// detached (upstream leaves such hosts' firmware alone), and its [`firmware_phase`]
+/// (`firmware` holds the hosts' firmware objects, for [`preparing_changes_firmware`]).
+fn host_node(host: &BareMetalHost, firmware: &FirmwareObjects) -> Option<u64> {
     use crate::api::host::{DETACHED_ANNOTATION, PAUSED_ANNOTATION};
     let mut hasher = DefaultHasher::new();
     host.metadata.generation.hash(&mut hasher);
@@ -49,28 +50,62 @@ fn host_node(host: &BareMetalHost) -> Option<u64> {
             (
                 s.provisioning.id.as_str(),
                 s.operational_status == OperationalStatus::Detached,
-                firmware_phase(host, s),
+                firmware_phase(host, s, firmware),
             )
         })
         .hash(&mut hasher);
     Some(hasher.finish())
 }
 
+/// The caches of HostFirmwareSettings and HostFirmwareComponents.
+type FirmwareObjects = (
+    reflector::Store<HostFirmwareSettings>,
+    reflector::Store<HostFirmwareComponents>,
+);
+
 /// The stretches of a host's life between which Ironic may have read its BIOS
 /// settings and firmware anew: registration and inspection (Ironic reads both when
-/// it verifies the node and when inspection ends), preparing and servicing (their
-/// steps apply settings and updates), and the rest. Waking on every state change
+/// it verifies the node and when inspection ends), preparing that applies settings or
+/// updates, servicing (its steps may), and the rest. Preparing that changes neither
+/// counts as the rest: reading again after it would read what was read as it began
+/// (at N = 1000, 2000 Ironic requests for nothing). Waking on every state change
 /// instead cost two Ironic and five kube-apiserver requests per change and host.
-fn firmware_phase(host: &BareMetalHost, status: &BareMetalHostStatus) -> u8 {
+fn firmware_phase(
+    host: &BareMetalHost,
+    status: &BareMetalHostStatus,
+    firmware: &FirmwareObjects,
+) -> u8 {
     if status.operational_status == OperationalStatus::Servicing {
         2
-    } else if status.provisioning.state == ProvisioningState::Preparing {
+    } else if status.provisioning.state == ProvisioningState::Preparing
+        && preparing_changes_firmware(host, firmware)
+    {
         1
     } else if ironic_read_firmware(host) {
         3
     } else {
         0
     }
+}
+
+/// Whether preparing `host` may apply BIOS settings or firmware updates: its
+/// HostFirmwareSettings or HostFirmwareComponents asks for some, or its legacy
+/// `spec.firmware` does.
+fn preparing_changes_firmware(
+    host: &BareMetalHost,
+    (settings, components): &FirmwareObjects,
+) -> bool {
+    let Some(namespace) = host.namespace() else {
+        return true;
+    };
+    let name = host.name_any();
+    host.spec.firmware.is_some()
+        || settings
+            .get(&ObjectRef::new(&name).within(&namespace))
+            .is_some_and(|s| !s.spec.settings.is_empty())
+        || components
+            .get(&ObjectRef::new(&name).within(&namespace))
+            .is_some_and(|c| !c.spec.updates.is_empty())
 }
 
 /// What of a HostFirmwareComponents matters here: its spec and its owners.
@@ -115,7 +150,10 @@ pub async fn run<P: FirmwareReader + 'static>(
         None => Api::all(client),
     };
     let reader = feeds.hosts.cache();
-    let host_changes = feeds.hosts.changed(host_node);
+    let firmware = (feeds.settings.cache(), feeds.components.cache());
+    let host_changes = feeds
+        .hosts
+        .changed(move |host: &BareMetalHost| host_node(host, &firmware));
     let caches = &ctx.store.caches;
     let _ = caches.settings.set(feeds.settings.cache());
     let settings_changes = feeds
@@ -200,4 +238,58 @@ fn error_policy<P: FirmwareReader, S: FirmwareStore>(
 ) -> Action {
     tracing::warn!(host = %host.namespaced_name(), %error, "firmware reconcile failed; retrying");
     Action::requeue(PROVISIONER_RETRY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::watcher::Event;
+
+    fn host(state: ProvisioningState) -> BareMetalHost {
+        let mut host: BareMetalHost = serde_json::from_value(serde_json::json!({
+            "apiVersion": "metal3.io/v1alpha1",
+            "kind": "BareMetalHost",
+            "metadata": {"name": "host-0", "namespace": "ns", "uid": "u0", "generation": 1},
+            "spec": {"online": true},
+        }))
+        .unwrap();
+        host.status = Some(BareMetalHostStatus::default());
+        host.status.as_mut().unwrap().provisioning.state = state;
+        host
+    }
+
+    #[test]
+    fn preparing_is_a_stretch_of_its_own_only_when_it_changes_bios_or_firmware() {
+        let (settings, mut settings_writer) = reflector::store();
+        let (components, _) = reflector::store();
+        let firmware = (settings, components);
+        let phase = |h: &BareMetalHost| firmware_phase(h, h.status.as_ref().unwrap(), &firmware);
+        let available = host(ProvisioningState::Available);
+        let preparing = host(ProvisioningState::Preparing);
+        assert_eq!(
+            phase(&preparing),
+            phase(&available),
+            "nothing to apply: leaving preparing reads nothing again"
+        );
+        assert_ne!(
+            phase(&host(ProvisioningState::Registering)),
+            phase(&preparing)
+        );
+
+        let mut asks: HostFirmwareSettings = serde_json::from_value(serde_json::json!({
+            "apiVersion": "metal3.io/v1alpha1",
+            "kind": "HostFirmwareSettings",
+            "metadata": {"name": "host-0", "namespace": "ns"},
+            "spec": {"settings": {"SriovEnable": "Enabled"}},
+        }))
+        .unwrap();
+        settings_writer.apply_watcher_event(&Event::Apply(asks.clone()));
+        assert_ne!(phase(&preparing), phase(&available), "a setting to apply");
+        asks.spec.settings.clear();
+        settings_writer.apply_watcher_event(&Event::Apply(asks));
+
+        let mut legacy = preparing.clone();
+        legacy.spec.firmware = Some(Default::default());
+        assert_ne!(phase(&legacy), phase(&available), "spec.firmware to apply");
+    }
 }
