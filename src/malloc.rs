@@ -14,11 +14,12 @@
 //! still win: glibc reads them when the process starts, and [`tune`] leaves a setting
 //! alone when it is named there.
 
-/// Arenas at most: tokio runs one worker per core plus blocking threads, and bmo
-/// spends its time waiting on the network, so the lock of a shared arena is rarely
-/// contended.
+/// Arenas at most: one. tokio runs one worker per core plus blocking threads, and
+/// bmo spends its time waiting on the network (30 CPU seconds in the 800 s of the
+/// N = 1000 run), so the lock of the one arena is rarely contended; with two, each
+/// kept its own free memory (17 and 16 MiB at N = 1000).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-const ARENA_MAX: libc::c_int = 2;
+const ARENA_MAX: libc::c_int = 1;
 
 /// Buffers from this size get a mapping of their own (glibc's initial default, kept
 /// fixed instead of rising).

@@ -75,11 +75,19 @@ const BMC_CHECK_ERROR: &str = "bmo_bmc_check_error";
 /// quick step.
 const FIRST_LOOK: Duration = Duration::from_secs(1);
 
+/// The same while Ironic holds few nodes ([`NodeList::is_small`]): half as long, so
+/// that a quick step is seen done within half a second of its end. There a look is
+/// cheap (one small list answers every host looking), and the looks were a third of
+/// the time to provisioned at N = 10 (1.53× the direct driver's time with 1 s, 1.01×
+/// with 0.5 s). With many nodes Ironic sets the pace: at N = 1000, 0.5 s doubled the
+/// reads of single nodes (2920 to 6402) and gained nothing.
+const FIRST_LOOK_FEW_NODES: Duration = Duration::from_millis(500);
+
 /// When to look again at `node`, which is in a transient state: half the time it has
-/// been in that state (from Ironic's `provision_updated_at`), at least [`FIRST_LOOK`]
-/// and at most `cap`. A step that ends in a second is seen within about a second; a
-/// long one costs a read every `cap`.
-fn follow(node: &Node, cap: Duration) -> Duration {
+/// been in that state (from Ironic's `provision_updated_at`), at least `first_look`
+/// and at most `cap`. A step that ends in a second is seen within about half a second
+/// of its end; a long one costs a read every `cap`.
+fn follow(node: &Node, first_look: Duration, cap: Duration) -> Duration {
     let since = node
         .provision_updated_at
         .as_deref()
@@ -89,7 +97,7 @@ fn follow(node: &Node, cap: Duration) -> Duration {
             Duration::try_from(elapsed).ok()
         });
     match since {
-        Some(elapsed) => (elapsed / 2).clamp(FIRST_LOOK.min(cap), cap),
+        Some(elapsed) => (elapsed / 2).clamp(first_look.min(cap), cap),
         None => cap,
     }
 }
@@ -187,22 +195,34 @@ impl IronicProvisioner {
     fn wait<T>(&self, node: &Node, value: T) -> ProvisionerResult<T> {
         Ok(Outcome::wait(
             value,
-            follow(node, self.settings.short_delay),
+            follow(node, self.first_look(), self.settings.short_delay),
         ))
     }
 
     /// Looks again while `node` goes through a long operation (inspection, cleaning,
     /// deployment), on the interval [`follow`] gives up to the long delay.
     fn wait_long<T>(&self, node: &Node, value: T) -> ProvisionerResult<T> {
-        Ok(Outcome::wait(value, follow(node, self.settings.long_delay)))
+        Ok(Outcome::wait(
+            value,
+            follow(node, self.first_look(), self.settings.long_delay),
+        ))
     }
 
     /// Looks again soon after bmo asked Ironic for a change.
     fn changed<T>(&self, value: T) -> ProvisionerResult<T> {
         Ok(Outcome::changed(
             value,
-            FIRST_LOOK.min(self.settings.short_delay),
+            self.first_look().min(self.settings.short_delay),
         ))
+    }
+
+    /// [`FIRST_LOOK`], or [`FIRST_LOOK_FEW_NODES`] while Ironic holds few nodes.
+    fn first_look(&self) -> Duration {
+        if self.nodes.is_small() {
+            FIRST_LOOK_FEW_NODES
+        } else {
+            FIRST_LOOK
+        }
     }
 
     /// Looks again after the short delay (a change Ironic gives no time of, such as
