@@ -216,7 +216,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let host_feeds = watches.subscribe();
     let firmware_feeds = watches.subscribe();
     let data_image_hosts = watches.hosts.subscribe();
-    let attachment_hosts = (watches.hosts.cache(), watches.hosts.events());
+    let (attachment_hosts, attachment_host_events) =
+        (watches.hosts.cache(), watches.hosts.events());
     let watches_task = tokio::spawn(watches.run(stopped()));
     let controller_task = tokio::spawn(controller::run_with(ctx, host_feeds, stopped()));
     let claims_task = config.claims.enabled.then(|| {
@@ -232,8 +233,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let attachments_task = tokio::spawn(controller::switches::attachments::run(
         kube.clone(),
         config.watch_namespace.clone().filter(|ns| !ns.is_empty()),
-        attachment_hosts.0,
-        attachment_hosts.1,
+        attachment_hosts,
+        attachment_host_events,
         stopped(),
     ));
     let switches_task = switch_targets.map(|targets| {
