@@ -260,6 +260,7 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
                     ..Default::default()
                 };
                 facts.power = state_machine::observed_power(host, outcome.value.power);
+                facts.reported_power = outcome.value.power.known();
                 facts.registration = Some(RegistrationCheck {
                     result,
                     deployed: outcome.value.deployed,
@@ -487,6 +488,7 @@ async fn load<P: Provisioner, S: Store>(
     let facts = Facts {
         credentials: loaded.check,
         power: None,
+        reported_power: None,
         has_capacity: ctx
             .slots
             .has_capacity(&host.namespaced_name(), host.provisioning_state()),
@@ -537,7 +539,8 @@ async fn call<P: Provisioner, S: Store>(
     {
         ctx.slots.claim(&name, state);
     }
-    let update = state_machine::after(host, op, &result);
+    let update =
+        state_machine::with_reported_power(host, facts, state_machine::after(host, op, &result));
     if let Some(next) = update.state {
         ctx.slots.claim(&name, next);
     }

@@ -81,6 +81,9 @@ pub async fn save<P: Provisioner, S: Store>(
     // An unchanged status is not written: the write would wake nobody usefully and
     // costs the API server a watch event.
     if status != before {
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            tracing::debug!(fields = ?changed_fields(&before, &status), "writing the status");
+        }
         status.last_updated = Some(now.clone());
         ctx.store
             .apply_status(host, &status)
@@ -121,6 +124,62 @@ pub async fn save<P: Provisioner, S: Store>(
         Requeue::Backoff => Next::After(backoff(status.error_count, ctx.settings.max_backoff)),
         Requeue::OnChange => Next::OnChange,
     })
+}
+
+/// The status fields that differ between `before` and `after`, by JSON name, one
+/// level into `provisioning` and by type for `conditions` (for the debug log).
+fn changed_fields(before: &BareMetalHostStatus, after: &BareMetalHostStatus) -> Vec<String> {
+    let to_map = |status: &BareMetalHostStatus| match serde_json::to_value(status) {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    };
+    let (before, after) = (to_map(before), to_map(after));
+    let mut keys: Vec<&String> = before.keys().chain(after.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let mut changed = Vec::new();
+    for key in keys {
+        let (old, new) = (before.get(key), after.get(key));
+        if old == new {
+            continue;
+        }
+        match (key.as_str(), old, new) {
+            (
+                "provisioning",
+                Some(serde_json::Value::Object(old)),
+                Some(serde_json::Value::Object(new)),
+            ) => {
+                let mut inner: Vec<&String> = old.keys().chain(new.keys()).collect();
+                inner.sort();
+                inner.dedup();
+                changed.extend(
+                    inner
+                        .into_iter()
+                        .filter(|k| old.get(*k) != new.get(*k))
+                        .map(|k| format!("provisioning.{k}")),
+                );
+            }
+            (
+                "conditions",
+                Some(serde_json::Value::Array(old)),
+                Some(serde_json::Value::Array(new)),
+            ) => {
+                let kind = |c: &serde_json::Value| {
+                    c.get("type")
+                        .and_then(|t| t.as_str())
+                        .unwrap_or("?")
+                        .to_owned()
+                };
+                changed.extend(
+                    new.iter()
+                        .filter(|c| !old.contains(c))
+                        .map(|c| format!("conditions.{}", kind(c))),
+                );
+            }
+            _ => changed.push(key.clone()),
+        }
+    }
+    changed
 }
 
 /// How long a host waits before it tries an unreachable provisioner again. Short and

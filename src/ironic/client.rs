@@ -112,12 +112,16 @@ pub struct IronicClient {
     node_writes: Arc<Mutex<HashMap<String, Instant>>>,
 }
 
-/// How long a write is remembered for [`IronicClient::written_since`]; lists older
+/// How long a write is remembered for [`IronicClient::last_write`]; lists older
 /// than this are not used.
 const NODE_WRITE_MEMORY: Duration = Duration::from_secs(120);
 
 /// Nodes per page of [`IronicClient::list_node_fields`].
 const NODE_PAGE: usize = 500;
+
+/// Nodes per page of [`IronicClient::list_nodes_by_provision_change`]: those are
+/// mostly short (the nodes that moved in the last seconds).
+const CHANGED_NODE_PAGE: usize = 100;
 
 #[derive(serde::Deserialize)]
 struct VersionDoc {
@@ -302,41 +306,74 @@ impl IronicClient {
             .map(drop)
     }
 
-    /// Whether a request through this client wrote to the node `ident` (UUID or
-    /// name, as the request named it) after `since`.
-    pub fn written_since(&self, ident: &str, since: Instant) -> bool {
+    /// When a request through this client last wrote to the node `ident` (UUID or
+    /// name, as the request named it), if within [`NODE_WRITE_MEMORY`].
+    pub fn last_write(&self, ident: &str) -> Option<Instant> {
         let writes = self
             .node_writes
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        writes.get(ident).is_some_and(|at| *at >= since)
+        writes.get(ident).copied()
     }
 
     /// Every node with only `fields`, one page of [`NODE_PAGE`] nodes per request.
     /// `uuid` is always among the fields (it is the paging marker).
     pub async fn list_node_fields(&self, fields: &[&str]) -> Result<Vec<Node>, IronicError> {
-        let mut wanted: Vec<&str> = fields.to_vec();
+        self.page_nodes(fields, &[], NODE_PAGE, |_| true).await
+    }
+
+    /// The nodes whose provision state changed last first, with only `fields`
+    /// (`provision_updated_at` is always among them), up to the first that `newer`
+    /// refuses (which is left out, as are the rest) or the last one.
+    pub async fn list_nodes_by_provision_change(
+        &self,
+        fields: &[&str],
+        newer: impl Fn(&Node) -> bool,
+    ) -> Result<Vec<Node>, IronicError> {
+        let mut fields = fields.to_vec();
+        if !fields.contains(&"provision_updated_at") {
+            fields.push("provision_updated_at");
+        }
+        let order = [("sort_key", "provision_updated_at"), ("sort_dir", "desc")];
+        self.page_nodes(&fields, &order, CHANGED_NODE_PAGE, newer)
+            .await
+    }
+
+    /// Nodes with only `fields`, in the order `order` asks, `page` per request, up to
+    /// the first one `wanted` refuses.
+    async fn page_nodes(
+        &self,
+        fields: &[&str],
+        order: &[(&str, &str)],
+        page: usize,
+        wanted: impl Fn(&Node) -> bool,
+    ) -> Result<Vec<Node>, IronicError> {
+        let mut fields: Vec<&str> = fields.to_vec();
         // Ironic refuses fields newer than the microversion in use.
         if self.microversion < Microversion::new(1, 95) {
-            wanted.retain(|f| *f != "disable_power_off");
+            fields.retain(|f| *f != "disable_power_off");
         }
-        if !wanted.contains(&"uuid") {
-            wanted.push("uuid");
+        if !fields.contains(&"uuid") {
+            fields.push("uuid");
         }
-        let fields = wanted.join(",");
-        let limit = NODE_PAGE.to_string();
+        let fields = fields.join(",");
+        let limit = page.to_string();
         let mut nodes: Vec<Node> = Vec::new();
         loop {
             let marker = nodes.last().map(|n| n.uuid.clone());
             let mut query = vec![("fields", fields.as_str()), ("limit", limit.as_str())];
+            query.extend_from_slice(order);
             if let Some(marker) = marker.as_deref() {
                 query.push(("marker", marker));
             }
-            let page: Option<NodeList> = self.get_with_query(&["nodes"], &query).await?;
-            let page = page.map(|l| l.nodes).unwrap_or_default();
-            let last_page = page.len() < NODE_PAGE;
-            nodes.extend(page);
-            if last_page {
+            let listed: Option<NodeList> = self.get_with_query(&["nodes"], &query).await?;
+            let listed = listed.map(|l| l.nodes).unwrap_or_default();
+            let last_page = listed.len() < page;
+            let count = listed.len();
+            let before = nodes.len();
+            nodes.extend(listed.into_iter().take_while(&wanted));
+            let refused = nodes.len() - before < count;
+            if last_page || refused {
                 return Ok(nodes);
             }
         }

@@ -292,3 +292,14 @@ pub enum PowerState {
     #[default]
     Unknown,
 }
+
+impl PowerState {
+    /// On as `true`, off as `false`; `None` when unknown.
+    pub fn known(self) -> Option<bool> {
+        match self {
+            PowerState::On => Some(true),
+            PowerState::Off => Some(false),
+            PowerState::Unknown => None,
+        }
+    }
+}

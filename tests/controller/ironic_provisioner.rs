@@ -1151,3 +1151,71 @@ async fn a_node_locked_by_ironic_is_retried_not_failed() {
     .await;
     drive("delete", Duration::from_secs(60), || p.delete(&h)).await;
 }
+
+/// The shared view of nodes relies on Ironic listing nodes by provision change,
+/// newest first, with never-changed nodes last, and on the list stopping at the first
+/// node older than asked.
+#[tokio::test]
+async fn nodes_list_by_provision_change_newest_first_down_to_a_cutoff() {
+    let client = Stack::get().ironic().await;
+    let mut uuids = Vec::new();
+    for _ in 0..3 {
+        let node = client
+            .create_node(&bmo::ironic::NodeCreate {
+                name: unique_name("changes"),
+                driver: "fake-hardware".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("create node");
+        uuids.push(node.uuid);
+    }
+    let [first, second, untouched] = uuids.as_slice() else {
+        unreachable!()
+    };
+    for uuid in [first, second] {
+        client
+            .set_provision_state(uuid, ProvisionTarget::Manage)
+            .await
+            .expect("manage");
+        eventually("manageable", Duration::from_secs(30), || async {
+            let state = node_state(&client, uuid).await;
+            (state == "manageable").then_some(()).ok_or(state)
+        })
+        .await;
+    }
+    let changed_at = |node: &bmo::ironic::Node| -> Option<k8s_openapi::jiff::Timestamp> {
+        node.provision_updated_at.as_deref()?.parse().ok()
+    };
+    let cutoff = changed_at(&client.get_node(first).await.unwrap().unwrap());
+    assert!(
+        cutoff.is_some(),
+        "a managed node has a provision change stamp"
+    );
+
+    let listed = client
+        .list_nodes_by_provision_change(&["uuid", "driver", "provision_state"], |node| {
+            changed_at(node) >= cutoff
+        })
+        .await
+        .expect("list changes");
+    let position = |uuid: &str| listed.iter().position(|n| n.uuid == uuid);
+    let (Some(first_at), Some(second_at)) = (position(first), position(second)) else {
+        panic!("both managed nodes are listed: {listed:?}")
+    };
+    assert!(second_at < first_at, "the newer change comes first");
+    assert_eq!(
+        position(untouched),
+        None,
+        "a node that never changed is not listed"
+    );
+    assert!(
+        listed
+            .windows(2)
+            .all(|pair| changed_at(&pair[0]) >= changed_at(&pair[1])),
+        "newest first"
+    );
+    for uuid in &uuids {
+        client.delete_node(uuid).await.expect("delete");
+    }
+}

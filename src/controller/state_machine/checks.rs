@@ -102,12 +102,7 @@ pub fn observed_power(host: &BareMetalHost, power: PowerState) -> Option<bool> {
         host.provisioning_state(),
         State::Available | State::Ready | State::Provisioned | State::ExternallyProvisioned
     );
-    match power {
-        _ if !stable => None,
-        PowerState::On => Some(true),
-        PowerState::Off => Some(false),
-        PowerState::Unknown => None,
-    }
+    power.known().filter(|_| stable)
 }
 
 /// Lets a deleted host go: bmo's finalizer is removed.

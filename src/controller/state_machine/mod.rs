@@ -45,6 +45,9 @@ pub struct Facts {
     pub credentials: CredentialsCheck,
     /// The power the BMC reports, for hosts in a stable state; `None` when unknown.
     pub power: Option<bool>,
+    /// The power the BMC reports in any state; `None` when unknown. A step into a
+    /// stable state records it with the state, so that one write says both.
+    pub reported_power: Option<bool>,
     /// A provisioning slot is free (`PROVISIONING_LIMIT`).
     pub has_capacity: bool,
     /// A reboot is asked for by annotation: `Some(hard)` while one is present.
@@ -368,7 +371,8 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
         });
     }
 
-    if st.operational_status == OperationalStatus::Delayed
+    let step = plan_state(host, &st, facts, state);
+    let waiting_for_slot = st.operational_status == OperationalStatus::Delayed
         && facts.has_capacity
         && matches!(
             state,
@@ -379,14 +383,30 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
                 | State::Deprovisioning
                 | State::Registering
                 | State::Preparing
-        )
-    {
-        return Step::Transition(Update {
+        );
+    if !waiting_for_slot {
+        return step;
+    }
+    // The slot came: the step that takes it says the host no longer waits, in its
+    // own write; any other step clears the wait on its own first.
+    match step {
+        Step::Transition(update)
+            if update.state.is_some() && !matches!(update.error, ErrorChange::Set(..)) =>
+        {
+            Step::Transition(Update {
+                operational_status: update.operational_status.or(Some(OperationalStatus::Ok)),
+                ..update
+            })
+        }
+        _ => Step::Transition(Update {
             error: ErrorChange::Clear,
             ..Default::default()
-        });
+        }),
     }
+}
 
+/// The state's own step.
+fn plan_state(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts, state: State) -> Step {
     match state {
         State::None | State::Unmanaged if host.has_bmc_details() => {
             let message = if state == State::None {
@@ -432,7 +452,7 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
         }
         // BIOS settings bmo cannot apply fail preparing until the spec changes.
         State::Preparing if matches!(facts.firmware, PendingSettings::Refused(_)) => {
-            refuse_settings(&st, &facts.firmware)
+            refuse_settings(st, &facts.firmware)
         }
         // Wait until the firmware controller judged the current spec (upstream).
         State::Preparing
@@ -442,7 +462,7 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
             Step::Wait(FIRMWARE_WAIT)
         }
         State::Preparing => Step::Call(Operation::Prepare),
-        State::Available | State::Ready => plan_available(host, &st, facts),
+        State::Available | State::Ready => plan_available(host, st, facts),
         State::Provisioning => {
             if provisioning_cancelled(host) {
                 return transition(
@@ -465,7 +485,7 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
                     ),
                 );
             }
-            plan_power(host, &st, facts)
+            plan_power(host, st, facts)
         }
         State::ExternallyProvisioned => {
             if !host.spec.externally_provisioned {
@@ -481,7 +501,7 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
                     ..Default::default()
                 });
             }
-            plan_power(host, &st, facts)
+            plan_power(host, st, facts)
         }
         State::Deprovisioning => Step::Call(Operation::Deprovision),
         State::PoweringOffBeforeDelete | State::Deleting => {
@@ -743,6 +763,23 @@ fn plan_delete(host: &BareMetalHost, st: &BareMetalHostStatus, state: State) -> 
 }
 
 /// The status change after `op` in `state` reported `result`.
+/// `update` with the power the BMC reported in this reconcile when the update moves
+/// the host into a stable state and the power differs from the status: the write
+/// that says `provisioned` then also says `poweredOn`, rather than a second write at
+/// the next look.
+pub fn with_reported_power(host: &BareMetalHost, facts: &Facts, mut update: Update) -> Update {
+    let into_stable = matches!(
+        update.state,
+        Some(State::Available | State::Ready | State::Provisioned | State::ExternallyProvisioned)
+    );
+    if into_stable && update.powered_on.is_none() {
+        update.powered_on = facts
+            .reported_power
+            .filter(|on| *on != status(host).powered_on);
+    }
+    update
+}
+
 pub fn after(host: &BareMetalHost, op: Operation, result: &CallResult) -> Update {
     let state = host.provisioning_state();
     let deleting = host.metadata.deletion_timestamp.is_some();

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{
     CallResult, CredentialsCheck, Facts, Operation, Requeue, Step, Update, after,
-    needs_registration, plan, release, spec_error, status,
+    needs_registration, plan, release, spec_error, status, with_reported_power,
 };
 use crate::api::{BareMetalHost, ErrorType, ProvisioningState as State};
 use crate::controller::conditions;
@@ -66,6 +66,7 @@ pub fn next(host: &BareMetalHost, facts: &Facts) -> Step {
                 ..Default::default()
             })
         }
+        Step::Transition(update) => Step::Transition(with_reported_power(host, facts, update)),
         step => step,
     }
 }

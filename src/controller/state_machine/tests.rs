@@ -45,6 +45,7 @@ fn facts() -> Facts {
     Facts {
         credentials: CredentialsCheck::Valid,
         power: Some(false),
+        reported_power: None,
         has_capacity: true,
         reboot: None,
         spec_problem: None,
@@ -206,13 +207,65 @@ fn available_host_without_a_slot_is_delayed() {
         "available",
         json!({"operationalStatus": "delayed"}),
     );
-    assert!(matches!(
-        plan(&delayed, &facts()),
-        Step::Transition(Update {
-            error: ErrorChange::Clear,
-            ..
-        })
-    ));
+    // The slot came: one step starts provisioning and says the host no longer waits.
+    match plan(&delayed, &facts()) {
+        Step::Transition(u) => {
+            assert_eq!(u.state, Some(State::Provisioning));
+            let status = applied(&delayed, &u);
+            assert_eq!(status.operational_status, OperationalStatus::Ok);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Nothing left to use the slot for (the image is gone): the wait is cleared on
+    // its own.
+    let idle = host(
+        json!({}),
+        "available",
+        json!({"operationalStatus": "delayed"}),
+    );
+    match plan(&idle, &facts()) {
+        Step::Transition(u) => {
+            assert_eq!(u.state, None);
+            assert_eq!(applied(&idle, &u).operational_status, OperationalStatus::Ok);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_step_into_a_stable_state_records_the_reported_power_with_it() {
+    let h = host(
+        json!({"image": image(), "online": true}),
+        "provisioning",
+        json!({"provisioning": {"state": "provisioning", "ID": "n"}, "poweredOn": false}),
+    );
+    let f = Facts {
+        reported_power: Some(true),
+        ..facts()
+    };
+    let done = after(&h, Operation::Provision, &CallResult::Done);
+    let u = with_reported_power(&h, &f, done.clone());
+    assert_eq!(u.state, Some(State::Provisioned));
+    assert_eq!(
+        u.powered_on,
+        Some(true),
+        "one write says provisioned and on"
+    );
+    // Not while the host is still on its way, nor when the power is as recorded.
+    let waiting = after(
+        &h,
+        Operation::Provision,
+        &CallResult::InProgress {
+            after: Duration::from_secs(1),
+            changed: false,
+        },
+    );
+    assert_eq!(with_reported_power(&h, &f, waiting).powered_on, None);
+    let off = Facts {
+        reported_power: Some(false),
+        ..facts()
+    };
+    assert_eq!(with_reported_power(&h, &off, done).powered_on, None);
 }
 
 #[test]

@@ -72,16 +72,11 @@ const BMC_CHECK_ERROR: &str = "bmo_bmc_check_error";
 
 /// The first look after bmo asked Ironic for a change, and the shortest interval
 /// between looks at a node in a transient state: about the time Ironic takes for a
-/// quick step.
-const FIRST_LOOK: Duration = Duration::from_secs(1);
-
-/// The same while Ironic holds few nodes ([`NodeList::is_small`]): half as long, so
-/// that a quick step is seen done within half a second of its end. There a look is
-/// cheap (one small list answers every host looking), and the looks were a third of
-/// the time to provisioned at N = 10 (1.53× the direct driver's time with 1 s, 1.01×
-/// with 0.5 s). With many nodes Ironic sets the pace: at N = 1000, 0.5 s doubled the
-/// reads of single nodes (2920 to 6402) and gained nothing.
-const FIRST_LOOK_FEW_NODES: Duration = Duration::from_millis(500);
+/// quick step, and as old as the shared view of provision states gets
+/// ([`node_list::CHANGES_MAX_AGE`]), so a quick step is seen done within about half a
+/// second of its end. The looks were a third of the time to provisioned at N = 10
+/// with 1 s (1.53× the direct driver's time; 1.01× with 0.5 s).
+const FIRST_LOOK: Duration = node_list::CHANGES_MAX_AGE;
 
 /// When to look again at `node`, which is in a transient state: half the time it has
 /// been in that state (from Ironic's `provision_updated_at`), at least `first_look`
@@ -195,7 +190,7 @@ impl IronicProvisioner {
     fn wait<T>(&self, node: &Node, value: T) -> ProvisionerResult<T> {
         Ok(Outcome::wait(
             value,
-            follow(node, self.first_look(), self.settings.short_delay),
+            follow(node, FIRST_LOOK, self.settings.short_delay),
         ))
     }
 
@@ -204,7 +199,7 @@ impl IronicProvisioner {
     fn wait_long<T>(&self, node: &Node, value: T) -> ProvisionerResult<T> {
         Ok(Outcome::wait(
             value,
-            follow(node, self.first_look(), self.settings.long_delay),
+            follow(node, FIRST_LOOK, self.settings.long_delay),
         ))
     }
 
@@ -212,17 +207,8 @@ impl IronicProvisioner {
     fn changed<T>(&self, value: T) -> ProvisionerResult<T> {
         Ok(Outcome::changed(
             value,
-            self.first_look().min(self.settings.short_delay),
+            FIRST_LOOK.min(self.settings.short_delay),
         ))
-    }
-
-    /// [`FIRST_LOOK`], or [`FIRST_LOOK_FEW_NODES`] while Ironic holds few nodes.
-    fn first_look(&self) -> Duration {
-        if self.nodes.is_small() {
-            FIRST_LOOK_FEW_NODES
-        } else {
-            FIRST_LOOK
-        }
     }
 
     /// Looks again after the short delay (a change Ironic gives no time of, such as
