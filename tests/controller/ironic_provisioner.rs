@@ -1157,6 +1157,7 @@ async fn a_node_locked_by_ironic_is_retried_not_failed() {
 /// node older than asked.
 #[tokio::test]
 async fn nodes_list_by_provision_change_newest_first_down_to_a_cutoff() {
+    let _shared = crate::support::shared();
     let client = Stack::get().ironic().await;
     let mut uuids = Vec::new();
     for _ in 0..3 {
