@@ -57,8 +57,10 @@ pub async fn call<P: Provisioner, S: Store>(
                 outcome.value,
                 InspectStatus::Started | InspectStatus::InProgress
             );
+            // The Progressing condition's message stays the state's own ("host is
+            // inspecting"): once inspection started, saying it again in other
+            // words would be a status write that tells nothing new.
             if running && outcome.error.is_none() {
-                extras.progress = Some("inspecting hardware".to_owned());
                 if matches!(outcome.value, InspectStatus::Started) {
                     CallResult::Started { after }
                 } else {
