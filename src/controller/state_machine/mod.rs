@@ -762,7 +762,6 @@ fn plan_delete(host: &BareMetalHost, st: &BareMetalHostStatus, state: State) -> 
     }
 }
 
-/// The status change after `op` in `state` reported `result`.
 /// `update` with the power the BMC reported in this reconcile when the update moves
 /// the host into a stable state and the power differs from the status: the write
 /// that says `provisioned` then also says `poweredOn`, rather than a second write at
@@ -780,6 +779,7 @@ pub fn with_reported_power(host: &BareMetalHost, facts: &Facts, mut update: Upda
     update
 }
 
+/// The status change after `op` in `state` reported `result`.
 pub fn after(host: &BareMetalHost, op: Operation, result: &CallResult) -> Update {
     let state = host.provisioning_state();
     let deleting = host.metadata.deletion_timestamp.is_some();
