@@ -305,12 +305,7 @@ fn tftp_refuses_traversal_writes_and_missing_files() {
 
 /// Resident memory of this process (server and flooding client), in MiB.
 fn rss_mib() -> f64 {
-    rss_mib_of("self")
-}
-
-/// Resident memory of `process` (a pid, or `self`), in MiB; 0 once it is gone.
-pub(crate) fn rss_mib_of(process: &str) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{process}/status")).unwrap_or_default();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
@@ -327,9 +322,52 @@ fn heap_in_use_mib() -> f64 {
     (info.uordblks + info.hblkhd) as f64 / (1024.0 * 1024.0)
 }
 
+/// Sends `requests` read requests for `file` to `server` from 200 sockets (source
+/// ports) over 30 addresses (`source_prefix` followed by 3 to 32). Each acknowledges
+/// the OACK, so that the server reads the file and fills its largest window, and then
+/// never acknowledges a block: the most memory a transfer holds. Returns how long
+/// sending took and how many OACKs were acknowledged.
+async fn flood_unacknowledged(
+    server: &str,
+    source_prefix: &str,
+    file: &str,
+    requests: usize,
+) -> (std::time::Duration, usize) {
+    let acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut sockets = Vec::new();
+    for n in 0..200u16 {
+        let address = format!("{source_prefix}{}:0", 3 + n % 30);
+        let socket = std::sync::Arc::new(tokio::net::UdpSocket::bind(address).await.expect("bind"));
+        let (s, acked) = (socket.clone(), acked.clone());
+        tokio::spawn(async move {
+            let mut buf = [0u8; 512];
+            while let Ok((len, from)) = s.recv_from(&mut buf).await {
+                if len >= 2 && buf[..2] == [0, 6] {
+                    let _ = s.send_to(&[0, 4, 0, 0], from).await;
+                    acked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        });
+        sockets.push(socket);
+    }
+    let packet = rrq(file);
+    let started = std::time::Instant::now();
+    for i in 0..requests {
+        let _ = sockets[i % sockets.len()].send_to(&packet, server).await;
+        if i % 2000 == 1999 {
+            // ~10,000 requests per second; give the server's runtime a moment.
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+    (
+        started.elapsed(),
+        acked.load(std::sync::atomic::Ordering::Relaxed),
+    )
+}
+
 /// A read request for `file` asking for the largest blocks and window (the most
 /// memory a transfer may hold).
-pub(crate) fn rrq(file: &str) -> Vec<u8> {
+fn rrq(file: &str) -> Vec<u8> {
     let mut b = vec![0, 1];
     for part in [
         file,
@@ -376,44 +414,8 @@ fn a_flood_of_unacknowledged_read_requests_stays_bounded() {
         let heap_before = heap_in_use_mib();
         let flood = tokio::task::spawn_blocking(move || {
             client.block_on(|| async move {
-                // 200 sockets (source ports) over 30 addresses. Each acknowledges the
-                // OACK, so that the server reads the file and fills its largest window,
-                // and then never acknowledges a block: the most memory a transfer holds.
-                let oacks_acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-                let mut sockets = Vec::new();
-                for n in 0..200u16 {
-                    let ip = 3 + (n % u16::from(FLOODERS));
-                    let s = std::sync::Arc::new(
-                        tokio::net::UdpSocket::bind(format!("10.77.0.{ip}:0"))
-                            .await
-                            .expect("bind"),
-                    );
-                    let (socket, acked) = (s.clone(), oacks_acked.clone());
-                    tokio::spawn(async move {
-                        let mut buf = [0u8; 512];
-                        while let Ok((len, from)) = socket.recv_from(&mut buf).await {
-                            if len >= 2 && buf[..2] == [0, 6] {
-                                let _ = socket.send_to(&[0, 4, 0, 0], from).await;
-                                acked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            }
-                        }
-                    });
-                    sockets.push(s);
-                }
-                let packet = rrq("images/ramdisk.img");
-                let started = std::time::Instant::now();
-                for i in 0..REQUESTS {
-                    let s = &sockets[i % sockets.len()];
-                    let _ = s.send_to(&packet, "10.77.0.1:69").await;
-                    if i % 2000 == 1999 {
-                        // ~10,000 requests per second; give the server's runtime a moment.
-                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                    }
-                }
-                (
-                    started.elapsed(),
-                    oacks_acked.load(std::sync::atomic::Ordering::Relaxed),
-                )
+                flood_unacknowledged("10.77.0.1:69", "10.77.0.", "images/ramdisk.img", REQUESTS)
+                    .await
             })
         });
         let mut peak_sessions = 0;
