@@ -19,7 +19,7 @@ use super::firmware::same_name;
 use super::known_hosts::ClusterHosts;
 use super::shared_watch::{Feeds, Watches};
 use super::store::{SECRET_LABEL, Store, managed_fields};
-use super::turns::Turns;
+use super::turns::{HostRank, Turns};
 use super::{Context, ReconcileError, backoff, reconcile, steady};
 use crate::api::BareMetalHost;
 use crate::api::firmware::HostFirmwareSettings;
@@ -191,7 +191,7 @@ pub async fn run_with<P: Provisioner + 'static>(
     let turns = Arc::new(Turns::new(
         ctx.settings.concurrency,
         reader.clone(),
-        super::capacity::holds_slot,
+        HostRank::of,
     ));
     let shutdown = shutdown.shared();
     // A new provisioning IP changes every node's deploy image URLs.

@@ -1,4 +1,4 @@
-//! Host reconciles take turns in the order they fell due.
+//! Host reconciles take turns, in an order of their own.
 //!
 //! kube-runtime's own concurrency limit parks the reconciles that fall due while
 //! every worker is busy in a hash set, and a freed worker takes whichever comes first
@@ -7,47 +7,82 @@
 //! again while others waited: at N = 100 the last host got its first reconcile, and
 //! with it any status, 66 s after it was applied. So kube-runtime runs every due
 //! reconcile at once (it still never runs two for one host) and each waits here for
-//! one of `BMO_CONCURRENCY` turns, handed out first come, first served, except that
-//! hosts holding a provisioning slot go before the others: at N = 1000 the twenty
-//! slot holders otherwise queued behind hundreds of enrolling hosts at every step,
-//! and the slots, not Ironic, set the pace. A reconcile whose turn comes works on
-//! the host as the watch cache holds it then, not as it was when it fell due. The
+//! one of `BMO_CONCURRENCY` turns, in the order of its [`HostRank`]:
+//! - hosts holding a provisioning slot first: at N = 1000 the twenty slot holders
+//!   otherwise queued behind hundreds of enrolling hosts at every step, and the
+//!   slots, not Ironic, set the pace;
+//! - then hosts never reconciled, whose first reconcile shows a state;
+//! - then the others, the oldest host first. In the order they asked, every
+//!   enrolling host went one step per round, so at N = 1000 none was ready for a
+//!   slot until nearly all were, and for minutes 5 to 15 of the 20 slots stood idle
+//!   while hundreds of hosts waited to look at a node Ironic had long made
+//!   manageable. Oldest first, the first hosts through enrolment fill the slots
+//!   while the rest enrol.
+//!
+//! Equal ranks go in the order they asked. A reconcile whose turn comes works on the
+//! host as the watch cache holds it then, not as it was when it fell due. The
 //! firmware controllers, which also reconcile BareMetalHosts, take turns the same
-//! way (their own, all in one line).
+//! way (their own, all of one rank).
 
-use std::collections::VecDeque;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::future::BoxFuture;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::oneshot;
 
 use crate::api::BareMetalHost;
 
-pub struct Turns {
-    queue: Mutex<Queue>,
+pub struct Turns<R = HostRank> {
+    queue: Mutex<Queue<R>>,
     hosts: Store<BareMetalHost>,
-    /// Hosts that go before the others: those holding a provisioning slot, so that
-    /// a slot is freed as soon as its work is done rather than after every host
-    /// enrolling meanwhile had its turn.
-    first: fn(&BareMetalHost) -> bool,
+    /// Where a host's waiting reconcile stands in line: the lowest rank goes first.
+    rank: fn(&BareMetalHost) -> R,
 }
 
-#[derive(Default)]
-struct Queue {
+struct Queue<R> {
     free: usize,
-    /// Waiting reconciles of hosts that go first, then of the others; each in the
-    /// order they asked.
-    first: VecDeque<oneshot::Sender<()>>,
-    others: VecDeque<oneshot::Sender<()>>,
+    /// Waiting reconciles by rank, then in the order they asked.
+    waiting: BTreeMap<(R, u64), oneshot::Sender<()>>,
+    asked: u64,
+}
+
+/// Where a host's reconcile stands in the host controller's line (see the module
+/// documentation for why).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum HostRank {
+    /// Holding a provisioning slot.
+    SlotHolder,
+    /// Never reconciled: no state yet.
+    New,
+    /// Any other host, by creation time, then namespace and name.
+    ByAge(Option<Time>, String, String),
+}
+
+impl HostRank {
+    pub fn of(host: &BareMetalHost) -> Self {
+        if super::capacity::holds_slot(host) {
+            return Self::SlotHolder;
+        }
+        if host.provisioning_state() == crate::api::ProvisioningState::None {
+            return Self::New;
+        }
+        Self::ByAge(
+            host.metadata.creation_timestamp.clone(),
+            host.namespace().unwrap_or_default(),
+            host.name_any(),
+        )
+    }
 }
 
 /// A turn, given back (to the next waiting reconcile) when dropped.
-struct Turn<'a>(&'a Turns);
+struct Turn<'a, R: Ord>(&'a Turns<R>);
 
-impl Drop for Turn<'_> {
+impl<R: Ord> Drop for Turn<'_, R> {
     fn drop(&mut self) {
         self.0.give_back();
     }
@@ -55,12 +90,12 @@ impl Drop for Turn<'_> {
 
 /// A reconcile waiting for its turn; one dropped after the turn was handed to it
 /// but before it took it (shutdown, a cancelled reconcile) hands it on.
-struct Waiting<'a> {
-    turns: &'a Turns,
+struct Waiting<'a, R: Ord> {
+    turns: &'a Turns<R>,
     handed: oneshot::Receiver<()>,
 }
 
-impl Drop for Waiting<'_> {
+impl<R: Ord> Drop for Waiting<'_, R> {
     fn drop(&mut self) {
         self.handed.close();
         if self.handed.try_recv().is_ok() {
@@ -69,21 +104,22 @@ impl Drop for Waiting<'_> {
     }
 }
 
-impl Turns {
-    /// At most `concurrency` reconciles of the hosts in `hosts` at a time; among the
-    /// waiting, hosts for which `first` holds go first.
+impl<R: Ord> Turns<R> {
+    /// At most `concurrency` reconciles of the hosts in `hosts` at a time; the
+    /// waiting go in the order of `rank`.
     pub fn new(
         concurrency: u16,
         hosts: Store<BareMetalHost>,
-        first: fn(&BareMetalHost) -> bool,
+        rank: fn(&BareMetalHost) -> R,
     ) -> Self {
         Self {
             queue: Mutex::new(Queue {
                 free: usize::from(concurrency.max(1)),
-                ..Queue::default()
+                waiting: BTreeMap::new(),
+                asked: 0,
             }),
             hosts,
-            first,
+            rank,
         }
     }
 
@@ -91,15 +127,9 @@ impl Turns {
     fn give_back(&self) {
         let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
-            let next = match queue.first.pop_front() {
-                Some(next) => next,
-                None => match queue.others.pop_front() {
-                    Some(next) => next,
-                    None => {
-                        queue.free += 1;
-                        return;
-                    }
-                },
+            let Some((_, next)) = queue.waiting.pop_first() else {
+                queue.free += 1;
+                return;
             };
             if next.send(()).is_ok() {
                 return;
@@ -113,7 +143,7 @@ impl Turns {
         &self,
         host: &BareMetalHost,
         shutdown: impl Future<Output = ()>,
-    ) -> Option<(Turn<'_>, Arc<BareMetalHost>)> {
+    ) -> Option<(Turn<'_, R>, Arc<BareMetalHost>)> {
         let waiting = {
             let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
             if queue.free > 0 {
@@ -122,11 +152,10 @@ impl Turns {
             } else {
                 let (hand, handed) = oneshot::channel();
                 let now = self.hosts.get(&ObjectRef::from_obj(host));
-                if (self.first)(now.as_deref().unwrap_or(host)) {
-                    queue.first.push_back(hand);
-                } else {
-                    queue.others.push_back(hand);
-                }
+                let rank = (self.rank)(now.as_deref().unwrap_or(host));
+                queue.asked += 1;
+                let asked = queue.asked;
+                queue.waiting.insert((rank, asked), hand);
                 Some(Waiting {
                     turns: self,
                     handed,
@@ -152,16 +181,17 @@ impl Turns {
 
     /// `reconcile` taking turns, for kube-runtime's `Controller::run`: a host
     /// whose turn does not come before `shutdown` is left for its next change.
-    pub fn reconciler<C, E, F, R>(
+    pub fn reconciler<C, E, F, Fut>(
         self: Arc<Self>,
         shutdown: impl Future<Output = ()> + Clone + Send + 'static,
         reconcile: F,
     ) -> impl FnMut(Arc<BareMetalHost>, Arc<C>) -> BoxFuture<'static, Result<Action, E>>
     where
+        R: Send + 'static,
         C: Send + Sync + 'static,
         E: Send + 'static,
-        F: Fn(Arc<BareMetalHost>, Arc<C>) -> R + Clone + Send + 'static,
-        R: Future<Output = Result<Action, E>> + Send + 'static,
+        F: Fn(Arc<BareMetalHost>, Arc<C>) -> Fut + Clone + Send + 'static,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
         move |host, ctx| {
             let turns = self.clone();
@@ -200,7 +230,7 @@ mod tests {
         for name in ["a", "b", "c"] {
             writer.apply_watcher_event(&Event::Apply(host(name, 1)));
         }
-        let turns = Arc::new(Turns::new(1, reader, |_| false));
+        let turns = Arc::new(Turns::new(1, reader, |_| ()));
         let first = turns
             .take(&host("a", 1), std::future::pending())
             .await
@@ -236,7 +266,7 @@ mod tests {
         for name in ["a", "b", "urgent"] {
             writer.apply_watcher_event(&Event::Apply(host(name, 1)));
         }
-        let turns = Arc::new(Turns::new(1, reader, |h| h.name_any() == "urgent"));
+        let turns = Arc::new(Turns::new(1, reader, |h| h.name_any() != "urgent"));
         let first = turns.take(&host("a", 1), std::future::pending()).await;
         assert!(first.is_some());
 
@@ -281,11 +311,35 @@ mod tests {
         );
     }
 
+    #[test]
+    fn slot_holders_go_first_then_new_hosts_then_the_oldest() {
+        use crate::api::{BareMetalHostStatus, ProvisioningState as State};
+        use k8s_openapi::jiff::Timestamp;
+        let in_state = |name: &str, created: i64, state: State| {
+            let mut host = host(name, 1);
+            host.metadata.creation_timestamp = Timestamp::from_second(created).ok().map(Time);
+            let mut status = BareMetalHostStatus::default();
+            status.provisioning.state = state;
+            host.status = Some(status);
+            host
+        };
+        let mut line = [
+            in_state("young", 20, State::Registering),
+            in_state("old-b", 10, State::Available),
+            in_state("new", 30, State::None),
+            in_state("old-a", 10, State::Preparing),
+            in_state("holder", 40, State::Provisioning),
+        ];
+        line.sort_by_key(HostRank::of);
+        let order: Vec<_> = line.iter().map(|h| h.name_any()).collect();
+        assert_eq!(order, ["holder", "new", "old-a", "old-b", "young"]);
+    }
+
     #[tokio::test]
     async fn waiting_ends_at_shutdown_and_a_deleted_host_gets_no_turn() {
         let (reader, mut writer) = store();
         writer.apply_watcher_event(&Event::Apply(host("a", 1)));
-        let turns = Turns::new(1, reader, |_| false);
+        let turns = Turns::new(1, reader, |_| ());
         let held = turns.take(&host("a", 1), std::future::pending()).await;
         assert!(held.is_some());
         assert!(

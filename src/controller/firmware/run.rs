@@ -178,7 +178,7 @@ pub async fn run<P: FirmwareReader + 'static>(
     let listed = reader.clone();
     // Hosts take turns as in the host controller: with every host applied at once,
     // reads of a thousand hosts' BIOS settings are not all sent together.
-    let turns = Arc::new(Turns::new(concurrency, reader.clone(), |_| false));
+    let turns = Arc::new(Turns::new(concurrency, reader.clone(), |_| ()));
     let shutdown = shutdown.shared();
     let reconciling = Controller::for_shared_stream(host_changes, reader)
         .reconcile_on(settings_changes)
