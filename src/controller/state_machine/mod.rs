@@ -387,14 +387,15 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
     if !waiting_for_slot {
         return step;
     }
-    // The slot came: the step that takes it says the host no longer waits, in its
-    // own write; any other step clears the wait on its own first.
+    // The slot came: a step into another state says the host no longer waits, in
+    // its own write (clearing the wait as a step of its own would: error fields
+    // too); any other step clears the wait on its own first.
     match step {
         Step::Transition(update)
             if update.state.is_some() && !matches!(update.error, ErrorChange::Set(..)) =>
         {
             Step::Transition(Update {
-                operational_status: update.operational_status.or(Some(OperationalStatus::Ok)),
+                error: ErrorChange::Clear,
                 ..update
             })
         }

@@ -205,14 +205,16 @@ fn available_host_without_a_slot_is_delayed() {
     let delayed = host(
         json!({"image": image()}),
         "available",
-        json!({"operationalStatus": "delayed"}),
+        json!({"operationalStatus": "delayed", "errorMessage": "stale", "errorCount": 2}),
     );
-    // The slot came: one step starts provisioning and says the host no longer waits.
+    // The slot came: one step starts provisioning and says the host no longer waits,
+    // clearing what the wait's own step would have.
     match plan(&delayed, &facts()) {
         Step::Transition(u) => {
             assert_eq!(u.state, Some(State::Provisioning));
             let status = applied(&delayed, &u);
             assert_eq!(status.operational_status, OperationalStatus::Ok);
+            assert_eq!((status.error_message.as_str(), status.error_count), ("", 0));
         }
         other => panic!("{other:?}"),
     }
