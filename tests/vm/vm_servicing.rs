@@ -333,15 +333,28 @@ async fn bios_settings_change_on_a_provisioned_vm_through_servicing() {
     );
     assert_eq!(host["status"]["operationalStatus"], "error");
     assert!(watch.saw("ironic: service failed"), "{:?}", watch.seen);
-    let events = Api::<Event>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default())
-        .await
-        .expect("list events");
-    let failure = events
-        .items
-        .iter()
-        .find(|e| e.reason.as_deref() == Some("ServicingError"))
-        .unwrap_or_else(|| panic!("a ServicingError event: {:?}", events.items));
+    // bmo publishes the event right after the status write the watch just saw.
+    let events = Api::<Event>::namespaced(client.clone(), &ns);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let failure = loop {
+        let listed = events
+            .list(&ListParams::default())
+            .await
+            .expect("list events");
+        if let Some(e) = listed
+            .items
+            .iter()
+            .find(|e| e.reason.as_deref() == Some("ServicingError"))
+        {
+            break e.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a ServicingError event within 30 s of the status: {:?}",
+            listed.items
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     assert_eq!(failure.involved_object.name.as_deref(), Some(HOST));
     assert_eq!(failure.type_.as_deref(), Some("Warning"));
     eprintln!("vm_servicing: error: {}", host["status"]["errorMessage"]);
