@@ -335,26 +335,23 @@ async fn bios_settings_change_on_a_provisioned_vm_through_servicing() {
     assert!(watch.saw("ironic: service failed"), "{:?}", watch.seen);
     // bmo publishes the event right after the status write the watch just saw.
     let events = Api::<Event>::namespaced(client.clone(), &ns);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let failure = loop {
-        let listed = events
-            .list(&ListParams::default())
-            .await
-            .expect("list events");
-        if let Some(e) = listed
-            .items
-            .iter()
-            .find(|e| e.reason.as_deref() == Some("ServicingError"))
-        {
-            break e.clone();
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "a ServicingError event within 30 s of the status: {:?}",
-            listed.items
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let failure =
+        crate::support::eventually("a ServicingError event", Duration::from_secs(30), || {
+            let events = events.clone();
+            async move {
+                let listed = events
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                listed
+                    .items
+                    .iter()
+                    .find(|e| e.reason.as_deref() == Some("ServicingError"))
+                    .cloned()
+                    .ok_or_else(|| format!("{:?}", listed.items))
+            }
+        })
+        .await;
     assert_eq!(failure.involved_object.name.as_deref(), Some(HOST));
     assert_eq!(failure.type_.as_deref(), Some("Warning"));
     eprintln!("vm_servicing: error: {}", host["status"]["errorMessage"]);
