@@ -96,6 +96,16 @@ impl Slots {
         ahead < inner.free(self.limit)
     }
 
+    /// Whether `host` waits for a slot and one is free for it: it is next in line.
+    pub fn offered(&self, host: &str) -> bool {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner
+            .waiting
+            .iter()
+            .take(inner.free(self.limit))
+            .any(|(waiting, _)| waiting == host)
+    }
+
     /// Records that `host` was told to wait for a slot: it joins the end of the
     /// queue, or keeps its place there.
     pub fn wait(&self, host: &str) {

@@ -188,10 +188,11 @@ pub async fn run_with<P: Provisioner + 'static>(
     let host_changes = feeds.hosts.changed(host_change_predicate());
     let known_hosts = reader.clone();
     let listed = reader.clone();
+    let slot_offers = ctx.clone();
     let turns = Arc::new(Turns::new(
         ctx.settings.concurrency,
         reader.clone(),
-        HostRank::of,
+        move |host| HostRank::of(host, &slot_offers.slots),
     ));
     let shutdown = shutdown.shared();
     // A new provisioning IP changes every node's deploy image URLs.

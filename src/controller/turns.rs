@@ -10,7 +10,8 @@
 //! one of `BMO_CONCURRENCY` turns, in the order of its [`HostRank`]:
 //! - hosts holding a provisioning slot first: at N = 1000 the twenty slot holders
 //!   otherwise queued behind hundreds of enrolling hosts at every step, and the
-//!   slots, not Ironic, set the pace;
+//!   slots, not Ironic, set the pace. A host a freed slot is offered to goes first
+//!   too: the slot is kept for it until it comes to take it;
 //! - then hosts never reconciled, whose first reconcile shows a state;
 //! - then the others, the oldest host first. In the order they asked, every
 //!   enrolling host went one step per round, so at N = 1000 none was ready for a
@@ -35,13 +36,14 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::oneshot;
 
+use super::capacity::Slots;
 use crate::api::BareMetalHost;
 
 pub struct Turns<R = HostRank> {
     queue: Mutex<Queue<R>>,
     hosts: Store<BareMetalHost>,
     /// Where a host's waiting reconcile stands in line: the lowest rank goes first.
-    rank: fn(&BareMetalHost) -> R,
+    rank: Box<dyn Fn(&BareMetalHost) -> R + Send + Sync>,
 }
 
 struct Queue<R> {
@@ -55,7 +57,8 @@ struct Queue<R> {
 /// documentation for why).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum HostRank {
-    /// Holding a provisioning slot.
+    /// Holding a provisioning slot, or next in line for one that is free: a slot
+    /// stays held for the host it is offered to until that host takes it.
     SlotHolder,
     /// Never reconciled: no state yet.
     New,
@@ -64,8 +67,8 @@ pub enum HostRank {
 }
 
 impl HostRank {
-    pub fn of(host: &BareMetalHost) -> Self {
-        if super::capacity::holds_slot(host) {
+    pub fn of(host: &BareMetalHost, slots: &Slots) -> Self {
+        if super::capacity::holds_slot(host) || slots.offered(&host.namespaced_name()) {
             return Self::SlotHolder;
         }
         if host.provisioning_state() == crate::api::ProvisioningState::None {
@@ -110,7 +113,7 @@ impl<R: Ord> Turns<R> {
     pub fn new(
         concurrency: u16,
         hosts: Store<BareMetalHost>,
-        rank: fn(&BareMetalHost) -> R,
+        rank: impl Fn(&BareMetalHost) -> R + Send + Sync + 'static,
     ) -> Self {
         Self {
             queue: Mutex::new(Queue {
@@ -119,7 +122,7 @@ impl<R: Ord> Turns<R> {
                 asked: 0,
             }),
             hosts,
-            rank,
+            rank: Box::new(rank),
         }
     }
 
@@ -312,7 +315,7 @@ mod tests {
     }
 
     #[test]
-    fn slot_holders_go_first_then_new_hosts_then_the_oldest() {
+    fn slot_holders_and_hosts_offered_a_slot_go_first_then_new_hosts_then_the_oldest() {
         use crate::api::{BareMetalHostStatus, ProvisioningState as State};
         use k8s_openapi::jiff::Timestamp;
         let in_state = |name: &str, created: i64, state: State| {
@@ -330,7 +333,18 @@ mod tests {
             in_state("old-a", 10, State::Preparing),
             in_state("holder", 40, State::Provisioning),
         ];
-        line.sort_by_key(HostRank::of);
+        let slots = Slots::new(2);
+        slots.claim("ns/holder", State::Provisioning);
+        slots.wait("ns/young");
+        line.sort_by_key(|host| HostRank::of(host, &slots));
+        let order: Vec<_> = line.iter().map(|h| h.name_any()).collect();
+        assert_eq!(
+            order,
+            ["young", "holder", "new", "old-a", "old-b"],
+            "a free slot waits for young, which ranks with the holder (then first come)"
+        );
+        slots.claim("ns/other", State::Inspecting);
+        line.sort_by_key(|host| HostRank::of(host, &slots));
         let order: Vec<_> = line.iter().map(|h| h.name_any()).collect();
         assert_eq!(order, ["holder", "new", "old-a", "old-b", "young"]);
     }

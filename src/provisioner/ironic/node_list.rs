@@ -100,14 +100,19 @@ struct Taken {
     took: Duration,
 }
 
-impl Taken {
-    /// Whether a list taken like this one is due again: it is at least `floor` old
-    /// and `factor` times what it took (up to [`MAX_AGE_CAP`]), or no later than
-    /// `after`.
-    fn due(&self, floor: Duration, factor: u32, after: Option<Instant>) -> bool {
-        let max_age = (self.took * factor).clamp(floor, MAX_AGE_CAP);
-        self.at.elapsed() >= max_age || after.is_some_and(|after| self.at <= after)
-    }
+/// Whether a list is due again when the view it keeps up to date was asked for at
+/// `at`: at least `floor` old and `factor` times what the last list of its kind took
+/// (`took`, up to [`MAX_AGE_CAP`]), or asked for no later than `after`.
+fn due(at: Instant, took: Duration, floor: Duration, factor: u32, after: Option<Instant>) -> bool {
+    let max_age = (took * factor).clamp(floor, MAX_AGE_CAP);
+    at.elapsed() >= max_age || after.is_some_and(|after| at <= after)
+}
+
+/// Which list a look needs first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ListKind {
+    Full,
+    Changes,
 }
 
 /// A node as a list showed it.
@@ -133,10 +138,14 @@ struct View {
     by_uuid: HashMap<String, Listed>,
     uuid_by_name: HashMap<String, String>,
     full: Option<Taken>,
-    /// The latest list of either kind.
-    latest: Option<Taken>,
-    /// The newest `provision_updated_at` a list showed.
-    newest_change: Option<Timestamp>,
+    /// The latest list of changes: its time paces the next one. A full list's time
+    /// does not, as that would hold lists of changes back to the full list's pace.
+    changes: Option<Taken>,
+    /// When the latest list of either kind was asked for.
+    fresh_at: Option<Instant>,
+    /// Every change Ironic stamped before this (less [`CHANGES_OVERLAP`]) is in the
+    /// view, so a list of changes reaches back to it.
+    changes_seen_until: Option<Timestamp>,
 }
 
 impl View {
@@ -159,28 +168,47 @@ impl View {
         }
     }
 
-    /// Takes a full list when the last is due, else a list of changes when the
-    /// latest list is; `after` (a write's instant) makes the one a look at the
-    /// written node needs due: full with few nodes, changes otherwise.
+    /// Takes the list [`View::next_list`] says is due, if any.
     async fn refresh(
         &mut self,
         client: &IronicClient,
         after: Option<Instant>,
     ) -> Result<(), IronicError> {
+        match self.next_list(after) {
+            Some(ListKind::Full) => self.take_full(client).await,
+            Some(ListKind::Changes) => self.take_changes(client).await,
+            None => Ok(()),
+        }
+    }
+
+    /// A full list when the last is due, else a list of changes when the view is;
+    /// `after` (a write's instant) makes the one a look at the written node needs
+    /// due: full with few nodes, changes otherwise.
+    fn next_list(&self, after: Option<Instant>) -> Option<ListKind> {
         let small = self.by_uuid.len() <= SMALL_LIST;
         let full_due = self.full.is_none_or(|full| {
-            full.due(FULL_MAX_AGE, FULL_LIST_TIME_FACTOR, after.filter(|_| small))
+            due(
+                full.at,
+                full.took,
+                FULL_MAX_AGE,
+                FULL_LIST_TIME_FACTOR,
+                after.filter(|_| small),
+            )
         });
         if full_due {
-            return self.take_full(client).await;
+            return Some(ListKind::Full);
         }
-        if self
-            .latest
-            .is_none_or(|latest| latest.due(CHANGES_MAX_AGE, CHANGES_LIST_TIME_FACTOR, after))
-        {
-            return self.take_changes(client).await;
-        }
-        Ok(())
+        let changes_took = self.changes.map_or(Duration::ZERO, |changes| changes.took);
+        let changes_due = self.fresh_at.is_none_or(|at| {
+            due(
+                at,
+                changes_took,
+                CHANGES_MAX_AGE,
+                CHANGES_LIST_TIME_FACTOR,
+                after,
+            )
+        });
+        changes_due.then_some(ListKind::Changes)
     }
 
     async fn take_full(&mut self, client: &IronicClient) -> Result<(), IronicError> {
@@ -188,22 +216,20 @@ impl View {
         let nodes = client.list_node_fields(FIELDS).await?;
         self.by_uuid.clear();
         self.uuid_by_name.clear();
-        self.newest_change = None;
         self.add(nodes, at);
-        let taken = Taken {
+        self.full = Some(Taken {
             at,
             took: at.elapsed(),
-        };
-        self.full = Some(taken);
-        self.latest = Some(taken);
+        });
+        self.fresh_at = Some(at);
         Ok(())
     }
 
     async fn take_changes(&mut self, client: &IronicClient) -> Result<(), IronicError> {
         let at = Instant::now();
         let since = self
-            .newest_change
-            .and_then(|newest| newest.checked_sub(CHANGES_OVERLAP).ok());
+            .changes_seen_until
+            .and_then(|seen| seen.checked_sub(CHANGES_OVERLAP).ok());
         let nodes = client
             .list_nodes_by_provision_change(FIELDS, |node| {
                 // A node whose provision state never changed comes last (no
@@ -212,25 +238,34 @@ impl View {
             })
             .await?;
         self.add(nodes, at);
-        self.latest = Some(Taken {
+        self.changes = Some(Taken {
             at,
             took: at.elapsed(),
         });
+        self.fresh_at = Some(at);
         Ok(())
     }
 
     /// Puts `nodes`, listed by a list asked for at `as_of`, into the view.
+    ///
+    /// A list in pages shows each page as it was when that page was read: a node
+    /// that changed after its page was read, but before a later page was, is in the
+    /// view as it was. Its change was stamped after the list began, and the newest
+    /// stamp listed is at most the list's whole time after that, so
+    /// [`View::changes_seen_until`] moves to the newest stamp less that time.
     fn add(&mut self, nodes: Vec<Node>, as_of: Instant) {
+        let mut newest = None;
         for node in nodes {
-            if let Some(changed) = changed_at(&node) {
-                self.newest_change = self.newest_change.max(Some(changed));
-            }
+            newest = newest.max(changed_at(&node));
             if let Some(name) = &node.name {
                 self.uuid_by_name.insert(name.clone(), node.uuid.clone());
             }
             self.by_uuid
                 .insert(node.uuid.clone(), Listed { node, as_of });
         }
+        let took = SignedDuration::try_from(as_of.elapsed()).unwrap_or(SignedDuration::MAX);
+        let seen_until = newest.and_then(|newest| newest.checked_sub(took).ok());
+        self.changes_seen_until = self.changes_seen_until.max(seen_until);
     }
 }
 
@@ -333,6 +368,70 @@ mod tests {
 
     fn node(json: serde_json::Value) -> Node {
         serde_json::from_value(json).unwrap()
+    }
+
+    fn taken(ago: Duration, took: Duration) -> Option<Taken> {
+        Some(Taken {
+            at: Instant::now() - ago,
+            took,
+        })
+    }
+
+    #[test]
+    fn a_slow_full_list_does_not_hold_back_the_lists_of_changes_after_it() {
+        // At N = 1000 a full list takes about 0.4 s; the list of changes after it is
+        // paced by what lists of changes take, not by four times that.
+        let view = View {
+            full: taken(Duration::from_millis(600), Duration::from_millis(400)),
+            changes: taken(Duration::from_secs(2), Duration::from_millis(20)),
+            fresh_at: Some(Instant::now() - Duration::from_millis(600)),
+            ..View::default()
+        };
+        assert_eq!(view.next_list(None), Some(ListKind::Changes));
+        let fresh = View {
+            fresh_at: Some(Instant::now()),
+            ..view
+        };
+        assert_eq!(fresh.next_list(None), None);
+        // A look at a node written since: a full list while there are few nodes,
+        // a list of changes when there are many.
+        let written = Instant::now();
+        assert_eq!(fresh.next_list(Some(written)), Some(ListKind::Full));
+        let mut many = fresh;
+        let nodes = (0..=SMALL_LIST)
+            .map(|i| node(serde_json::json!({"uuid": format!("u{i}"), "driver": "fake-hardware"})))
+            .collect();
+        many.add(nodes, Instant::now());
+        assert_eq!(many.next_list(Some(written)), Some(ListKind::Changes));
+    }
+
+    #[test]
+    fn a_list_in_pages_reaches_back_by_what_it_took() {
+        // A node on the first page may change after that page is read and before
+        // the last page is: the next list of changes must reach back to before the
+        // list began, not only to the newest change on its last page.
+        let mut view = View::default();
+        let began = Instant::now() - Duration::from_secs(3);
+        view.add(
+            vec![node(serde_json::json!({
+                "uuid": "u1", "driver": "fake-hardware", "provision_state": "active",
+                "provision_updated_at": "2026-12-03T22:00:10Z",
+            }))],
+            began,
+        );
+        let newest: Timestamp = "2026-12-03T22:00:10Z".parse().unwrap();
+        let seen_until = view.changes_seen_until.unwrap();
+        assert!(seen_until <= newest.checked_sub(SignedDuration::from_secs(3)).unwrap());
+        assert!(seen_until > newest.checked_sub(SignedDuration::from_secs(60)).unwrap());
+        // An older list does not move it back.
+        view.add(
+            vec![node(serde_json::json!({
+                "uuid": "u2", "driver": "fake-hardware", "provision_state": "active",
+                "provision_updated_at": "2026-12-03T21:00:00Z",
+            }))],
+            Instant::now(),
+        );
+        assert_eq!(view.changes_seen_until, Some(seen_until));
     }
 
     #[test]
