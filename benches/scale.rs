@@ -26,6 +26,12 @@
 //!   BMO_SCALE_PROVISIONING_LIMIT bmo's PROVISIONING_LIMIT and the direct driver's
 //!                                hosts in flight (bmo's default, 20)
 //!   BMO_SCALE_DIRECT_POLL_MS     how often the direct driver polls a node (1000)
+//!   BMO_SCALE_DIRECT_WORK        `lean` (the default): the direct driver sends only
+//!                                the writes and polls provisioning needs; `bmo`: also
+//!                                the reads bmo's features make (ports, BIOS settings,
+//!                                firmware components, inventory) and, on the fake
+//!                                work, the power-on `online: true` asks for, which
+//!                                fake-hardware's deploy leaves undone
 //!   BMO_SCALE_IRONIC_CONF        extra lines for the Ironic config, `;`-separated
 //!   BMO_STACK_ENV                the stack's env file (target/test-stack.env)
 //!   BMO_SCALE_BMO                the bmo binary to measure (the one cargo built), to
@@ -124,6 +130,8 @@ struct Settings {
     concurrency: usize,
     limit: usize,
     direct_poll: Duration,
+    /// The direct driver also does the Ironic work bmo's features add.
+    direct_as_bmo: bool,
     ironic_conf: Vec<String>,
 }
 
@@ -180,6 +188,11 @@ impl Settings {
             concurrency: env_or("BMO_SCALE_CONCURRENCY", 8)?,
             limit: env_or("BMO_SCALE_PROVISIONING_LIMIT", 20)?,
             direct_poll: Duration::from_millis(env_or("BMO_SCALE_DIRECT_POLL_MS", 1000)?),
+            direct_as_bmo: match std::env::var("BMO_SCALE_DIRECT_WORK").as_deref() {
+                Err(_) | Ok("" | "lean") => false,
+                Ok("bmo") => true,
+                Ok(other) => bail!("BMO_SCALE_DIRECT_WORK={other}: use lean or bmo"),
+            },
             ironic_conf: std::env::var("BMO_SCALE_IRONIC_CONF")
                 .unwrap_or_default()
                 .split(';')
@@ -835,6 +848,8 @@ struct Direct {
     ramdisk: String,
     /// The BMC addresses and credentials of the Redfish work.
     redfish: Option<(Vec<String>, bmo::credentials::Credentials)>,
+    /// Also the reads (and the power-on) bmo's features add (`BMO_SCALE_DIRECT_WORK`).
+    as_bmo: bool,
 }
 
 impl Direct {
@@ -874,6 +889,26 @@ impl Direct {
             });
         }
         bail!("{method} {path}: node stayed locked")
+    }
+
+    /// A read bmo makes for a feature the direct driver does not have (when
+    /// `as_bmo`): its answer is not used, and a 404 (no inventory from fake
+    /// inspection) is an answer too.
+    async fn read_as_bmo(&self, path: &str) -> Result<()> {
+        if !self.as_bmo {
+            return Ok(());
+        }
+        let response = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .header(IRONIC_VERSION_HEADER, IRONIC_MICROVERSION)
+            .send()
+            .await?;
+        let status = response.status();
+        if !status.is_success() && status != StatusCode::NOT_FOUND {
+            bail!("GET {path}: {status}");
+        }
+        Ok(())
     }
 
     async fn set_state(&self, uuid: &str, body: Value) -> Result<()> {
@@ -941,8 +976,13 @@ impl Direct {
             Some(json!({"node_uuid": uuid, "address": mac(run, i)})),
         )
         .await?;
+        self.read_as_bmo(&format!("ports/detail?node_uuid={uuid}"))
+            .await?;
         self.set_state(&uuid, json!({"target": "manage"})).await?;
         self.wait_for(&uuid, "manageable", |_| true).await?;
+        self.read_as_bmo(&format!("nodes/{uuid}/bios?detail=True"))
+            .await?;
+        self.read_as_bmo(&format!("nodes/{uuid}/firmware")).await?;
         Ok(Instant::now())
     }
 
@@ -976,19 +1016,25 @@ impl Direct {
             Some(json!({"node_uuid": uuid, "address": mac(run, i)})),
         )
         .await?;
+        self.read_as_bmo(&format!("ports/detail?node_uuid={uuid}"))
+            .await?;
         self.set_state(&uuid, json!({"target": "manage"})).await?;
         self.wait_for(&uuid, "manageable", |_| true).await?;
+        self.read_as_bmo(&format!("nodes/{uuid}/bios?detail=True"))
+            .await?;
+        self.read_as_bmo(&format!("nodes/{uuid}/firmware")).await?;
         self.set_state(&uuid, json!({"target": "inspect"})).await?;
         self.wait_for(&uuid, "manageable", |n| {
             !n["inspection_finished_at"].is_null()
         })
         .await?;
+        self.read_as_bmo(&format!("nodes/{uuid}/inventory")).await?;
         self.set_state(&uuid, json!({"target": "provide"})).await?;
         self.wait_for(&uuid, "available", |_| true).await?;
         let available = Instant::now();
         drop(permit);
 
-        let _permit = limit.acquire().await?;
+        let permit = limit.acquire().await?;
         self.call(
             reqwest::Method::PATCH,
             &format!("nodes/{uuid}"),
@@ -1015,7 +1061,23 @@ impl Direct {
         )
         .await?;
         self.wait_for(&uuid, "active", |_| true).await?;
-        Ok((available, Instant::now()))
+        let provisioned = Instant::now();
+        drop(permit);
+        if self.as_bmo {
+            // `online: true`: fake-hardware's deploy leaves the node as it was.
+            let node = self
+                .call(reqwest::Method::GET, &format!("nodes/{uuid}"), None)
+                .await?;
+            if node["power_state"] != "power on" {
+                self.call(
+                    reqwest::Method::PUT,
+                    &format!("nodes/{uuid}/states/power"),
+                    Some(json!({"target": "power on"})),
+                )
+                .await?;
+            }
+        }
+        Ok((available, provisioned))
     }
 }
 
@@ -1711,6 +1773,7 @@ async fn run_direct(ctx: &Ctx, run: usize, n: usize, r: &mut RunResult) -> Resul
                 },
             )
         }),
+        as_bmo: s.direct_as_bmo,
     });
     let limit = Arc::new(Semaphore::new(s.limit.max(1)));
     let cpu_start = ironic.cpu_seconds();
@@ -1814,10 +1877,15 @@ async fn run() -> Result<()> {
         eprintln!("scale: table so far:\n{}", table(&results));
     }
     println!(
-        "bmo scale benchmark: concurrency {}, provisioning limit {}, direct poll {} ms, idle window {} s\n",
+        "bmo scale benchmark: concurrency {}, provisioning limit {}, direct poll {} ms, direct work {}, idle window {} s\n",
         ctx.settings.concurrency,
         ctx.settings.limit,
         ctx.settings.direct_poll.as_millis(),
+        if ctx.settings.direct_as_bmo {
+            "as bmo's"
+        } else {
+            "lean"
+        },
         ctx.settings.idle.as_secs()
     );
     println!("{}", table(&results));
