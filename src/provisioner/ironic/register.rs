@@ -16,6 +16,42 @@ use crate::provisioner::types::{
 };
 use crate::provisioner::{ProvisionerError, ProvisionerResult};
 
+/// Why `node`, found for `host`, cannot be its node: it was found by the boot MAC
+/// under another host's name. The node the host recorded (status.provisioning.ID) is
+/// its own under any name: a host moved to another namespace brings the ID along in
+/// its status and the node is renamed.
+fn name_conflict(host: &Host, node: &Node) -> Option<String> {
+    let recorded = host.provisioning_id.as_deref() == Some(node.uuid.as_str());
+    let other = node
+        .name
+        .as_deref()
+        .filter(|n| !recorded && *n != host.id.node_name() && *n != host.id.name)?;
+    Some(format!(
+        "bootMACAddress {} belongs to Ironic node {other} ({}); it cannot also be host {}",
+        host.boot_mac.as_deref().unwrap_or_default(),
+        node.uuid,
+        host.id
+    ))
+}
+
+/// Whether Ironic is working on `node`, and takes no changes to its record.
+fn is_transient(node: &Node) -> bool {
+    matches!(
+        node.state(),
+        ProvisionState::Verifying
+            | ProvisionState::Deploying
+            | ProvisionState::Cleaning
+            | ProvisionState::CleanWait
+            | ProvisionState::Inspecting
+            | ProvisionState::InspectWait
+            | ProvisionState::WaitCallBack
+            | ProvisionState::Deleting
+            | ProvisionState::Adopting
+            | ProvisionState::Servicing
+            | ProvisionState::ServiceWait
+    )
+}
+
 impl IronicProvisioner {
     pub(super) async fn register_node(&self, host: &Host) -> ProvisionerResult<Registration> {
         let node = match self.find_node(host, true).await {
@@ -27,84 +63,17 @@ impl IronicProvisioner {
             provisioning_id: Some(node.uuid.clone()),
             ..Registration::default()
         };
-        let node_name = host.id.node_name();
-        // The node the host recorded (status.provisioning.ID) is its own under any
-        // name: a host moved to another namespace brings the ID along in its status
-        // and the node is renamed below. Only a node found another way (by the boot
-        // MAC) under another host's name is a conflict.
-        let recorded = host.provisioning_id.as_deref() == Some(node.uuid.as_str());
-        if let Some(other) = node
-            .name
-            .as_deref()
-            .filter(|n| !recorded && *n != node_name && *n != host.id.name)
-        {
-            return Ok(Outcome::failed(
-                registration,
-                format!(
-                    "bootMACAddress {} belongs to Ironic node {other} ({}); it cannot also be host {}",
-                    host.boot_mac.as_deref().unwrap_or_default(),
-                    node.uuid,
-                    host.id
-                ),
-            ));
+        if let Some(conflict) = name_conflict(host, &node) {
+            return Ok(Outcome::failed(registration, conflict));
         }
-        // Bring the record up to date: name, driver and BMC access.
-        let mut ops = Vec::new();
-        if node.name.as_deref() != Some(node_name.as_str()) {
-            ops.push(PatchOp::set("/name", node_name.clone()));
-        }
-        let wanted_info = Self::driver_info(host);
-        let driver = host.bmc.kind.driver();
-        let access_changed = host.credentials_changed
-            || node.driver != driver
-            || Self::driver_info_differs(&node, &wanted_info);
-        let transient = matches!(
-            node.state(),
-            ProvisionState::Verifying
-                | ProvisionState::Deploying
-                | ProvisionState::Cleaning
-                | ProvisionState::CleanWait
-                | ProvisionState::Inspecting
-                | ProvisionState::InspectWait
-                | ProvisionState::WaitCallBack
-                | ProvisionState::Deleting
-                | ProvisionState::Adopting
-                | ProvisionState::Servicing
-                | ProvisionState::ServiceWait
-        );
+        let transient = is_transient(&node);
         // Ironic takes no new BMC access while it works on the node; a Secret changed
         // meanwhile is sent once the node rests.
         registration.credentials_pending = host.credentials_changed && transient;
-        if access_changed && !transient {
-            if node.driver != driver {
-                ops.push(PatchOp::set("/driver", driver));
-                let i = host.bmc.kind.interfaces();
-                for (name, value) in [
-                    ("boot", i.boot),
-                    ("management", i.management),
-                    ("power", i.power),
-                    ("raid", i.raid),
-                    ("vendor", i.vendor),
-                    ("bios", i.bios),
-                    ("firmware", i.firmware),
-                ] {
-                    if let Some(value) = value {
-                        ops.push(PatchOp::set(format!("/{name}_interface"), value));
-                    }
-                }
-            }
-            ops.push(PatchOp::set("/driver_info", Value::Object(wanted_info)));
-        }
-        match Self::preprovisioning_network_data(host) {
-            Ok(wanted) if !transient && wanted.is_some() && node.network_data != wanted => {
-                ops.push(PatchOp::set("/network_data", wanted.unwrap_or_default()));
-            }
-            Ok(_) => {}
+        let (ops, access_changed) = match Self::record_updates(host, &node, transient) {
+            Ok(updates) => updates,
             Err(message) => return Ok(Outcome::failed(registration, message)),
-        }
-        if let Some(op) = Self::resting_inspect_interface(host, &node) {
-            ops.push(op);
-        }
+        };
         let updated = !ops.is_empty() && !transient;
         let node = if updated {
             match self.patch(host, &node, &ops).await {
@@ -147,75 +116,12 @@ impl IronicProvisioner {
         }
         match node.state() {
             ProvisionState::Enroll => {
-                if node.target_provision_state.is_some() {
-                    return self.wait(&node, registration);
-                }
-                if node.last_error.is_some() && !(access_changed || host.restart_on_failure) {
-                    let reason = last_error(&node);
-                    let lower = reason.to_lowercase();
-                    let hint = if reason.contains("401")
-                        || reason.contains("403")
-                        || lower.contains("password")
-                    {
-                        "Check the username and password in the secret named by credentialsName."
-                    } else {
-                        "Check the BMC address and that Ironic can reach the BMC."
-                    };
-                    return Ok(Outcome::failed(
-                        registration,
-                        format!("Ironic cannot manage the host through its BMC: {reason} {hint}"),
-                    ));
-                }
-                self.transition(
-                    host,
-                    &node,
-                    Req::new(ProvisionTarget::Manage),
-                    registration,
-                    "check BMC access (manage)",
-                )
-                .await
+                self.manage_enrolled(host, &node, registration, access_changed)
+                    .await
             }
             ProvisionState::Verifying => self.wait(&node, registration),
             _ if !transient && (access_changed || host.restart_on_failure) => {
-                // Past enrollment Ironic does not check new BMC settings itself: ask
-                // the BMC for the boot device, and remember a failure on the node.
-                let check = self.client.get_boot_device(&node.uuid).await;
-                let (op, result) = match check {
-                    Ok(_) => (
-                        node.extra
-                            .contains_key(BMC_CHECK_ERROR)
-                            .then(|| PatchOp::remove(format!("/extra/{BMC_CHECK_ERROR}"))),
-                        None,
-                    ),
-                    Err(e) if e.status() == Some(StatusCode::CONFLICT) => {
-                        return self.busy_or_err(host, e, registration);
-                    }
-                    Err(e) => {
-                        let reason = format!(
-                            "Ironic cannot reach the BMC with the new settings: {} Check the BMC address and the username and password in the secret named by credentialsName.",
-                            sentence(&e.to_string())
-                        );
-                        (
-                            Some(PatchOp::set(
-                                format!("/extra/{BMC_CHECK_ERROR}"),
-                                reason.clone(),
-                            )),
-                            Some(reason),
-                        )
-                    }
-                };
-                if let Some(op) = op
-                    && let Err(e) = self.patch(host, &node, &[op]).await
-                {
-                    return self.busy_or_err(host, e, registration);
-                }
-                match result {
-                    Some(reason) => Ok(Outcome::failed(registration, reason)),
-                    None => {
-                        registration.credentials_valid = true;
-                        self.changed(registration)
-                    }
-                }
+                self.check_bmc_access(host, &node, registration).await
             }
             _ if node.extra.get(BMC_CHECK_ERROR).is_some() => {
                 let reason = node.extra[BMC_CHECK_ERROR]
@@ -237,6 +143,141 @@ impl IronicProvisioner {
                 })
             }
         }
+    }
+
+    /// An enrolled node: asks Ironic to check BMC access (`manage`), unless the last
+    /// check failed and nothing changed since.
+    async fn manage_enrolled(
+        &self,
+        host: &Host,
+        node: &Node,
+        registration: Registration,
+        access_changed: bool,
+    ) -> ProvisionerResult<Registration> {
+        if node.target_provision_state.is_some() {
+            return self.wait(node, registration);
+        }
+        if node.last_error.is_some() && !(access_changed || host.restart_on_failure) {
+            let reason = last_error(node);
+            let lower = reason.to_lowercase();
+            let hint =
+                if reason.contains("401") || reason.contains("403") || lower.contains("password") {
+                    "Check the username and password in the secret named by credentialsName."
+                } else {
+                    "Check the BMC address and that Ironic can reach the BMC."
+                };
+            return Ok(Outcome::failed(
+                registration,
+                format!("Ironic cannot manage the host through its BMC: {reason} {hint}"),
+            ));
+        }
+        self.transition(
+            host,
+            node,
+            Req::new(ProvisionTarget::Manage),
+            registration,
+            "check BMC access (manage)",
+        )
+        .await
+    }
+
+    /// Past enrollment Ironic does not check new BMC settings itself: asks the BMC
+    /// for the boot device, and remembers a failure on the node.
+    async fn check_bmc_access(
+        &self,
+        host: &Host,
+        node: &Node,
+        mut registration: Registration,
+    ) -> ProvisionerResult<Registration> {
+        let check = self.client.get_boot_device(&node.uuid).await;
+        let (op, result) = match check {
+            Ok(_) => (
+                node.extra
+                    .contains_key(BMC_CHECK_ERROR)
+                    .then(|| PatchOp::remove(format!("/extra/{BMC_CHECK_ERROR}"))),
+                None,
+            ),
+            Err(e) if e.status() == Some(StatusCode::CONFLICT) => {
+                return self.busy_or_err(host, e, registration);
+            }
+            Err(e) => {
+                let reason = format!(
+                    "Ironic cannot reach the BMC with the new settings: {} Check the BMC address and the username and password in the secret named by credentialsName.",
+                    sentence(&e.to_string())
+                );
+                (
+                    Some(PatchOp::set(
+                        format!("/extra/{BMC_CHECK_ERROR}"),
+                        reason.clone(),
+                    )),
+                    Some(reason),
+                )
+            }
+        };
+        if let Some(op) = op
+            && let Err(e) = self.patch(host, node, &[op]).await
+        {
+            return self.busy_or_err(host, e, registration);
+        }
+        match result {
+            Some(reason) => Ok(Outcome::failed(registration, reason)),
+            None => {
+                registration.credentials_valid = true;
+                self.changed(registration)
+            }
+        }
+    }
+
+    /// The changes that bring `node`'s record up to date for `host` (name, driver,
+    /// BMC access, network data, inspect interface; BMC access and network data not
+    /// while Ironic works on the node), and whether BMC access changed; `Err` names
+    /// what is wrong with the host's spec.
+    fn record_updates(
+        host: &Host,
+        node: &Node,
+        transient: bool,
+    ) -> Result<(Vec<PatchOp>, bool), String> {
+        let mut ops = Vec::new();
+        let node_name = host.id.node_name();
+        if node.name.as_deref() != Some(node_name.as_str()) {
+            ops.push(PatchOp::set("/name", node_name));
+        }
+        let wanted_info = Self::driver_info(host);
+        let driver = host.bmc.kind.driver();
+        let access_changed = host.credentials_changed
+            || node.driver != driver
+            || Self::driver_info_differs(node, &wanted_info);
+        if access_changed && !transient {
+            if node.driver != driver {
+                ops.push(PatchOp::set("/driver", driver));
+                let i = host.bmc.kind.interfaces();
+                for (name, value) in [
+                    ("boot", i.boot),
+                    ("management", i.management),
+                    ("power", i.power),
+                    ("raid", i.raid),
+                    ("vendor", i.vendor),
+                    ("bios", i.bios),
+                    ("firmware", i.firmware),
+                ] {
+                    if let Some(value) = value {
+                        ops.push(PatchOp::set(format!("/{name}_interface"), value));
+                    }
+                }
+            }
+            ops.push(PatchOp::set("/driver_info", Value::Object(wanted_info)));
+        }
+        let network_data = Self::preprovisioning_network_data(host)?;
+        if !transient && network_data.is_some() && node.network_data != network_data {
+            ops.push(PatchOp::set(
+                "/network_data",
+                network_data.unwrap_or_default(),
+            ));
+        }
+        if let Some(op) = Self::resting_inspect_interface(host, node) {
+            ops.push(op);
+        }
+        Ok((ops, access_changed))
     }
 
     /// The inspect interface `node` should have for `host`: what bmo gives a new node,
