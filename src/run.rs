@@ -80,27 +80,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         .check(config.netboot.http && config.netboot.any_service())?;
     let ironic_config = config.ironic.client_config()?;
 
-    let kube_config = kube::Config::infer().await.map_err(RunError::KubeConfig)?;
-    let kube_url = kube_config.cluster_url.to_string();
-    let kube = kube::Client::try_from(kube_config).map_err(RunError::KubeClient)?;
-
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        }
-    };
     let notifier = crate::notify::Notifier::from_env();
-    let signal_stop = stop_tx.clone();
-    let signal_notifier = notifier.clone();
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        if let Err(e) = signal_notifier.stopping() {
-            tracing::warn!(error = %e, "cannot tell systemd that bmo is stopping");
-        }
-        let _ = signal_stop.send(true);
-    });
+    let stop = Stop::on_signal(notifier.clone());
 
     // The probes answer from the start, so that while a dependency is not there yet
     // /healthz says bmo lives and /readyz says it is not ready.
@@ -108,63 +89,28 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         ready: Arc::new(AtomicBool::new(false)),
         metrics: Arc::new(Metrics::new()),
     };
-    let server = serve_probes(config.health_addr, health.clone(), stopped()).await?;
+    let server = serve_probes(config.health_addr, health.clone(), stop.stopped()).await?;
 
-    let waited = wait_for(
-        "the Kubernetes API server",
-        &kube_url,
-        stopped(),
-        kube_may_come,
-        || kube.apiserver_version(),
-    )
-    .await;
-    let version = match waited {
-        Ok(Some(version)) => version,
-        Ok(None) => return stopped_while_starting(server).await,
-        Err(e) => return Err(RunError::KubeUnreachable(e)),
+    let Some(kube) = connect_kube(stop.stopped()).await? else {
+        return stopped_while_starting(server).await;
     };
-    tracing::info!(url = %kube_url, version = %version.git_version, "connected to Kubernetes");
 
-    let ironic = match connect_ironic(ironic_config, stopped()).await? {
+    let ironic = match connect_ironic(ironic_config, stop.stopped()).await? {
         Some(ironic) => ironic,
         None => return stopped_while_starting(server).await,
     };
 
-    // With leader election, a standby is healthy and ready, and waits here; the host
-    // controller and the network boot services run only in the leader.
-    let mut elector = match leader_election {
-        Some((namespace, timings)) => {
-            health.ready.store(true, Ordering::SeqCst);
-            let mut elector = Elector::new(
-                kube.clone(),
-                &namespace,
-                crate::leader::identity(config.pod_name.as_deref()),
-                timings,
-            );
-            tracing::info!(lease = %elector.lease(), identity = %elector.identity(), "waiting for leadership");
-            tokio::select! {
-                () = elector.acquire() => {}
-                () = stopped() => {
-                    let _ = server.await;
-                    tracing::info!("shut down before becoming the leader");
-                    return Ok(());
-                }
-            }
-            Some(elector)
+    let elector = match lead(&config, &kube, leader_election, &health, &stop).await {
+        Leadership::Alone => None,
+        Leadership::Leading(elector) => Some(*elector),
+        Leadership::Stopped => {
+            let _ = server.await;
+            tracing::info!("shut down before becoming the leader");
+            return Ok(());
         }
-        None => None,
     };
 
-    // Provisioning network services (src/netboot): started when switched on; the
-    // handle (address, lease table, known hosts, deploy image URLs) is for the host
-    // controller.
-    let netboot = if config.netboot.any_service() {
-        let leases = crate::netboot::leases::LeaseTable::open(&config.netboot.lease_file)
-            .map_err(crate::netboot::NetbootError::from)?;
-        Some(crate::netboot::start(&config.netboot, leases).await?)
-    } else {
-        None
-    };
+    let netboot = start_netboot(&config).await?;
     if config.install_crds {
         crate::api::install::install(&kube, std::time::Duration::from_secs(60))
             .await
@@ -173,29 +119,6 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     }
 
     let provisioner = IronicProvisioner::new(ironic, ProvisionerSettings::default());
-    let firmware_provisioner = provisioner.clone();
-    let data_image_provisioner = provisioner.clone();
-    let data_image_store =
-        controller::dataimage::KubeDataImageStore::new(kube.clone(), config.pod_name.clone());
-    let subscriptions_provisioner = provisioner.clone();
-    let store = controller::KubeStore::new(kube.clone(), config.pod_name.clone());
-    let settings = config.controller_settings();
-    let max_backoff = settings.max_backoff;
-    let mut ctx = controller::Context::with_store(store, provisioner, settings)
-        .with_metrics(health.metrics.clone())
-        .with_data_images(data_image_store.clone());
-    // Without explicit URLs, Ironic boots the IPA images bmo itself serves, on the
-    // provisioning IP in use at each reconcile.
-    if config.preprov_image.build_preprov_image {
-        ctx = ctx.with_preprovisioning_images();
-    }
-    if let Some(netboot) = &netboot {
-        ctx = ctx
-            .with_leases(netboot.leases.clone())
-            .with_known_hosts(netboot.known_hosts.clone())
-            .with_deploy_images(netboot.deploy_images());
-    }
-    let ctx = Arc::new(ctx);
     let discovery_task = match (discovery, &netboot) {
         (Some(settings), Some(netboot)) => Some(tokio::spawn(controller::discovery::run(
             kube.clone(),
@@ -204,102 +127,15 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         ))),
         _ => None,
     };
-    // One watch each of hosts, HostFirmwareSettings and HostFirmwareComponents for
-    // every controller that reads them (src/controller/shared_watch.rs).
-    let mut watches = controller::shared_watch::Watches::new(
+    let controllers = start_controllers(
+        &config,
         &kube,
-        config
-            .watch_namespace
-            .as_deref()
-            .filter(|ns| !ns.is_empty()),
+        provisioner,
+        netboot.as_ref(),
+        &health,
+        switch_targets,
+        &stop,
     );
-    let host_feeds = watches.subscribe();
-    let firmware_feeds = watches.subscribe();
-    let data_image_hosts = watches.hosts.subscribe();
-    let (attachment_hosts, attachment_host_events) =
-        (watches.hosts.cache(), watches.hosts.events());
-    let watches_task = tokio::spawn(watches.run(stopped()));
-    let controller_task = tokio::spawn(controller::run_with(ctx, host_feeds, stopped()));
-    let claims_task = config.claims.enabled.then(|| {
-        tokio::spawn(controller::claims::run(
-            controller::claims::KubeClaimStore::new(kube.clone()),
-            config.watch_namespace.clone().filter(|ns| !ns.is_empty()),
-            stopped(),
-        ))
-    });
-    if claims_task.is_some() {
-        tracing::info!("HostClaim controller started");
-    }
-    let attachments_task = tokio::spawn(controller::switches::attachments::run(
-        kube.clone(),
-        config.watch_namespace.clone().filter(|ns| !ns.is_empty()),
-        attachment_hosts,
-        attachment_host_events,
-        stopped(),
-    ));
-    let switches_task = switch_targets.map(|targets| {
-        tracing::info!("BareMetalSwitch controller started");
-        tokio::spawn(controller::switches::run(
-            controller::switches::KubeSwitchStore::new(kube.clone()),
-            targets,
-            config.watch_namespace.clone().filter(|ns| !ns.is_empty()),
-            stopped(),
-        ))
-    });
-    // bmo builds initrd PreprovisioningImages itself: its IPA ramdisk plus each
-    // host's network data, served by its HTTP server (checked above to be on).
-    let image_task = match (&netboot, config.preprov_image.preprov_image_initrd) {
-        (Some(netboot), true) => {
-            let server = crate::netboot::host_ramdisks::RamdiskServer {
-                ramdisks: netboot.host_ramdisks.clone(),
-                images: netboot.deploy_images(),
-                images_dir: config.netboot.images_dir.clone(),
-            };
-            tracing::info!("PreprovisioningImage builder started");
-            Some(tokio::spawn(controller::preprov_image::run(
-                kube.clone(),
-                server,
-                config.watch_namespace.clone().filter(|ns| !ns.is_empty()),
-                config.pod_name.clone(),
-                stopped(),
-            )))
-        }
-        _ => None,
-    };
-    let firmware_ctx = Arc::new(controller::firmware::FirmwareContext {
-        provisioner: firmware_provisioner,
-        store: controller::firmware::KubeFirmwareStore::new(kube.clone(), config.pod_name.clone()),
-        namespace: config.watch_namespace.clone(),
-    });
-    let firmware_task = tokio::spawn(controller::firmware::run(
-        firmware_ctx,
-        config.concurrency,
-        firmware_feeds,
-        stopped(),
-    ));
-    let data_image_ctx = Arc::new(controller::dataimage::DataImageContext {
-        provisioner: data_image_provisioner,
-        store: data_image_store,
-        namespace: config.watch_namespace.clone(),
-        max_backoff,
-    });
-    let data_image_task = tokio::spawn(controller::dataimage::run(
-        data_image_ctx,
-        data_image_hosts,
-        stopped(),
-    ));
-    let subscriptions_ctx = Arc::new(controller::event_subscriptions::SubscriptionContext {
-        provisioner: subscriptions_provisioner,
-        store: controller::event_subscriptions::KubeSubscriptionStore::new(
-            kube.clone(),
-            config.pod_name.clone(),
-        ),
-        namespace: config.watch_namespace.clone(),
-    });
-    let subscriptions_task = tokio::spawn(controller::event_subscriptions::run(
-        subscriptions_ctx,
-        stopped(),
-    ));
     tracing::info!(
         namespace = config.watch_namespace.as_deref().unwrap_or("(all)"),
         concurrency = config.concurrency,
@@ -313,42 +149,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         tracing::warn!(error = %e, "cannot tell systemd that bmo is ready");
     }
     let watchdog = notifier.spawn_watchdog();
-    let mut outcome = Ok(());
-    match elector.as_mut() {
-        Some(elector) => {
-            tokio::select! {
-                () = elector.keep_leading() => {
-                    outcome = Err(RunError::LeadershipLost(elector.lease()));
-                    let _ = stop_tx.send(true);
-                }
-                () = stopped() => {}
-            }
-        }
-        None => stopped().await,
-    }
-    let _ = controller_task.await;
-    if let Some(task) = claims_task {
-        let _ = task.await;
-    }
-    let _ = firmware_task.await;
-    if let Some(task) = switches_task {
-        let _ = task.await;
-    }
-    let _ = attachments_task.await;
-    let _ = data_image_task.await;
-    if let Some(task) = image_task {
-        let _ = task.await;
-    }
-    let _ = subscriptions_task.await;
-    let _ = watches_task.await;
-    if let Some(elector) = &elector
-        && outcome.is_ok()
-    {
-        match elector.release().await {
-            Ok(()) => tracing::info!(lease = %elector.lease(), "leadership released"),
-            Err(e) => tracing::warn!(error = %e, "cannot release the leader Lease"),
-        }
-    }
+    let outcome = run_until_stopped(elector, &stop, controllers).await;
     match server.await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::warn!(error = %e, "health server failed"),
@@ -367,6 +168,290 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     }
     tracing::info!("shut down");
     outcome
+}
+
+/// Connects to the Kubernetes API server, waiting while it may still come;
+/// `None` when `stop` comes first.
+async fn connect_kube(stop: impl Future<Output = ()>) -> Result<Option<kube::Client>, RunError> {
+    let kube_config = kube::Config::infer().await.map_err(RunError::KubeConfig)?;
+    let kube_url = kube_config.cluster_url.to_string();
+    let kube = kube::Client::try_from(kube_config).map_err(RunError::KubeClient)?;
+    let waited = wait_for(
+        "the Kubernetes API server",
+        &kube_url,
+        stop,
+        kube_may_come,
+        || kube.apiserver_version(),
+    )
+    .await;
+    match waited {
+        Ok(Some(version)) => {
+            tracing::info!(url = %kube_url, version = %version.git_version, "connected to Kubernetes");
+            Ok(Some(kube))
+        }
+        Ok(None) => Ok(None),
+        Err(e) => Err(RunError::KubeUnreachable(e)),
+    }
+}
+
+/// The provisioning network services (src/netboot), when switched on; the handle
+/// (address, lease table, known hosts, deploy image URLs) is for the host
+/// controller.
+async fn start_netboot(config: &Config) -> Result<Option<crate::netboot::Netboot>, RunError> {
+    if !config.netboot.any_service() {
+        return Ok(None);
+    }
+    let leases = crate::netboot::leases::LeaseTable::open(&config.netboot.lease_file)
+        .map_err(crate::netboot::NetbootError::from)?;
+    Ok(Some(crate::netboot::start(&config.netboot, leases).await?))
+}
+
+/// Where `bmo run` stands in the leader election.
+enum Leadership {
+    /// No election: the only instance.
+    Alone,
+    Leading(Box<Elector>),
+    /// Told to stop while standing by.
+    Stopped,
+}
+
+/// With leader election, waits until this instance leads: a standby is healthy and
+/// ready meanwhile; the controllers and the network boot services run only in the
+/// leader.
+async fn lead(
+    config: &Config,
+    kube: &kube::Client,
+    election: Option<(String, crate::leader::Timings)>,
+    health: &Health,
+    stop: &Stop,
+) -> Leadership {
+    let Some((namespace, timings)) = election else {
+        return Leadership::Alone;
+    };
+    health.ready.store(true, Ordering::SeqCst);
+    let mut elector = Elector::new(
+        kube.clone(),
+        &namespace,
+        crate::leader::identity(config.pod_name.as_deref()),
+        timings,
+    );
+    tracing::info!(lease = %elector.lease(), identity = %elector.identity(), "waiting for leadership");
+    tokio::select! {
+        () = elector.acquire() => Leadership::Leading(Box::new(elector)),
+        () = stop.stopped() => Leadership::Stopped,
+    }
+}
+
+/// Runs until told to stop or, when leading, until leadership is lost (an error,
+/// so that a restart rejoins the election); then waits for the `controllers` to
+/// finish and gives the leadership up.
+async fn run_until_stopped(
+    mut elector: Option<Elector>,
+    stop: &Stop,
+    controllers: Vec<tokio::task::JoinHandle<()>>,
+) -> Result<(), RunError> {
+    let mut outcome = Ok(());
+    match elector.as_mut() {
+        Some(elector) => {
+            tokio::select! {
+                () = elector.keep_leading() => {
+                    outcome = Err(RunError::LeadershipLost(elector.lease()));
+                    stop.stop();
+                }
+                () = stop.stopped() => {}
+            }
+        }
+        None => stop.stopped().await,
+    }
+    for task in controllers {
+        let _ = task.await;
+    }
+    if let Some(elector) = &elector
+        && outcome.is_ok()
+    {
+        match elector.release().await {
+            Ok(()) => tracing::info!(lease = %elector.lease(), "leadership released"),
+            Err(e) => tracing::warn!(error = %e, "cannot release the leader Lease"),
+        }
+    }
+    outcome
+}
+
+/// Tells every part of `bmo run` to stop: on SIGINT or SIGTERM, or when leadership
+/// is lost.
+struct Stop {
+    sender: tokio::sync::watch::Sender<bool>,
+}
+
+impl Stop {
+    /// Stops at SIGINT or SIGTERM, and tells systemd that bmo is stopping.
+    fn on_signal(notifier: crate::notify::Notifier) -> Self {
+        let (sender, _) = tokio::sync::watch::channel(false);
+        let signal_stop = sender.clone();
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            if let Err(e) = notifier.stopping() {
+                tracing::warn!(error = %e, "cannot tell systemd that bmo is stopping");
+            }
+            // Kept even while no part of bmo waits for it (`send` would drop it).
+            signal_stop.send_replace(true);
+        });
+        Self { sender }
+    }
+
+    fn stop(&self) {
+        self.sender.send_replace(true);
+    }
+
+    /// Resolves once bmo is told to stop.
+    fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut stop = self.sender.subscribe();
+        async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        }
+    }
+}
+
+/// Starts every controller (hosts, firmware, DataImages, event subscriptions,
+/// HostClaims, switches, PreprovisioningImages, and the watches they share); each
+/// task ends after `stop`.
+fn start_controllers(
+    config: &Config,
+    kube: &kube::Client,
+    provisioner: IronicProvisioner,
+    netboot: Option<&crate::netboot::Netboot>,
+    health: &Health,
+    switch_targets: Option<controller::switches::SwitchTargets>,
+    stop: &Stop,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let namespace = config.watch_namespace.clone().filter(|ns| !ns.is_empty());
+    let data_image_store =
+        controller::dataimage::KubeDataImageStore::new(kube.clone(), config.pod_name.clone());
+    let ctx = host_context(
+        config,
+        kube,
+        provisioner.clone(),
+        netboot,
+        health,
+        data_image_store.clone(),
+    );
+    let max_backoff = ctx.settings.max_backoff;
+    // One watch each of hosts, HostFirmwareSettings and HostFirmwareComponents for
+    // every controller that reads them (src/controller/shared_watch.rs).
+    let mut watches = controller::shared_watch::Watches::new(kube, namespace.as_deref());
+    let host_feeds = watches.subscribe();
+    let firmware_feeds = watches.subscribe();
+    let data_image_hosts = watches.hosts.subscribe();
+    let (attachment_hosts, attachment_host_events) =
+        (watches.hosts.cache(), watches.hosts.events());
+    let mut tasks = vec![
+        tokio::spawn(controller::run_with(ctx, host_feeds, stop.stopped())),
+        tokio::spawn(watches.run(stop.stopped())),
+    ];
+    if config.claims.enabled {
+        tasks.push(tokio::spawn(controller::claims::run(
+            controller::claims::KubeClaimStore::new(kube.clone()),
+            namespace.clone(),
+            stop.stopped(),
+        )));
+        tracing::info!("HostClaim controller started");
+    }
+    tasks.push(tokio::spawn(controller::switches::attachments::run(
+        kube.clone(),
+        namespace.clone(),
+        attachment_hosts,
+        attachment_host_events,
+        stop.stopped(),
+    )));
+    if let Some(targets) = switch_targets {
+        tracing::info!("BareMetalSwitch controller started");
+        tasks.push(tokio::spawn(controller::switches::run(
+            controller::switches::KubeSwitchStore::new(kube.clone()),
+            targets,
+            namespace.clone(),
+            stop.stopped(),
+        )));
+    }
+    // bmo builds initrd PreprovisioningImages itself: its IPA ramdisk plus each
+    // host's network data, served by its HTTP server (checked to be on).
+    if let Some(netboot) = netboot.filter(|_| config.preprov_image.preprov_image_initrd) {
+        let server = crate::netboot::host_ramdisks::RamdiskServer {
+            ramdisks: netboot.host_ramdisks.clone(),
+            images: netboot.deploy_images(),
+            images_dir: config.netboot.images_dir.clone(),
+        };
+        tracing::info!("PreprovisioningImage builder started");
+        tasks.push(tokio::spawn(controller::preprov_image::run(
+            kube.clone(),
+            server,
+            namespace.clone(),
+            config.pod_name.clone(),
+            stop.stopped(),
+        )));
+    }
+    let firmware_ctx = Arc::new(controller::firmware::FirmwareContext {
+        provisioner: provisioner.clone(),
+        store: controller::firmware::KubeFirmwareStore::new(kube.clone(), config.pod_name.clone()),
+        namespace: config.watch_namespace.clone(),
+    });
+    tasks.push(tokio::spawn(controller::firmware::run(
+        firmware_ctx,
+        config.concurrency,
+        firmware_feeds,
+        stop.stopped(),
+    )));
+    let data_image_ctx = Arc::new(controller::dataimage::DataImageContext {
+        provisioner: provisioner.clone(),
+        store: data_image_store,
+        namespace: config.watch_namespace.clone(),
+        max_backoff,
+    });
+    tasks.push(tokio::spawn(controller::dataimage::run(
+        data_image_ctx,
+        data_image_hosts,
+        stop.stopped(),
+    )));
+    let subscriptions_ctx = Arc::new(controller::event_subscriptions::SubscriptionContext {
+        provisioner,
+        store: controller::event_subscriptions::KubeSubscriptionStore::new(
+            kube.clone(),
+            config.pod_name.clone(),
+        ),
+        namespace: config.watch_namespace.clone(),
+    });
+    tasks.push(tokio::spawn(controller::event_subscriptions::run(
+        subscriptions_ctx,
+        stop.stopped(),
+    )));
+    tasks
+}
+
+/// The host controller's context: its store, provisioner and settings, and what the
+/// network boot services share with it.
+fn host_context(
+    config: &Config,
+    kube: &kube::Client,
+    provisioner: IronicProvisioner,
+    netboot: Option<&crate::netboot::Netboot>,
+    health: &Health,
+    data_image_store: controller::dataimage::KubeDataImageStore,
+) -> Arc<controller::Context<IronicProvisioner>> {
+    let store = controller::KubeStore::new(kube.clone(), config.pod_name.clone());
+    let mut ctx = controller::Context::with_store(store, provisioner, config.controller_settings())
+        .with_metrics(health.metrics.clone())
+        .with_data_images(data_image_store);
+    // Without explicit URLs, Ironic boots the IPA images bmo itself serves, on the
+    // provisioning IP in use at each reconcile.
+    if config.preprov_image.build_preprov_image {
+        ctx = ctx.with_preprovisioning_images();
+    }
+    if let Some(netboot) = netboot {
+        ctx = ctx
+            .with_leases(netboot.leases.clone())
+            .with_known_hosts(netboot.known_hosts.clone())
+            .with_deploy_images(netboot.deploy_images());
+    }
+    Arc::new(ctx)
 }
 
 /// Serves `/healthz`, `/readyz` and `/metrics` on `addr` until `stop` resolves.

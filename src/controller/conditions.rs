@@ -49,7 +49,10 @@ pub const PROVISIONER_REACHABLE: &str = "ProvisionerReachable";
 /// Its reason.
 pub const IRONIC_UNREACHABLE: &str = "IronicUnreachable";
 
-fn cond(type_: &str, ok: bool, reason: &str, message: String) -> (String, bool, String, String) {
+/// A condition as `compute` builds it: type, status, reason, message.
+type Wanted = (String, bool, String, String);
+
+fn cond(type_: &str, ok: bool, reason: &str, message: String) -> Wanted {
     (type_.to_owned(), ok, reason.to_owned(), message)
 }
 
@@ -65,98 +68,16 @@ pub fn compute(
     now: &Time,
 ) -> Vec<Condition> {
     let state = status.provisioning.state;
-    let op = status.operational_status;
-    let manageable = match state {
-        State::None | State::Unmanaged => {
-            cond("Manageable", false, "NotManaged", "no BMC details".into())
-        }
-        State::Registering if op == OperationalStatus::Error => cond(
-            "Manageable",
-            false,
-            "RegistrationFailed",
-            status.error_message.clone(),
-        ),
-        State::Registering => cond(
-            "Manageable",
-            false,
-            "Registering",
-            "checking BMC access".into(),
-        ),
-        _ => cond("Manageable", true, "Manageable", "the BMC answers".into()),
-    };
     let available = matches!(state, State::Available | State::Ready);
     let provisioned = matches!(state, State::Provisioned | State::ExternallyProvisioned);
-    let progressing_reason = match state {
-        State::Registering => Some("Registering"),
-        State::Inspecting | State::MatchProfile => Some("Inspecting"),
-        State::Preparing => Some("Preparing"),
-        State::Provisioning => Some("Provisioning"),
-        State::Deprovisioning => Some("Deprovisioning"),
-        State::PoweringOffBeforeDelete => Some("PoweringOffBeforeDelete"),
-        State::Deleting => Some("Deleting"),
-        _ => None,
-    };
-    let mut ready = if provisioned {
-        cond("Ready", true, "Provisioned", format!("host is {state}"))
-    } else {
-        cond(
-            "Ready",
-            false,
-            "NotProvisioned",
-            format!("host is {}", display_state(state)),
-        )
-    };
-    let mut progressing = match progressing_reason {
-        Some(reason) => cond(
-            "Progressing",
-            true,
-            reason,
-            progress
-                .map(str::to_owned)
-                .unwrap_or_else(|| format!("host is {state}")),
-        ),
-        None => cond(
-            "Progressing",
-            false,
-            "NotProgressing",
-            format!("host is {}", display_state(state)),
-        ),
-    };
-    match op {
-        OperationalStatus::Error => {
-            ready = cond("Ready", false, "Error", status.error_message.clone());
-        }
-        OperationalStatus::Servicing => {
-            ready = cond(
-                "Ready",
-                false,
-                "Servicing",
-                "firmware changes in progress".into(),
-            )
-        }
-        OperationalStatus::Detached => {
-            ready = cond(
-                "Ready",
-                false,
-                "Detached",
-                "detached from the provisioner".into(),
-            );
-            progressing = cond(
-                "Progressing",
-                false,
-                "Detached",
-                "detached from the provisioner".into(),
-            );
-        }
-        _ => {}
-    }
-    let healthy = if op == OperationalStatus::Error {
+    let (ready, progressing) = ready_and_progressing(status, progress);
+    let healthy = if status.operational_status == OperationalStatus::Error {
         cond("Healthy", false, "Error", status.error_message.clone())
     } else {
         cond("Healthy", true, "Healthy", "no errors".into())
     };
     let wanted = [
-        manageable,
+        manageable(status),
         cond(
             "AvailableForProvisioning",
             available,
@@ -205,6 +126,101 @@ pub fn compute(
         })
         .chain(unreachable)
         .collect()
+}
+
+/// The Manageable condition: whether Ironic can reach the host's BMC.
+fn manageable(status: &BareMetalHostStatus) -> Wanted {
+    match status.provisioning.state {
+        State::None | State::Unmanaged => {
+            cond("Manageable", false, "NotManaged", "no BMC details".into())
+        }
+        State::Registering if status.operational_status == OperationalStatus::Error => cond(
+            "Manageable",
+            false,
+            "RegistrationFailed",
+            status.error_message.clone(),
+        ),
+        State::Registering => cond(
+            "Manageable",
+            false,
+            "Registering",
+            "checking BMC access".into(),
+        ),
+        _ => cond("Manageable", true, "Manageable", "the BMC answers".into()),
+    }
+}
+
+/// The Ready and Progressing conditions: by the state, unless the operational
+/// status (error, servicing, detached) overrides it.
+fn ready_and_progressing(status: &BareMetalHostStatus, progress: Option<&str>) -> (Wanted, Wanted) {
+    let state = status.provisioning.state;
+    let provisioned = matches!(state, State::Provisioned | State::ExternallyProvisioned);
+    let progressing_reason = match state {
+        State::Registering => Some("Registering"),
+        State::Inspecting | State::MatchProfile => Some("Inspecting"),
+        State::Preparing => Some("Preparing"),
+        State::Provisioning => Some("Provisioning"),
+        State::Deprovisioning => Some("Deprovisioning"),
+        State::PoweringOffBeforeDelete => Some("PoweringOffBeforeDelete"),
+        State::Deleting => Some("Deleting"),
+        _ => None,
+    };
+    let ready = if provisioned {
+        cond("Ready", true, "Provisioned", format!("host is {state}"))
+    } else {
+        cond(
+            "Ready",
+            false,
+            "NotProvisioned",
+            format!("host is {}", display_state(state)),
+        )
+    };
+    let progressing = match progressing_reason {
+        Some(reason) => cond(
+            "Progressing",
+            true,
+            reason,
+            progress
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("host is {state}")),
+        ),
+        None => cond(
+            "Progressing",
+            false,
+            "NotProgressing",
+            format!("host is {}", display_state(state)),
+        ),
+    };
+    match status.operational_status {
+        OperationalStatus::Error => (
+            cond("Ready", false, "Error", status.error_message.clone()),
+            progressing,
+        ),
+        OperationalStatus::Servicing => (
+            cond(
+                "Ready",
+                false,
+                "Servicing",
+                "firmware changes in progress".into(),
+            ),
+            progressing,
+        ),
+        OperationalStatus::Detached => (
+            cond(
+                "Ready",
+                false,
+                "Detached",
+                "detached from the provisioner".into(),
+            ),
+            cond(
+                "Progressing",
+                false,
+                "Detached",
+                "detached from the provisioner".into(),
+            ),
+        ),
+        _ => (ready, progressing),
+    }
 }
 
 /// The [`PROVISIONER_REACHABLE`] condition of `status`, while the provisioner cannot

@@ -146,39 +146,8 @@ pub async fn run_with<P: Provisioner + 'static>(
             None => (Api::all(client.clone()), Api::all(client.clone())),
         };
     let reader = feeds.hosts.cache();
-    // The Secrets bmo labelled are cached whole (the BMC credentials are read at every
-    // reconcile); the others are watched by metadata only, to wake a host whose
-    // Secret appears or changes before bmo labels it. A change is reflected in the
-    // cache before it wakes the hosts.
-    let labelled = format!("{}={}", SECRET_LABEL.0, SECRET_LABEL.1);
+    let labelled_secret_changes = labelled_secret_changes(&ctx, labelled_secrets, reader.clone());
     let unlabelled = format!("{}!={}", SECRET_LABEL.0, SECRET_LABEL.1);
-    let (secret_cache, secret_cache_writer) = reflector::store();
-    ctx.store.cache_labelled_secrets(secret_cache);
-    let hosts_of_labelled = reader.clone();
-    let labelled_secret_changes = watcher(
-        labelled_secrets,
-        watcher::Config::default().labels(&labelled),
-    )
-    .backoff(WatchBackoff::default())
-    .modify(managed_fields::trim)
-    .reflect(secret_cache_writer)
-    .touched_objects()
-    .filter_map(|secret| {
-        futures::future::ready(match secret {
-            Ok(secret) => Some(secret),
-            Err(e) => {
-                tracing::warn!(
-                    error = %crate::telemetry::with_causes(&e),
-                    "watch of labelled Secrets failed; trying again in at most {} s",
-                    WATCH_RETRY_MAX.as_secs()
-                );
-                None
-            }
-        })
-    })
-    .flat_map(move |secret| {
-        futures::stream::iter(hosts_using_secret(&hosts_of_labelled, &secret.metadata))
-    });
     // The watched hosts, by MAC: bmo's DHCP server knows them, and a DHCP exchange
     // wakes the hosts with the client's MAC.
     let cluster_hosts = Arc::new(ClusterHosts::new(reader.clone(), feeds.host_events));
@@ -265,6 +234,42 @@ pub async fn run_with<P: Provisioner + 'static>(
             tracing::warn!(grace = ?SHUTDOWN_GRACE, "host controller stopped before its reconciles finished");
         }
     }
+}
+
+/// The hosts to wake as the Secrets bmo labelled change. Those Secrets are cached
+/// whole (the BMC credentials are read at every reconcile); the others are watched
+/// by metadata only, to wake a host whose Secret appears or changes before bmo
+/// labels it. A change is reflected in the cache before it wakes the hosts.
+fn labelled_secret_changes<P: Provisioner + 'static>(
+    ctx: &Context<P>,
+    labelled_secrets: Api<Secret>,
+    hosts: reflector::Store<BareMetalHost>,
+) -> impl futures::Stream<Item = ObjectRef<BareMetalHost>> + use<P> {
+    let labelled = format!("{}={}", SECRET_LABEL.0, SECRET_LABEL.1);
+    let (secret_cache, secret_cache_writer) = reflector::store();
+    ctx.store.cache_labelled_secrets(secret_cache);
+    watcher(
+        labelled_secrets,
+        watcher::Config::default().labels(&labelled),
+    )
+    .backoff(WatchBackoff::default())
+    .modify(managed_fields::trim)
+    .reflect(secret_cache_writer)
+    .touched_objects()
+    .filter_map(|secret| {
+        futures::future::ready(match secret {
+            Ok(secret) => Some(secret),
+            Err(e) => {
+                tracing::warn!(
+                    error = %crate::telemetry::with_causes(&e),
+                    "watch of labelled Secrets failed; trying again in at most {} s",
+                    WATCH_RETRY_MAX.as_secs()
+                );
+                None
+            }
+        })
+    })
+    .flat_map(move |secret| futures::stream::iter(hosts_using_secret(&hosts, &secret.metadata)))
 }
 
 /// The hosts (`namespace/name`) a provisioning slot was freed for.
