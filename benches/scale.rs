@@ -19,19 +19,20 @@
 //!   BMO_SCALE_HOSTS              host counts, comma-separated (10,100)
 //!   BMO_SCALE_WORKS              works to run, comma-separated (fake,redfish)
 //!   BMO_SCALE_SVG                where the plot goes (docs/scale.svg; empty: none)
-//!   BMO_SCALE_HALVES             which halves run, comma-separated (bmo,direct)
+//!   BMO_SCALE_HALVES             which runs, comma-separated (bmo,direct; also
+//!                                direct-as-bmo: the direct driver also sends the
+//!                                reads bmo's features make (ports, BIOS settings,
+//!                                firmware components, inventory) and, on the fake
+//!                                work, the power-on `online: true` asks for, which
+//!                                fake-hardware's deploy leaves undone; it tells
+//!                                bmo's own overhead from the Ironic work its
+//!                                features add)
 //!   BMO_SCALE_IDLE_SECS          idle window after all are provisioned (120)
 //!   BMO_SCALE_TIMEOUT_SECS       give up on one N after this long (7200)
 //!   BMO_SCALE_CONCURRENCY        bmo's BMO_CONCURRENCY (bmo's default, 8)
 //!   BMO_SCALE_PROVISIONING_LIMIT bmo's PROVISIONING_LIMIT and the direct driver's
 //!                                hosts in flight (bmo's default, 20)
 //!   BMO_SCALE_DIRECT_POLL_MS     how often the direct driver polls a node (1000)
-//!   BMO_SCALE_DIRECT_WORK        `lean` (the default): the direct driver sends only
-//!                                the writes and polls provisioning needs; `bmo`: also
-//!                                the reads bmo's features make (ports, BIOS settings,
-//!                                firmware components, inventory) and, on the fake
-//!                                work, the power-on `online: true` asks for, which
-//!                                fake-hardware's deploy leaves undone
 //!   BMO_SCALE_IRONIC_CONF        extra lines for the Ironic config, `;`-separated
 //!   BMO_STACK_ENV                the stack's env file (target/test-stack.env)
 //!   BMO_SCALE_BMO                the bmo binary to measure (the one cargo built), to
@@ -130,8 +131,8 @@ struct Settings {
     concurrency: usize,
     limit: usize,
     direct_poll: Duration,
-    /// The direct driver also does the Ironic work bmo's features add.
-    direct_as_bmo: bool,
+    /// A second direct run that also does the Ironic work bmo's features add.
+    run_direct_as_bmo: bool,
     ironic_conf: Vec<String>,
 }
 
@@ -188,11 +189,7 @@ impl Settings {
             concurrency: env_or("BMO_SCALE_CONCURRENCY", 8)?,
             limit: env_or("BMO_SCALE_PROVISIONING_LIMIT", 20)?,
             direct_poll: Duration::from_millis(env_or("BMO_SCALE_DIRECT_POLL_MS", 1000)?),
-            direct_as_bmo: match std::env::var("BMO_SCALE_DIRECT_WORK").as_deref() {
-                Err(_) | Ok("" | "lean") => false,
-                Ok("bmo") => true,
-                Ok(other) => bail!("BMO_SCALE_DIRECT_WORK={other}: use lean or bmo"),
-            },
+            run_direct_as_bmo: halves.contains(&"direct-as-bmo"),
             ironic_conf: std::env::var("BMO_SCALE_IRONIC_CONF")
                 .unwrap_or_default()
                 .split(';')
@@ -1129,6 +1126,26 @@ struct RunResult {
     kube_idle_firmware: u64,
     ironic_idle_firmware: u64,
     errors: usize,
+    /// The direct driver doing bmo's Ironic work too (`direct-as-bmo`).
+    as_bmo: Option<DirectRun>,
+}
+
+/// What one direct-Ironic run measured.
+#[derive(Debug, Default, Clone, Copy)]
+struct DirectRun {
+    available: Spread,
+    provisioned: Spread,
+    ironic_cpu: f64,
+    ironic_requests: u64,
+}
+
+impl DirectRun {
+    fn target(&self, work: Work) -> Spread {
+        match work {
+            Work::Fake => self.provisioned,
+            Work::Redfish => self.available,
+        }
+    }
 }
 
 impl RunResult {
@@ -1226,6 +1243,35 @@ fn table(results: &[RunResult]) -> String {
         "**time to all in the target state (fake-hardware: provisioned, Redfish: available), bmo / direct Ironic**",
         &|r| format!("**{:.2}×**", r.ratio()),
     );
+    if results.iter().any(|r| r.as_bmo.is_some()) {
+        let as_bmo = |r: &RunResult, cell: &dyn Fn(&DirectRun) -> String| {
+            r.as_bmo.as_ref().map_or_else(|| "–".to_owned(), cell)
+        };
+        row(
+            "direct Ironic doing bmo's Ironic work too: all in the target state (s)",
+            &|r| as_bmo(r, &|d| format!("{:.1}", d.target(r.work).max)),
+        );
+        row(
+            "time to all in the target state, bmo / direct Ironic doing bmo's Ironic work too",
+            &|r| {
+                as_bmo(r, &|d| {
+                    format!("{:.2}×", r.bmo_target().max / d.target(r.work).max)
+                })
+            },
+        );
+        row(
+            "direct Ironic doing bmo's Ironic work too: Ironic CPU seconds / requests per host",
+            &|r| {
+                as_bmo(r, &|d| {
+                    format!(
+                        "{:.0} / {:.1}",
+                        d.ironic_cpu,
+                        d.ironic_requests as f64 / r.n as f64
+                    )
+                })
+            },
+        );
+    }
     row("bmo: last host / median host, to the target state", &|r| {
         format!("{:.2}", r.tail())
     });
@@ -1284,13 +1330,26 @@ fn table(results: &[RunResult]) -> String {
 
 fn csv(results: &[RunResult]) -> String {
     let mut out = String::from(
-        "work,hosts,bmo_available_p50_s,bmo_available_p95_s,bmo_available_max_s,bmo_provisioned_p50_s,bmo_provisioned_p95_s,bmo_provisioned_max_s,direct_available_p50_s,direct_available_p95_s,direct_available_max_s,direct_provisioned_p50_s,direct_provisioned_p95_s,direct_provisioned_max_s,ratio_target,bmo_peak_rss_mib,bmo_cpu_provisioning_s,bmo_cpu_idle_s,ironic_cpu_bmo_s,ironic_cpu_direct_s,kube_requests_startup,kube_requests_provisioning,ironic_requests_provisioning,ironic_requests_direct,idle_minutes,kube_requests_idle,ironic_requests_idle,kube_idle_per_host_min,ironic_idle_per_host_min,kube_idle_firmware,ironic_idle_firmware,hosts_with_errors\n",
+        "work,hosts,bmo_available_p50_s,bmo_available_p95_s,bmo_available_max_s,bmo_provisioned_p50_s,bmo_provisioned_p95_s,bmo_provisioned_max_s,direct_available_p50_s,direct_available_p95_s,direct_available_max_s,direct_provisioned_p50_s,direct_provisioned_p95_s,direct_provisioned_max_s,ratio_target,bmo_peak_rss_mib,bmo_cpu_provisioning_s,bmo_cpu_idle_s,ironic_cpu_bmo_s,ironic_cpu_direct_s,kube_requests_startup,kube_requests_provisioning,ironic_requests_provisioning,ironic_requests_direct,idle_minutes,kube_requests_idle,ironic_requests_idle,kube_idle_per_host_min,ironic_idle_per_host_min,kube_idle_firmware,ironic_idle_firmware,hosts_with_errors,direct_as_bmo_target_max_s,ratio_target_as_bmo,ironic_cpu_direct_as_bmo_s,ironic_requests_direct_as_bmo\n",
     );
     for r in results {
         let s = |s: Spread| format!("{:.3},{:.3},{:.3}", s.p50, s.p95, s.max);
+        // Empty cells when the run had no direct-as-bmo half.
+        let as_bmo = r.as_bmo.map_or_else(
+            || ",,,".to_owned(),
+            |d| {
+                let max = d.target(r.work).max;
+                format!(
+                    "{max:.3},{:.3},{:.2},{}",
+                    r.bmo_target().max / max,
+                    d.ironic_cpu,
+                    d.ironic_requests
+                )
+            },
+        );
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{:.3},{:.1},{:.2},{:.2},{:.2},{:.2},{},{},{},{},{:.2},{},{},{:.3},{:.3},{},{},{}",
+            "{},{},{},{},{},{},{:.3},{:.1},{:.2},{:.2},{:.2},{:.2},{},{},{},{},{:.2},{},{},{:.3},{:.3},{},{},{},{as_bmo}",
             r.work.label(),
             r.n,
             s(r.bmo_available),
@@ -1733,15 +1792,21 @@ async fn run_bmo(
     Ok(())
 }
 
-async fn run_direct(ctx: &Ctx, run: usize, n: usize, r: &mut RunResult) -> Result<()> {
+async fn run_direct(
+    ctx: &Ctx,
+    run: usize,
+    n: usize,
+    work: Work,
+    as_bmo: bool,
+) -> Result<DirectRun> {
     let s = &ctx.settings;
-    let work = r.work;
+    let name = if as_bmo { "direct-as-bmo" } else { "direct" };
     let sushy = match work {
         Work::Fake => None,
         Work::Redfish => {
             let sushy = Sushy::start(
                 ctx,
-                &format!("scale-{}-{n}-direct-sushy", ctx.stamp),
+                &format!("scale-{}-{n}-{name}-sushy", ctx.stamp),
                 run,
                 n,
             )?;
@@ -1752,7 +1817,7 @@ async fn run_direct(ctx: &Ctx, run: usize, n: usize, r: &mut RunResult) -> Resul
     let ironic = PrivateIronic::start(
         &ctx.repo,
         &ctx.stack_dir,
-        &format!("scale-{}-{n}-{run}-direct", ctx.stamp),
+        &format!("scale-{}-{n}-{run}-{name}", ctx.stamp),
         &s.ironic_conf,
     )?;
     let proxy = start_proxy(&ironic.endpoint.replace("/v1/", ""), None, Flavor::Ironic).await?;
@@ -1773,7 +1838,7 @@ async fn run_direct(ctx: &Ctx, run: usize, n: usize, r: &mut RunResult) -> Resul
                 },
             )
         }),
-        as_bmo: s.direct_as_bmo,
+        as_bmo,
     });
     let limit = Arc::new(Semaphore::new(s.limit.max(1)));
     let cpu_start = ironic.cpu_seconds();
@@ -1798,26 +1863,26 @@ async fn run_direct(ctx: &Ctx, run: usize, n: usize, r: &mut RunResult) -> Resul
         provisioned.push(p.duration_since(t0).as_secs_f64());
         if provisioned.len() % 100 == 0 {
             eprintln!(
-                "scale: N={n} direct: {} done after {:.0} s",
+                "scale: N={n} {name}: {} done after {:.0} s",
                 provisioned.len(),
                 t0.elapsed().as_secs_f64()
             );
         }
     }
-    r.direct_available = spread(available);
-    if work == Work::Fake {
-        r.direct_provisioned = spread(provisioned);
-    }
-    r.ironic_cpu_direct = ironic.cpu_seconds() - cpu_start;
-    let (total, kinds) = proxy.counts.snapshot();
-    r.ironic_direct = total;
+    let (ironic_requests, kinds) = proxy.counts.snapshot();
+    let result = DirectRun {
+        available: spread(available),
+        provisioned: spread(provisioned),
+        ironic_cpu: ironic.cpu_seconds() - cpu_start,
+        ironic_requests,
+    };
     eprintln!(
-        "scale: N={n} direct: all {} after {:.1} s",
+        "scale: N={n} {name}: all {} after {:.1} s",
         work.target(),
-        r.direct_target().max
+        result.target(work).max
     );
-    print_breakdown("Ironic requests, direct", &kinds);
-    Ok(())
+    print_breakdown(&format!("Ironic requests, {name}"), &kinds);
+    Ok(result)
 }
 
 async fn run() -> Result<()> {
@@ -1865,7 +1930,20 @@ async fn run() -> Result<()> {
         }
         if ctx.settings.run_direct {
             eprintln!("scale: N={n} {}: direct-Ironic run", work.label());
-            run_direct(&ctx, run, n, &mut r).await?;
+            let direct = run_direct(&ctx, run, n, work, false).await?;
+            r.direct_available = direct.available;
+            if work == Work::Fake {
+                r.direct_provisioned = direct.provisioned;
+            }
+            r.ironic_cpu_direct = direct.ironic_cpu;
+            r.ironic_direct = direct.ironic_requests;
+        }
+        if ctx.settings.run_direct_as_bmo {
+            eprintln!(
+                "scale: N={n} {}: direct-Ironic run doing bmo's Ironic work",
+                work.label()
+            );
+            r.as_bmo = Some(run_direct(&ctx, run, n, work, true).await?);
         }
         results.push(r);
         std::fs::write(&csv_path, csv(&results))
@@ -1877,15 +1955,10 @@ async fn run() -> Result<()> {
         eprintln!("scale: table so far:\n{}", table(&results));
     }
     println!(
-        "bmo scale benchmark: concurrency {}, provisioning limit {}, direct poll {} ms, direct work {}, idle window {} s\n",
+        "bmo scale benchmark: concurrency {}, provisioning limit {}, direct poll {} ms, idle window {} s\n",
         ctx.settings.concurrency,
         ctx.settings.limit,
         ctx.settings.direct_poll.as_millis(),
-        if ctx.settings.direct_as_bmo {
-            "as bmo's"
-        } else {
-            "lean"
-        },
         ctx.settings.idle.as_secs()
     );
     println!("{}", table(&results));
