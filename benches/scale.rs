@@ -178,6 +178,12 @@ impl Settings {
         };
         let halves = std::env::var("BMO_SCALE_HALVES").unwrap_or_else(|_| "bmo,direct".into());
         let halves: Vec<&str> = halves.split(',').map(str::trim).collect();
+        if let Some(unknown) = halves
+            .iter()
+            .find(|h| !["bmo", "direct", "direct-as-bmo"].contains(h))
+        {
+            bail!("BMO_SCALE_HALVES: {unknown} is not bmo, direct or direct-as-bmo");
+        }
         Ok(Settings {
             hosts,
             works,
@@ -845,7 +851,7 @@ struct Direct {
     ramdisk: String,
     /// The BMC addresses and credentials of the Redfish work.
     redfish: Option<(Vec<String>, bmo::credentials::Credentials)>,
-    /// Also the reads (and the power-on) bmo's features add (`BMO_SCALE_DIRECT_WORK`).
+    /// Also the reads (and the power-on) bmo's features add (the `direct-as-bmo` run).
     as_bmo: bool,
 }
 
@@ -888,6 +894,14 @@ impl Direct {
         bail!("{method} {path}: node stayed locked")
     }
 
+    /// What bmo asks before it creates a node (when `as_bmo`): a node by its name,
+    /// else one with a port of the boot MAC, to adopt.
+    async fn look_for_node_as_bmo(&self, name: &str, mac: &str) -> Result<()> {
+        self.read_as_bmo(&format!("nodes/{name}")).await?;
+        self.read_as_bmo(&format!("ports/detail?address={mac}"))
+            .await
+    }
+
     /// A read bmo makes for a feature the direct driver does not have (when
     /// `as_bmo`): its answer is not used, and a 404 (no inventory from fake
     /// inspection) is an answer too.
@@ -918,14 +932,20 @@ impl Direct {
         .map(drop)
     }
 
-    async fn wait_for(&self, uuid: &str, state: &str, done: impl Fn(&Value) -> bool) -> Result<()> {
+    /// Polls the node until it rests in `state` and `done`; the node as last read.
+    async fn wait_for(
+        &self,
+        uuid: &str,
+        state: &str,
+        done: impl Fn(&Value) -> bool,
+    ) -> Result<Value> {
         loop {
             let node = self
                 .call(reqwest::Method::GET, &format!("nodes/{uuid}"), None)
                 .await?;
             let now = node["provision_state"].as_str().unwrap_or_default();
             if now == state && node["target_provision_state"].is_null() && done(&node) {
-                return Ok(());
+                return Ok(node);
             }
             if now.ends_with("failed") || (now == "enroll" && !node["last_error"].is_null()) {
                 bail!("node {uuid} is in {now}: {}", node["last_error"]);
@@ -960,6 +980,8 @@ impl Direct {
             }
         }
         let _permit = limit.acquire().await?;
+        self.look_for_node_as_bmo(&format!("scale~{}", host_name(i)), &mac(run, i))
+            .await?;
         let node = self
             .call(reqwest::Method::POST, "nodes", Some(body))
             .await?;
@@ -973,8 +995,6 @@ impl Direct {
             Some(json!({"node_uuid": uuid, "address": mac(run, i)})),
         )
         .await?;
-        self.read_as_bmo(&format!("ports/detail?node_uuid={uuid}"))
-            .await?;
         self.set_state(&uuid, json!({"target": "manage"})).await?;
         self.wait_for(&uuid, "manageable", |_| true).await?;
         self.read_as_bmo(&format!("nodes/{uuid}/bios?detail=True"))
@@ -987,6 +1007,8 @@ impl Direct {
     async fn host(&self, run: usize, i: usize, limit: &Semaphore) -> Result<(Instant, Instant)> {
         let name = host_name(i);
         let permit = limit.acquire().await?;
+        self.look_for_node_as_bmo(&format!("scale~{name}"), &mac(run, i))
+            .await?;
         let node = self
             .call(
                 reqwest::Method::POST,
@@ -1013,8 +1035,6 @@ impl Direct {
             Some(json!({"node_uuid": uuid, "address": mac(run, i)})),
         )
         .await?;
-        self.read_as_bmo(&format!("ports/detail?node_uuid={uuid}"))
-            .await?;
         self.set_state(&uuid, json!({"target": "manage"})).await?;
         self.wait_for(&uuid, "manageable", |_| true).await?;
         self.read_as_bmo(&format!("nodes/{uuid}/bios?detail=True"))
@@ -1057,22 +1077,17 @@ impl Direct {
             }}),
         )
         .await?;
-        self.wait_for(&uuid, "active", |_| true).await?;
+        let node = self.wait_for(&uuid, "active", |_| true).await?;
         let provisioned = Instant::now();
         drop(permit);
-        if self.as_bmo {
-            // `online: true`: fake-hardware's deploy leaves the node as it was.
-            let node = self
-                .call(reqwest::Method::GET, &format!("nodes/{uuid}"), None)
-                .await?;
-            if node["power_state"] != "power on" {
-                self.call(
-                    reqwest::Method::PUT,
-                    &format!("nodes/{uuid}/states/power"),
-                    Some(json!({"target": "power on"})),
-                )
-                .await?;
-            }
+        // `online: true`: fake-hardware's deploy leaves the node's power as it was.
+        if self.as_bmo && node["power_state"] != "power on" {
+            self.call(
+                reqwest::Method::PUT,
+                &format!("nodes/{uuid}/states/power"),
+                Some(json!({"target": "power on"})),
+            )
+            .await?;
         }
         Ok((available, provisioned))
     }

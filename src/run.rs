@@ -79,6 +79,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         .preprov_image
         .check(config.netboot.http && config.netboot.any_service())?;
     let ironic_config = config.ironic.client_config()?;
+    let kube_config = kube::Config::infer().await.map_err(RunError::KubeConfig)?;
+    let kube_url = kube_config.cluster_url.to_string();
+    let kube = kube::Client::try_from(kube_config).map_err(RunError::KubeClient)?;
 
     let notifier = crate::notify::Notifier::from_env();
     let stop = Stop::on_signal(notifier.clone());
@@ -91,9 +94,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     };
     let server = serve_probes(config.health_addr, health.clone(), stop.stopped()).await?;
 
-    let Some(kube) = connect_kube(stop.stopped()).await? else {
+    if !reach_kube(&kube, &kube_url, stop.stopped()).await? {
         return stopped_while_starting(server).await;
-    };
+    }
 
     let ironic = match connect_ironic(ironic_config, stop.stopped()).await? {
         Some(ironic) => ironic,
@@ -170,15 +173,16 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     outcome
 }
 
-/// Connects to the Kubernetes API server, waiting while it may still come;
-/// `None` when `stop` comes first.
-async fn connect_kube(stop: impl Future<Output = ()>) -> Result<Option<kube::Client>, RunError> {
-    let kube_config = kube::Config::infer().await.map_err(RunError::KubeConfig)?;
-    let kube_url = kube_config.cluster_url.to_string();
-    let kube = kube::Client::try_from(kube_config).map_err(RunError::KubeClient)?;
+/// Waits until the Kubernetes API server at `url` answers, while it may still
+/// come; `false` when `stop` comes first.
+async fn reach_kube(
+    kube: &kube::Client,
+    url: &str,
+    stop: impl Future<Output = ()>,
+) -> Result<bool, RunError> {
     let waited = wait_for(
         "the Kubernetes API server",
-        &kube_url,
+        url,
         stop,
         kube_may_come,
         || kube.apiserver_version(),
@@ -186,10 +190,10 @@ async fn connect_kube(stop: impl Future<Output = ()>) -> Result<Option<kube::Cli
     .await;
     match waited {
         Ok(Some(version)) => {
-            tracing::info!(url = %kube_url, version = %version.git_version, "connected to Kubernetes");
-            Ok(Some(kube))
+            tracing::info!(%url, version = %version.git_version, "connected to Kubernetes");
+            Ok(true)
         }
-        Ok(None) => Ok(None),
+        Ok(None) => Ok(false),
         Err(e) => Err(RunError::KubeUnreachable(e)),
     }
 }

@@ -11,7 +11,10 @@
 //! - hosts holding a provisioning slot first: at N = 1000 the twenty slot holders
 //!   otherwise queued behind hundreds of enrolling hosts at every step, and the
 //!   slots, not Ironic, set the pace. A host a freed slot is offered to goes first
-//!   too: the slot is kept for it until it comes to take it;
+//!   too, as the slot is kept for it (up to 150 s) until it comes to take it. The
+//!   rank is taken when a reconcile starts waiting: a host already waiting when
+//!   its slot frees up keeps its place, and the wake-up the freed slot sends comes
+//!   after that reconcile;
 //! - then hosts never reconciled, whose first reconcile shows a state;
 //! - then the others, the oldest host first. In the order they asked, every
 //!   enrolling host went one step per round, so at N = 1000 none was ready for a

@@ -6,12 +6,14 @@
 //! - a full list (`GET /v1/nodes?fields=…`, paged) fills it, and is taken again once
 //!   it is [`FULL_MAX_AGE`] old (longer when listing takes long), so that every change
 //!   (power, maintenance, errors, nodes gone) shows within seconds;
-//! - in between, a list of the nodes whose provision state changed since the newest
-//!   change already seen (`sort_key=provision_updated_at`, newest first, paged only
-//!   while the changes are newer) brings the view up to date every
-//!   [`CHANGES_MAX_AGE`]. It costs Ironic what the nodes that moved cost, not what
-//!   all nodes do, so a node finishing a step is seen within about half a second at
-//!   N = 1000 as at N = 10.
+//! - in between, a list of the nodes whose provision state changed since the view
+//!   last caught up (`sort_key=provision_updated_at`, newest first, paged only while
+//!   the changes are newer than the newest change listed before, less what that
+//!   list took and [`CHANGES_OVERLAP`]) brings the view up to date every
+//!   [`CHANGES_MAX_AGE`] (or four times what the last list of changes took, if
+//!   longer). It costs Ironic what the nodes that moved cost, not what all nodes
+//!   do, so a node finishing a step is seen within about half a second at N = 1000
+//!   as at N = 10.
 //!
 //! A node bmo wrote to after the list that showed it was taken is not answered from
 //! it: the look waits for a list taken after the write (shared with every other
@@ -48,7 +50,7 @@ const CHANGES_LIST_TIME_FACTOR: u32 = 4;
 /// The oldest either list may get however long listing takes.
 const MAX_AGE_CAP: Duration = Duration::from_secs(10);
 
-/// How far before the newest change already seen a list of changes reaches back.
+/// How far before [`View::changes_seen_until`] a list of changes reaches back.
 /// Ironic stamps a change before its transaction commits, so a change stamped
 /// earlier than one a list showed can commit after that list.
 const CHANGES_OVERLAP: SignedDuration = SignedDuration::from_secs(2);
@@ -216,6 +218,10 @@ impl View {
         let nodes = client.list_node_fields(FIELDS).await?;
         self.by_uuid.clear();
         self.uuid_by_name.clear();
+        // Counted afresh from what Ironic holds now, so a stamp once seen ahead of
+        // Ironic's clock (a clock stepped back, conductors whose clocks disagree)
+        // cannot hide changes for longer than until the next full list.
+        self.changes_seen_until = None;
         self.add(nodes, at);
         self.full = Some(Taken {
             at,
@@ -388,14 +394,16 @@ mod tests {
             ..View::default()
         };
         assert_eq!(view.next_list(None), Some(ListKind::Changes));
+        // Just listed (a moment ahead, so that a slow test machine cannot make it
+        // due before the next line asks).
         let fresh = View {
-            fresh_at: Some(Instant::now()),
+            fresh_at: Some(Instant::now() + Duration::from_secs(60)),
             ..view
         };
         assert_eq!(fresh.next_list(None), None);
         // A look at a node written since: a full list while there are few nodes,
         // a list of changes when there are many.
-        let written = Instant::now();
+        let written = Instant::now() + Duration::from_secs(120);
         assert_eq!(fresh.next_list(Some(written)), Some(ListKind::Full));
         let mut many = fresh;
         let nodes = (0..=SMALL_LIST)
