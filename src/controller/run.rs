@@ -174,7 +174,8 @@ pub async fn run_with<P: Provisioner + 'static>(
     let dhcp_clients = lease_clients(ctx.leases.as_ref())
         .flat_map(move |mac| futures::stream::iter(cluster_hosts.hosts_with(&mac)));
     // A freed provisioning slot wakes the host next in line for it.
-    let slot_takers = freed_slots(ctx.slots.freed());
+    let reranked = turns.clone();
+    let slot_takers = freed_slots(ctx.slots.freed()).inspect(move |host| reranked.rerank(host));
     // A HostFirmwareSettings judged anew (its conditions changed) may ask an
     // available host to prepare again, at once rather than at the next steady poll.
     let _ = ctx.firmware_cache.set(feeds.settings.cache());

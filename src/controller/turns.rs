@@ -11,10 +11,9 @@
 //! - hosts holding a provisioning slot first: at N = 1000 the twenty slot holders
 //!   otherwise queued behind hundreds of enrolling hosts at every step, and the
 //!   slots, not Ironic, set the pace. A host a freed slot is offered to goes first
-//!   too, as the slot is kept for it (up to 150 s) until it comes to take it. The
-//!   rank is taken when a reconcile starts waiting: a host already waiting when
-//!   its slot frees up keeps its place, and the wake-up the freed slot sends comes
-//!   after that reconcile;
+//!   too, as the slot is kept for it (up to 150 s) until it comes to take it. A
+//!   rank is taken when a reconcile starts waiting, and taken anew
+//!   ([`Turns::rerank`]) when a slot is freed for a host already waiting;
 //! - then hosts never reconciled, whose first reconcile shows a state;
 //! - then the others, the oldest host first. In the order they asked, every
 //!   enrolling host went one step per round, so at N = 1000 none was ready for a
@@ -52,8 +51,14 @@ pub struct Turns<R = HostRank> {
 struct Queue<R> {
     free: usize,
     /// Waiting reconciles by rank, then in the order they asked.
-    waiting: BTreeMap<(R, u64), oneshot::Sender<()>>,
+    waiting: BTreeMap<(R, u64), Waiter>,
     asked: u64,
+}
+
+/// A reconcile waiting for its turn.
+struct Waiter {
+    host: ObjectRef<BareMetalHost>,
+    hand: oneshot::Sender<()>,
 }
 
 /// Where a host's reconcile stands in the host controller's line (see the module
@@ -137,7 +142,7 @@ impl<R: Ord> Turns<R> {
                 queue.free += 1;
                 return;
             };
-            if next.send(()).is_ok() {
+            if next.hand.send(()).is_ok() {
                 return;
             }
         }
@@ -157,11 +162,14 @@ impl<R: Ord> Turns<R> {
                 None
             } else {
                 let (hand, handed) = oneshot::channel();
-                let now = self.hosts.get(&ObjectRef::from_obj(host));
+                let key = ObjectRef::from_obj(host);
+                let now = self.hosts.get(&key);
                 let rank = (self.rank)(now.as_deref().unwrap_or(host));
                 queue.asked += 1;
                 let asked = queue.asked;
-                queue.waiting.insert((rank, asked), hand);
+                queue
+                    .waiting
+                    .insert((rank, asked), Waiter { host: key, hand });
                 Some(Waiting {
                     turns: self,
                     handed,
@@ -211,6 +219,32 @@ impl<R: Ord> Turns<R> {
                     None => Ok(Action::await_change()),
                 }
             })
+        }
+    }
+}
+
+impl<R: Ord + Clone> Turns<R> {
+    /// Ranks `host`'s waiting reconcile, if any, anew as the host is now: a slot
+    /// freed for a host that was already waiting moves it up, rather than leaving
+    /// the slot empty while it waits behind older hosts.
+    pub fn rerank(&self, host: &ObjectRef<BareMetalHost>) {
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(key) = queue
+            .waiting
+            .iter()
+            .find(|(_, waiter)| waiter.host == *host)
+            .map(|(key, _)| key.clone())
+        else {
+            return;
+        };
+        let Some(now) = self.hosts.get(host) else {
+            return;
+        };
+        let rank = (self.rank)(&now);
+        if rank != key.0
+            && let Some(waiter) = queue.waiting.remove(&key)
+        {
+            queue.waiting.insert((rank, key.1), waiter);
         }
     }
 }
@@ -315,6 +349,47 @@ mod tests {
                 .is_some(),
             "every turn came back"
         );
+    }
+
+    #[tokio::test]
+    async fn a_waiting_host_ranked_anew_moves_up() {
+        let (reader, mut writer) = store();
+        for name in ["a", "b", "c"] {
+            writer.apply_watcher_event(&Event::Apply(host(name, 1)));
+        }
+        // c ranks first once it is "offered a slot", as the freed slot's wake-up
+        // ranks it anew while its earlier reconcile already waits.
+        let offered = Arc::new(Mutex::new(None::<String>));
+        let rank = {
+            let offered = offered.clone();
+            move |h: &BareMetalHost| {
+                let offered = offered.lock().unwrap_or_else(PoisonError::into_inner);
+                offered.as_deref() != Some(h.name_any().as_str())
+            }
+        };
+        let turns = Arc::new(Turns::new(1, reader, rank));
+        let first = turns.take(&host("a", 1), std::future::pending()).await;
+        assert!(first.is_some());
+        let (order_tx, mut order) = tokio::sync::mpsc::unbounded_channel();
+        let mut waiting = Vec::new();
+        for name in ["b", "c"] {
+            let turns = turns.clone();
+            let order_tx = order_tx.clone();
+            waiting.push(tokio::spawn(async move {
+                let taken = turns.take(&host(name, 1), std::future::pending()).await;
+                let _ = order_tx.send(name);
+                drop(taken);
+            }));
+            tokio::task::yield_now().await;
+        }
+        *offered.lock().unwrap_or_else(PoisonError::into_inner) = Some("c".into());
+        turns.rerank(&ObjectRef::new("c").within("ns"));
+        drop(first);
+        for task in waiting {
+            let _ = task.await;
+        }
+        assert_eq!(order.recv().await, Some("c"));
+        assert_eq!(order.recv().await, Some("b"));
     }
 
     #[test]
