@@ -54,9 +54,13 @@ where
         tokio::time::sleep(grace).await;
         Stopped::GraceRanOut
     };
+    // The grace first: a controller stopped before its first list also ends its
+    // reconciling at shutdown (the shared watch drops the cache's writer), and that
+    // must not count as finished.
     tokio::select! {
-        () = reconciling => Stopped::Finished,
+        biased;
         stopped = grace => stopped,
+        () = reconciling => Stopped::Finished,
     }
 }
 
