@@ -48,15 +48,17 @@ where
 {
     let grace = async {
         shutdown.await;
-        if listed.wait_until_ready().now_or_never().is_none() {
+        // Not ready, or never to be: the shared watch dropped the cache's writer
+        // at shutdown before its first list.
+        if !matches!(listed.wait_until_ready().now_or_never(), Some(Ok(()))) {
             return Stopped::BeforeFirstList;
         }
         tokio::time::sleep(grace).await;
         Stopped::GraceRanOut
     };
     // The grace first: a controller stopped before its first list also ends its
-    // reconciling at shutdown (the shared watch drops the cache's writer), and that
-    // must not count as finished.
+    // reconciling at shutdown (the shared watch drops the cache's writer, which
+    // fails the readiness gate), and that must not count as finished.
     tokio::select! {
         biased;
         stopped = grace => stopped,

@@ -377,7 +377,7 @@ mod tests {
             let order_tx = order_tx.clone();
             waiting.push(tokio::spawn(async move {
                 let taken = turns.take(&host(name, 1), std::future::pending()).await;
-                let _ = order_tx.send(name);
+                let _ = order_tx.send((name, taken.is_some()));
                 drop(taken);
             }));
             tokio::task::yield_now().await;
@@ -388,8 +388,8 @@ mod tests {
         for task in waiting {
             let _ = task.await;
         }
-        assert_eq!(order.recv().await, Some("c"));
-        assert_eq!(order.recv().await, Some("b"));
+        assert_eq!(order.recv().await, Some(("c", true)), "c got the turn");
+        assert_eq!(order.recv().await, Some(("b", true)));
     }
 
     #[test]
