@@ -316,6 +316,54 @@ impl Stop {
     }
 }
 
+/// The controllers the configuration turns on: HostClaim, BareMetalSwitch, and the
+/// PreprovisioningImage builder.
+fn optional_controllers(
+    config: &Config,
+    kube: &kube::Client,
+    netboot: Option<&crate::netboot::Netboot>,
+    switch_targets: Option<controller::switches::SwitchTargets>,
+    namespace: Option<&str>,
+    stop: &Stop,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    if config.claims.enabled {
+        tasks.push(tokio::spawn(controller::claims::run(
+            controller::claims::KubeClaimStore::new(kube.clone()),
+            namespace.map(str::to_owned),
+            stop.stopped(),
+        )));
+        tracing::info!("HostClaim controller started");
+    }
+    if let Some(targets) = switch_targets {
+        tracing::info!("BareMetalSwitch controller started");
+        tasks.push(tokio::spawn(controller::switches::run(
+            controller::switches::KubeSwitchStore::new(kube.clone()),
+            targets,
+            namespace.map(str::to_owned),
+            stop.stopped(),
+        )));
+    }
+    // bmo builds initrd PreprovisioningImages itself: its IPA ramdisk plus each
+    // host's network data, served by its HTTP server (checked to be on).
+    if let Some(netboot) = netboot.filter(|_| config.preprov_image.preprov_image_initrd) {
+        let server = crate::netboot::host_ramdisks::RamdiskServer {
+            ramdisks: netboot.host_ramdisks.clone(),
+            images: netboot.deploy_images(),
+            images_dir: config.netboot.images_dir.clone(),
+        };
+        tracing::info!("PreprovisioningImage builder started");
+        tasks.push(tokio::spawn(controller::preprov_image::run(
+            kube.clone(),
+            server,
+            namespace.map(str::to_owned),
+            config.pod_name.clone(),
+            stop.stopped(),
+        )));
+    }
+    tasks
+}
+
 /// Starts every controller (hosts, firmware, DataImages, event subscriptions,
 /// HostClaims, switches, PreprovisioningImages, and the watches they share); each
 /// task ends after `stop`.
@@ -352,14 +400,6 @@ fn start_controllers(
         tokio::spawn(controller::run_with(ctx, host_feeds, stop.stopped())),
         tokio::spawn(watches.run(stop.stopped())),
     ];
-    if config.claims.enabled {
-        tasks.push(tokio::spawn(controller::claims::run(
-            controller::claims::KubeClaimStore::new(kube.clone()),
-            namespace.clone(),
-            stop.stopped(),
-        )));
-        tracing::info!("HostClaim controller started");
-    }
     tasks.push(tokio::spawn(controller::switches::attachments::run(
         kube.clone(),
         namespace.clone(),
@@ -367,32 +407,14 @@ fn start_controllers(
         attachment_host_events,
         stop.stopped(),
     )));
-    if let Some(targets) = switch_targets {
-        tracing::info!("BareMetalSwitch controller started");
-        tasks.push(tokio::spawn(controller::switches::run(
-            controller::switches::KubeSwitchStore::new(kube.clone()),
-            targets,
-            namespace.clone(),
-            stop.stopped(),
-        )));
-    }
-    // bmo builds initrd PreprovisioningImages itself: its IPA ramdisk plus each
-    // host's network data, served by its HTTP server (checked to be on).
-    if let Some(netboot) = netboot.filter(|_| config.preprov_image.preprov_image_initrd) {
-        let server = crate::netboot::host_ramdisks::RamdiskServer {
-            ramdisks: netboot.host_ramdisks.clone(),
-            images: netboot.deploy_images(),
-            images_dir: config.netboot.images_dir.clone(),
-        };
-        tracing::info!("PreprovisioningImage builder started");
-        tasks.push(tokio::spawn(controller::preprov_image::run(
-            kube.clone(),
-            server,
-            namespace.clone(),
-            config.pod_name.clone(),
-            stop.stopped(),
-        )));
-    }
+    tasks.extend(optional_controllers(
+        config,
+        kube,
+        netboot,
+        switch_targets,
+        namespace.as_deref(),
+        stop,
+    ));
     let firmware_ctx = Arc::new(controller::firmware::FirmwareContext {
         provisioner: provisioner.clone(),
         store: controller::firmware::KubeFirmwareStore::new(kube.clone(), config.pod_name.clone()),

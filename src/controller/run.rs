@@ -17,12 +17,12 @@ use tokio::sync::broadcast;
 
 use super::firmware::same_name;
 use super::known_hosts::ClusterHosts;
-use super::shared_watch::{Feeds, Watches};
+use super::shared_watch::{Feeds, Subscription, Watches};
 use super::store::{SECRET_LABEL, Store, managed_fields};
 use super::turns::{HostRank, Turns};
 use super::{Context, ReconcileError, backoff, reconcile, steady};
 use crate::api::BareMetalHost;
-use crate::api::firmware::HostFirmwareSettings;
+use crate::api::firmware::{HostFirmwareComponents, HostFirmwareSettings};
 use crate::metrics;
 use crate::netboot::leases::{LeaseEvent, LeaseTable};
 use crate::netboot::mac::MacAddr;
@@ -182,18 +182,8 @@ pub async fn run_with<P: Provisioner + 'static>(
     // A freed provisioning slot wakes the host next in line for it.
     let reranked = turns.clone();
     let slot_takers = freed_slots(ctx.slots.freed()).inspect(move |host| reranked.rerank(host));
-    // A HostFirmwareSettings judged anew (its conditions changed) may ask an
-    // available host to prepare again, at once rather than at the next steady poll.
-    let _ = ctx.firmware_cache.set(feeds.settings.cache());
-    let firmware_changes = feeds
-        .settings
-        .changed(firmware_conditions)
-        .filter_map(|settings| async move { same_name(settings.as_ref()) });
-    let _ = ctx.components_cache.set(feeds.components.cache());
-    let components_changes = feeds
-        .components
-        .changed(crate::controller::firmware::components::conditions_hash)
-        .filter_map(|components| async move { same_name(components.as_ref()) });
+    let (firmware_changes, components_changes) =
+        firmware_judged(&ctx, feeds.settings, feeds.components);
     // Hosts at rest whose node changed behind bmo's back (one list of nodes per
     // steady interval).
     let steady_changes = steady::changed_hosts(ctx.clone(), ctx.settings.steady_poll);
@@ -219,19 +209,7 @@ pub async fn run_with<P: Provisioner + 'static>(
             error_policy,
             ctx,
         )
-        .for_each(|result| async move {
-            match result {
-                Ok(_) => {}
-                // A watch (or its first list) failed: the API server is away, or
-                // refuses; tried again within WATCH_RETRY_MAX.
-                Err(kube::runtime::controller::Error::QueueError(e)) => tracing::warn!(
-                    error = %crate::telemetry::with_causes(&e),
-                    "watch of Secrets failed; trying again in at most {} s",
-                    WATCH_RETRY_MAX.as_secs()
-                ),
-                Err(e) => tracing::debug!(error = %e, "reconcile did not finish"),
-            }
-        });
+        .for_each(|result| async move { report(result) });
     match run_until_shutdown(reconciling, shutdown, &listed, SHUTDOWN_GRACE).await {
         Stopped::Finished => {}
         Stopped::BeforeFirstList => {
@@ -277,6 +255,46 @@ fn labelled_secret_changes<P: Provisioner + 'static>(
         })
     })
     .flat_map(move |secret| futures::stream::iter(hosts_using_secret(&hosts, &secret.metadata)))
+}
+
+/// A HostFirmwareSettings or HostFirmwareComponents judged anew (its conditions
+/// changed) may ask an available host to prepare again: each wakes the host of its
+/// name at once, rather than at the next steady poll. The caches go to the context.
+fn firmware_judged<P: Provisioner>(
+    ctx: &Context<P>,
+    settings: Subscription<HostFirmwareSettings>,
+    components: Subscription<HostFirmwareComponents>,
+) -> (
+    impl futures::Stream<Item = ObjectRef<BareMetalHost>> + Send + use<P>,
+    impl futures::Stream<Item = ObjectRef<BareMetalHost>> + Send + use<P>,
+) {
+    let _ = ctx.firmware_cache.set(settings.cache());
+    let _ = ctx.components_cache.set(components.cache());
+    (
+        settings
+            .changed(firmware_conditions)
+            .filter_map(|settings| async move { same_name(settings.as_ref()) }),
+        components
+            .changed(crate::controller::firmware::components::conditions_hash)
+            .filter_map(|components| async move { same_name(components.as_ref()) }),
+    )
+}
+
+/// Logs how a reconcile (or the watch feeding the controller) ended.
+fn report<T, E: std::fmt::Display>(
+    result: Result<T, kube::runtime::controller::Error<E, watcher::Error>>,
+) {
+    match result {
+        Ok(_) => {}
+        // A watch (or its first list) failed: the API server is away, or refuses;
+        // tried again within WATCH_RETRY_MAX.
+        Err(kube::runtime::controller::Error::QueueError(e)) => tracing::warn!(
+            error = %crate::telemetry::with_causes(&e),
+            "watch of Secrets failed; trying again in at most {} s",
+            WATCH_RETRY_MAX.as_secs()
+        ),
+        Err(e) => tracing::debug!(error = %e, "reconcile did not finish"),
+    }
 }
 
 /// The hosts (`namespace/name`) a provisioning slot was freed for.

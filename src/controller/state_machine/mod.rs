@@ -8,6 +8,7 @@
 //! registration check, re-adoption) or hands the result to [`after`], which says how
 //! the status changes ([`Update`]). The reconciler only loads, calls and saves.
 
+mod after;
 mod apply;
 mod checks;
 mod next;
@@ -22,6 +23,7 @@ use crate::api::{
 pub use crate::controller::firmware::components::state_machine::PendingUpdates;
 pub use crate::controller::firmware::state_machine::PendingSettings;
 
+pub use after::after;
 pub use apply::apply;
 pub use checks::{
     Gate, gate, moved_away, observed_power, reboot_request, release, restart_on_failure, spec_error,
@@ -409,48 +411,14 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
 /// The state's own step.
 fn plan_state(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts, state: State) -> Step {
     match state {
-        State::None | State::Unmanaged if host.has_bmc_details() => {
-            let message = if state == State::None {
-                "registering the host with the provisioner"
-            } else {
-                "BMC details added; registering the host"
-            };
-            transition(State::Registering, "Registering", message.into())
-        }
-        State::None => Step::Transition(Update {
-            state: Some(State::Unmanaged),
-            operational_status: Some(OperationalStatus::Discovered),
-            event: Some((
-                "Discovered".into(),
-                "no BMC details: the host is unmanaged until spec.bmc is set".into(),
-                false,
-            )),
-            ..Default::default()
-        }),
-        State::Unmanaged => Step::Wait(SLOW_POLL),
+        State::None | State::Unmanaged => plan_unregistered(host, state),
         State::Registering => {
             if let Some(step) = credentials_problem(facts) {
                 return step;
             }
             Step::Call(Operation::Register)
         }
-        State::Inspecting | State::MatchProfile => {
-            if state == State::MatchProfile || host.inspection_disabled() {
-                return Step::Transition(Update {
-                    state: Some(State::Preparing),
-                    error: ErrorChange::Clear,
-                    event: Some((
-                        "InspectionSkipped".into(),
-                        "inspection disabled; hardware details not gathered".into(),
-                        false,
-                    )),
-                    ..Default::default()
-                });
-            }
-            Step::Call(Operation::Inspect {
-                refresh: annotation(host, crate::api::host::INSPECT_ANNOTATION).is_some(),
-            })
-        }
+        State::Inspecting | State::MatchProfile => plan_inspecting(host, state),
         // BIOS settings bmo cannot apply fail preparing until the spec changes.
         State::Preparing if matches!(facts.firmware, PendingSettings::Refused(_)) => {
             refuse_settings(st, &facts.firmware)
@@ -488,28 +456,76 @@ fn plan_state(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts, sta
             }
             plan_power(host, st, facts)
         }
-        State::ExternallyProvisioned => {
-            if !host.spec.externally_provisioned {
-                return Step::Transition(Update {
-                    state: Some(State::Provisioned),
-                    record_provisioned: Some(true),
-                    event: Some((
-                        "Provisioned".into(),
-                        "externallyProvisioned cleared; the host counts as provisioned by bmo"
-                            .into(),
-                        false,
-                    )),
-                    ..Default::default()
-                });
-            }
-            plan_power(host, st, facts)
-        }
+        State::ExternallyProvisioned => plan_externally_provisioned(host, st, facts),
         State::Deprovisioning => Step::Call(Operation::Deprovision),
         State::PoweringOffBeforeDelete | State::Deleting => {
             // Only reachable with a deletion timestamp; otherwise a stale state.
             Step::Wait(STEADY_POLL)
         }
     }
+}
+
+/// A host with no state yet or unmanaged: registered once it has BMC details.
+fn plan_unregistered(host: &BareMetalHost, state: State) -> Step {
+    if host.has_bmc_details() {
+        let message = if state == State::None {
+            "registering the host with the provisioner"
+        } else {
+            "BMC details added; registering the host"
+        };
+        return transition(State::Registering, "Registering", message.into());
+    }
+    if state == State::Unmanaged {
+        return Step::Wait(SLOW_POLL);
+    }
+    Step::Transition(Update {
+        state: Some(State::Unmanaged),
+        operational_status: Some(OperationalStatus::Discovered),
+        event: Some((
+            "Discovered".into(),
+            "no BMC details: the host is unmanaged until spec.bmc is set".into(),
+            false,
+        )),
+        ..Default::default()
+    })
+}
+
+fn plan_inspecting(host: &BareMetalHost, state: State) -> Step {
+    if state == State::MatchProfile || host.inspection_disabled() {
+        return Step::Transition(Update {
+            state: Some(State::Preparing),
+            error: ErrorChange::Clear,
+            event: Some((
+                "InspectionSkipped".into(),
+                "inspection disabled; hardware details not gathered".into(),
+                false,
+            )),
+            ..Default::default()
+        });
+    }
+    Step::Call(Operation::Inspect {
+        refresh: annotation(host, crate::api::host::INSPECT_ANNOTATION).is_some(),
+    })
+}
+
+fn plan_externally_provisioned(
+    host: &BareMetalHost,
+    st: &BareMetalHostStatus,
+    facts: &Facts,
+) -> Step {
+    if !host.spec.externally_provisioned {
+        return Step::Transition(Update {
+            state: Some(State::Provisioned),
+            record_provisioned: Some(true),
+            event: Some((
+                "Provisioned".into(),
+                "externallyProvisioned cleared; the host counts as provisioned by bmo".into(),
+                false,
+            )),
+            ..Default::default()
+        });
+    }
+    plan_power(host, st, facts)
 }
 
 /// A preparation error for BIOS settings that cannot be applied, said once: the host
@@ -778,178 +794,6 @@ pub fn with_reported_power(host: &BareMetalHost, facts: &Facts, mut update: Upda
             .filter(|on| *on != status(host).powered_on);
     }
     update
-}
-
-/// The status change after `op` in `state` reported `result`.
-pub fn after(host: &BareMetalHost, op: Operation, result: &CallResult) -> Update {
-    let state = host.provisioning_state();
-    let deleting = host.metadata.deletion_timestamp.is_some();
-    match result {
-        CallResult::InProgress { after, .. } => Update {
-            requeue: Requeue::After(*after),
-            ..Default::default()
-        },
-        CallResult::Started { after } if op == Operation::Service => servicing::started(*after),
-        CallResult::Started { after } if op == Operation::Prepare => Update {
-            requeue: Requeue::After(*after),
-            record_prepared: Some(true),
-            ..Default::default()
-        },
-        CallResult::Started { after } => Update {
-            requeue: Requeue::After(*after),
-            event: op
-                .start_reason()
-                .map(|(reason, message)| (reason.to_owned(), message.to_owned(), false)),
-            ..Default::default()
-        },
-        CallResult::Failed(message) => {
-            let mut update = Update {
-                error: ErrorChange::Set(op.error_type(state), message.clone()),
-                event: Some((op.failure_reason(state).to_owned(), message.clone(), true)),
-                requeue: Requeue::Backoff,
-                ..Default::default()
-            };
-            if op == Operation::Prepare {
-                update.record_prepared = Some(false);
-            }
-            if op == Operation::Provision && state == State::Provisioning {
-                // Clean up before the next attempt.
-                update.state = Some(State::Deprovisioning);
-                update.provisioning_failed = true;
-            }
-            update
-        }
-        CallResult::Done => after_done(host, op, state, deleting),
-    }
-}
-
-fn after_done(host: &BareMetalHost, op: Operation, state: State, deleting: bool) -> Update {
-    let name = host.namespaced_name();
-    let moved = |to: State, reason: &str, message: String| Update {
-        state: Some(to),
-        error: ErrorChange::Clear,
-        event: Some((reason.to_owned(), message, false)),
-        ..Default::default()
-    };
-    match op {
-        Operation::Register => {
-            if state != State::Registering {
-                // Re-registration in a later state: carry on with that state.
-                return Update {
-                    error: if status(host).error_type == Some(ErrorType::Registration) {
-                        ErrorChange::Clear
-                    } else {
-                        ErrorChange::Keep
-                    },
-                    ..Default::default()
-                };
-            }
-            if host.spec.externally_provisioned {
-                moved(
-                    State::ExternallyProvisioned,
-                    "ExternallyProvisioned",
-                    format!("{name} registered; externally provisioned, only power is managed"),
-                )
-            } else if host.inspection_disabled() {
-                moved(
-                    State::Preparing,
-                    "Registered",
-                    format!("{name} registered; inspection disabled"),
-                )
-            } else {
-                moved(
-                    State::Inspecting,
-                    "Registered",
-                    format!("{name} registered; inspecting hardware"),
-                )
-            }
-        }
-        Operation::Inspect { .. } => {
-            let mut u = moved(
-                State::Preparing,
-                "InspectionComplete",
-                "hardware inspection complete".into(),
-            );
-            u.clear_inspect_annotation = true;
-            u
-        }
-        Operation::Prepare => moved(
-            State::Available,
-            "Available",
-            "host prepared and available for provisioning".into(),
-        ),
-        Operation::Provision => {
-            let mut u = moved(
-                State::Provisioned,
-                "ProvisioningComplete",
-                "image provisioned".into(),
-            );
-            u.record_provisioned = Some(true);
-            u.clear_reboot = true;
-            u
-        }
-        Operation::Deprovision => {
-            let to = if deleting {
-                State::PoweringOffBeforeDelete
-            } else {
-                State::Available
-            };
-            let mut u = moved(
-                to,
-                "DeprovisioningComplete",
-                "image removed and disks cleaned".into(),
-            );
-            u.record_provisioned = Some(false);
-            u.clear_reboot = true;
-            // A failed provisioning attempt keeps its error visible until the retry.
-            if status(host).error_type == Some(ErrorType::Provisioning) && !deleting {
-                u.error = ErrorChange::Keep;
-            }
-            u
-        }
-        Operation::Adopt => Update {
-            error: if status(host).error_type == Some(ErrorType::ProvisionedRegistration) {
-                ErrorChange::Clear
-            } else {
-                ErrorChange::Keep
-            },
-            ..Default::default()
-        },
-        Operation::PowerOn => Update {
-            powered_on: Some(true),
-            error: ErrorChange::Clear,
-            event: Some(("PowerOn".into(), "host powered on".into(), false)),
-            ..Default::default()
-        },
-        Operation::PowerOff { .. } => {
-            if state == State::PoweringOffBeforeDelete {
-                let mut u = moved(
-                    State::Deleting,
-                    "PowerOff",
-                    "host powered off; deleting".into(),
-                );
-                u.powered_on = Some(false);
-                return u;
-            }
-            Update {
-                powered_on: Some(false),
-                error: ErrorChange::Clear,
-                event: Some(("PowerOff".into(), "host powered off".into(), false)),
-                ..Default::default()
-            }
-        }
-        Operation::Detach => Update {
-            operational_status: Some(OperationalStatus::Detached),
-            event: Some((
-                "Detached".into(),
-                "host removed from the provisioner; the object stays".into(),
-                false,
-            )),
-            ..Default::default()
-        },
-        Operation::Delete => release(),
-        Operation::Service => servicing::finished(),
-    }
 }
 
 #[cfg(test)]
