@@ -399,14 +399,14 @@ fn start_controllers(
     let mut tasks = vec![
         tokio::spawn(controller::run_with(ctx, host_feeds, stop.stopped())),
         tokio::spawn(watches.run(stop.stopped())),
+        tokio::spawn(controller::switches::attachments::run(
+            kube.clone(),
+            namespace.clone(),
+            attachment_hosts,
+            attachment_host_events,
+            stop.stopped(),
+        )),
     ];
-    tasks.push(tokio::spawn(controller::switches::attachments::run(
-        kube.clone(),
-        namespace.clone(),
-        attachment_hosts,
-        attachment_host_events,
-        stop.stopped(),
-    )));
     tasks.extend(optional_controllers(
         config,
         kube,

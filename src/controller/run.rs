@@ -182,6 +182,7 @@ pub async fn run_with<P: Provisioner + 'static>(
     // A freed provisioning slot wakes the host next in line for it.
     let reranked = turns.clone();
     let slot_takers = freed_slots(ctx.slots.freed()).inspect(move |host| reranked.rerank(host));
+    // A firmware resource judged anew wakes its host (see `firmware_judged`).
     let (firmware_changes, components_changes) =
         firmware_judged(&ctx, feeds.settings, feeds.components);
     // Hosts at rest whose node changed behind bmo's back (one list of nodes per
@@ -209,7 +210,7 @@ pub async fn run_with<P: Provisioner + 'static>(
             error_policy,
             ctx,
         )
-        .for_each(|result| async move { report(result) });
+        .for_each(|result| async move { report_reconcile(result) });
     match run_until_shutdown(reconciling, shutdown, &listed, SHUTDOWN_GRACE).await {
         Stopped::Finished => {}
         Stopped::BeforeFirstList => {
@@ -273,15 +274,16 @@ fn firmware_judged<P: Provisioner>(
     (
         settings
             .changed(firmware_conditions)
-            .filter_map(|settings| async move { same_name(settings.as_ref()) }),
+            .filter_map(|judged| async move { same_name(judged.as_ref()) }),
         components
             .changed(crate::controller::firmware::components::conditions_hash)
-            .filter_map(|components| async move { same_name(components.as_ref()) }),
+            .filter_map(|judged| async move { same_name(judged.as_ref()) }),
     )
 }
 
-/// Logs how a reconcile (or the watch feeding the controller) ended.
-fn report<T, E: std::fmt::Display>(
+/// Logs how a reconcile ended, or that the watch of Secrets (the host controller's
+/// one `.watches`) failed.
+fn report_reconcile<T, E: std::fmt::Display>(
     result: Result<T, kube::runtime::controller::Error<E, watcher::Error>>,
 ) {
     match result {

@@ -3,7 +3,7 @@
 use super::{CallResult, ErrorChange, Operation, Requeue, Update, release, servicing, status};
 use crate::api::{BareMetalHost, ErrorType, OperationalStatus, ProvisioningState as State};
 
-/// The status change after `op` in `state` reported `result`.
+/// The status change after `op`, in the host's state, reported `result`.
 pub fn after(host: &BareMetalHost, op: Operation, result: &CallResult) -> Update {
     let state = host.provisioning_state();
     let deleting = host.metadata.deletion_timestamp.is_some();
@@ -114,7 +114,8 @@ fn moved(to: State, reason: &str, message: String) -> Update {
 }
 
 /// Registration done: a registering host goes on to inspection (or past it); a host
-/// registered again in a later state carries on with that state.
+/// registered again in a later state carries on with that state, its registration
+/// error (if any) cleared.
 fn after_registered(host: &BareMetalHost, state: State) -> Update {
     if state != State::Registering {
         return Update {
@@ -148,6 +149,7 @@ fn after_registered(host: &BareMetalHost, state: State) -> Update {
     }
 }
 
+/// The image is off: the host is available again, or powers off on its way out.
 fn after_deprovisioned(host: &BareMetalHost, deleting: bool) -> Update {
     let to = if deleting {
         State::PoweringOffBeforeDelete
@@ -168,6 +170,7 @@ fn after_deprovisioned(host: &BareMetalHost, deleting: bool) -> Update {
     u
 }
 
+/// Powered off: a host on its way out is deleted next.
 fn after_powered_off(state: State) -> Update {
     if state == State::PoweringOffBeforeDelete {
         let mut u = moved(

@@ -490,6 +490,8 @@ fn plan_unregistered(host: &BareMetalHost, state: State) -> Step {
     })
 }
 
+/// Inspection, unless it is disabled; the legacy `match profile` state always
+/// moves on to preparing, as upstream's does.
 fn plan_inspecting(host: &BareMetalHost, state: State) -> Step {
     if state == State::MatchProfile || host.inspection_disabled() {
         return Step::Transition(Update {
@@ -508,6 +510,8 @@ fn plan_inspecting(host: &BareMetalHost, state: State) -> Step {
     })
 }
 
+/// Power only; once `externallyProvisioned` is cleared the host counts as
+/// provisioned by bmo, as upstream's does.
 fn plan_externally_provisioned(
     host: &BareMetalHost,
     st: &BareMetalHostStatus,
