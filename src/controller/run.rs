@@ -183,8 +183,7 @@ pub async fn run_with<P: Provisioner + 'static>(
     let reranked = turns.clone();
     let slot_takers = freed_slots(ctx.slots.freed()).inspect(move |host| reranked.rerank(host));
     // A firmware resource judged anew wakes its host (see `firmware_judged`).
-    let (firmware_changes, components_changes) =
-        firmware_judged(&ctx, feeds.settings, feeds.components);
+    let firmware_changes = firmware_judged(&ctx, feeds.settings, feeds.components);
     // Hosts at rest whose node changed behind bmo's back (one list of nodes per
     // steady interval).
     let steady_changes = steady::changed_hosts(ctx.clone(), ctx.settings.steady_poll);
@@ -193,7 +192,6 @@ pub async fn run_with<P: Provisioner + 'static>(
         .reconcile_on(slot_takers)
         .reconcile_on(dhcp_clients)
         .reconcile_on(firmware_changes)
-        .reconcile_on(components_changes)
         .reconcile_on(labelled_secret_changes)
         .reconcile_on(steady_changes)
         .watches(
@@ -265,13 +263,10 @@ fn firmware_judged<P: Provisioner>(
     ctx: &Context<P>,
     settings: Subscription<HostFirmwareSettings>,
     components: Subscription<HostFirmwareComponents>,
-) -> (
-    impl futures::Stream<Item = ObjectRef<BareMetalHost>> + Send + use<P>,
-    impl futures::Stream<Item = ObjectRef<BareMetalHost>> + Send + use<P>,
-) {
+) -> impl futures::Stream<Item = ObjectRef<BareMetalHost>> + Send + use<P> {
     let _ = ctx.firmware_cache.set(settings.cache());
     let _ = ctx.components_cache.set(components.cache());
-    (
+    futures::stream::select(
         settings
             .changed(firmware_conditions)
             .filter_map(|judged| async move { same_name(judged.as_ref()) }),

@@ -264,6 +264,33 @@ mod tests {
         host
     }
 
+    /// Queues a reconcile of each of `names` (generation 1 as asked), one after the
+    /// other; each says, when its turn comes, its name and the generation of the
+    /// host its turn came with (`None`: no turn).
+    async fn queue_waiters<R: Ord + Send + 'static>(
+        turns: &Arc<Turns<R>>,
+        names: &[&'static str],
+    ) -> (
+        Vec<tokio::task::JoinHandle<()>>,
+        tokio::sync::mpsc::UnboundedReceiver<(&'static str, Option<i64>)>,
+    ) {
+        let (order_tx, order) = tokio::sync::mpsc::unbounded_channel();
+        let mut waiting = Vec::new();
+        for &name in names {
+            let turns = turns.clone();
+            let order_tx = order_tx.clone();
+            waiting.push(tokio::spawn(async move {
+                let taken = turns.take(&host(name, 1), std::future::pending()).await;
+                let generation = taken.as_ref().and_then(|(_, h)| h.metadata.generation);
+                let _ = order_tx.send((name, generation));
+            }));
+            // The waiter runs (and queues for the turn) before the next is spawned:
+            // the test runtime has one thread.
+            tokio::task::yield_now().await;
+        }
+        (waiting, order)
+    }
+
     #[tokio::test]
     async fn turns_go_in_the_order_they_were_asked_for_with_the_host_as_it_is_then() {
         let (reader, mut writer) = store();
@@ -277,20 +304,7 @@ mod tests {
             .map(|(turn, _)| turn);
         assert!(first.is_some(), "a free turn is taken at once");
 
-        let (order_tx, mut order) = tokio::sync::mpsc::unbounded_channel();
-        let mut waiting = Vec::new();
-        for name in ["c", "b"] {
-            let turns = turns.clone();
-            let order_tx = order_tx.clone();
-            waiting.push(tokio::spawn(async move {
-                let taken = turns.take(&host(name, 1), std::future::pending()).await;
-                let generation = taken.as_ref().and_then(|(_, h)| h.metadata.generation);
-                let _ = order_tx.send((name, generation));
-            }));
-            // The waiter runs (and queues for the turn) before the next is spawned:
-            // the test runtime has one thread.
-            tokio::task::yield_now().await;
-        }
+        let (waiting, mut order) = queue_waiters(&turns, &["c", "b"]).await;
         writer.apply_watcher_event(&Event::Apply(host("c", 2)));
         drop(first);
         for task in waiting {
@@ -310,18 +324,7 @@ mod tests {
         let first = turns.take(&host("a", 1), std::future::pending()).await;
         assert!(first.is_some());
 
-        let (order_tx, mut order) = tokio::sync::mpsc::unbounded_channel();
-        let mut waiting = Vec::new();
-        for name in ["b", "urgent"] {
-            let turns = turns.clone();
-            let order_tx = order_tx.clone();
-            waiting.push(tokio::spawn(async move {
-                let taken = turns.take(&host(name, 1), std::future::pending()).await;
-                let _ = order_tx.send(name);
-                drop(taken);
-            }));
-            tokio::task::yield_now().await;
-        }
+        let (waiting, mut order) = queue_waiters(&turns, &["b", "urgent"]).await;
         // A waiter given up (its reconcile cancelled) takes no turn with it.
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let given_up = {
@@ -340,8 +343,8 @@ mod tests {
         for task in waiting {
             let _ = task.await;
         }
-        assert_eq!(order.recv().await, Some("urgent"));
-        assert_eq!(order.recv().await, Some("b"));
+        assert_eq!(order.recv().await.map(|(name, _)| name), Some("urgent"));
+        assert_eq!(order.recv().await.map(|(name, _)| name), Some("b"));
         assert!(
             turns
                 .take(&host("a", 1), std::future::pending())
@@ -370,26 +373,15 @@ mod tests {
         let turns = Arc::new(Turns::new(1, reader, rank));
         let first = turns.take(&host("a", 1), std::future::pending()).await;
         assert!(first.is_some());
-        let (order_tx, mut order) = tokio::sync::mpsc::unbounded_channel();
-        let mut waiting = Vec::new();
-        for name in ["b", "c"] {
-            let turns = turns.clone();
-            let order_tx = order_tx.clone();
-            waiting.push(tokio::spawn(async move {
-                let taken = turns.take(&host(name, 1), std::future::pending()).await;
-                let _ = order_tx.send((name, taken.is_some()));
-                drop(taken);
-            }));
-            tokio::task::yield_now().await;
-        }
+        let (waiting, mut order) = queue_waiters(&turns, &["b", "c"]).await;
         *offered.lock().unwrap_or_else(PoisonError::into_inner) = Some("c".into());
         turns.rerank(&ObjectRef::new("c").within("ns"));
         drop(first);
         for task in waiting {
             let _ = task.await;
         }
-        assert_eq!(order.recv().await, Some(("c", true)), "c got the turn");
-        assert_eq!(order.recv().await, Some(("b", true)));
+        assert_eq!(order.recv().await, Some(("c", Some(1))), "c got the turn");
+        assert_eq!(order.recv().await, Some(("b", Some(1))));
     }
 
     #[test]
