@@ -54,13 +54,21 @@ async fn error_counts(hosts: &Api<BareMetalHost>) -> Result<Vec<(String, i64)>, 
         .collect())
 }
 
+/// When the failing hosts' first errors came, from the test's start: none before
+/// `created` (the first host was created then), all by `recorded`.
+struct FirstErrors {
+    created: Duration,
+    recorded: Duration,
+}
+
 /// Creates `count` hosts `broken-N` whose BMC Secret does not exist, then waits until
-/// each has recorded its first error; returns when that was, from `start`.
+/// each has recorded its first error.
 async fn create_hosts_without_secret(
     hosts: &Api<BareMetalHost>,
     count: usize,
     start: Instant,
-) -> Duration {
+) -> FirstErrors {
+    let created = start.elapsed();
     for i in 0..count {
         let host: BareMetalHost =
             serde_json::from_value(fake_host(&format!("broken-{i}"), &unique_mac()))
@@ -82,7 +90,10 @@ async fn create_hosts_without_secret(
         },
     )
     .await;
-    start.elapsed()
+    FirstErrors {
+        created,
+        recorded: start.elapsed(),
+    }
 }
 
 #[tokio::test]
@@ -127,10 +138,11 @@ async fn hosts_missing_their_secret_back_off_while_healthy_hosts_provision() {
         .await;
     }
 
-    // Until the first backoff step (at least 60 s after the first error) every failing
-    // host stays at one error. Its first reconciles add the finalizer, move it to
-    // registering and find the Secret missing: a handful, then nothing.
-    let step_one = first_errors + Duration::from_secs(55);
+    // Until the first backoff step (at least 60 s after a host's first error, which
+    // came after its creation) every failing host stays at one error. Its first
+    // reconciles add the finalizer, move it to registering and find the Secret
+    // missing: a handful, then nothing.
+    let step_one = first_errors.created + Duration::from_secs(55);
     if start.elapsed() < step_one {
         tokio::time::sleep(step_one - start.elapsed()).await;
     }
@@ -161,8 +173,9 @@ async fn hosts_missing_their_secret_back_off_while_healthy_hosts_provision() {
     }
 
     // The second error comes 1–2 minutes after the first, the third not before 2
-    // more minutes: at 130 s every failing host has exactly two.
-    let observe = first_errors + Duration::from_secs(130);
+    // more minutes: 130 s after the last first error every failing host has exactly
+    // two (the earliest host's third comes at least 180 s after its creation).
+    let observe = first_errors.recorded + Duration::from_secs(130);
     if start.elapsed() < observe {
         tokio::time::sleep(observe - start.elapsed()).await;
     }
@@ -218,7 +231,7 @@ async fn bmo_max_backoff_caps_the_wait_between_retries() {
     // 130 s after the first error: uncapped, each host would have 2 errors (the
     // other test); capped at 20 s, between 1 + 130/20 and 1 + 130/10, less what the
     // reconciles themselves take.
-    let observe = first_errors + Duration::from_secs(130);
+    let observe = first_errors.recorded + Duration::from_secs(130);
     tokio::time::sleep(observe.saturating_sub(start.elapsed())).await;
     let counts = error_counts(&hosts).await.expect("list hosts");
     let reconciled = reconciles(&health).await;

@@ -178,27 +178,38 @@ async fn fake_hardware_host_goes_from_registering_to_provisioned_and_back_out() 
         Some(format!("{}~{name}", site.ns).as_str())
     );
 
+    // bmo posts an event after the status write that shows the state.
     let events: Api<Event> = Api::namespaced(site.client.clone(), &site.ns);
-    let reasons: BTreeSet<String> = events
-        .list(&ListParams::default())
-        .await
-        .expect("list events")
-        .items
-        .into_iter()
-        .filter_map(|e| e.reason)
-        .collect();
-    for reason in [
-        "BMCAccessValidated",
-        "Registered",
-        "InspectionStarted",
-        "InspectionComplete",
-        "ProvisioningComplete",
-    ] {
-        assert!(
-            reasons.contains(reason),
-            "no {reason} event among {reasons:?}"
-        );
-    }
+    eventually(
+        "the lifecycle's events",
+        Duration::from_secs(10),
+        || async {
+            let reasons: BTreeSet<String> = events
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .into_iter()
+                .filter_map(|e| e.reason)
+                .collect();
+            let missing: Vec<&str> = [
+                "BMCAccessValidated",
+                "Registered",
+                "InspectionStarted",
+                "InspectionComplete",
+                "ProvisioningComplete",
+            ]
+            .into_iter()
+            .filter(|r| !reasons.contains(*r))
+            .collect();
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("no {missing:?} event among {reasons:?}"))
+            }
+        },
+    )
+    .await;
 
     // Prometheus sees what the user saw, under upstream's metric names.
     let metrics = site.metrics().await;

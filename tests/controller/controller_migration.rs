@@ -823,12 +823,21 @@ async fn upstream_footprint_is_taken_over_without_new_nodes_or_provision_changes
 
     // Deleting the host releases its Secret too; deleting the Secrets then completes.
     // Upstream's finalizer goes back on the new Secret, as if upstream had held it.
-    let mut held = secrets.get(&renamed).await.expect("new secret");
-    held.metadata.finalizers = Some(vec![SECRET_FINALIZER.into()]);
-    secrets
-        .replace(&renamed, &upstream(), &held)
-        .await
-        .expect("finalize new secret");
+    // A replace as read: bmo may write the Secret meanwhile (409), then read again.
+    eventually(
+        "the new Secret finalized",
+        Duration::from_secs(30),
+        || async {
+            let mut held = secrets.get(&renamed).await.map_err(|e| e.to_string())?;
+            held.metadata.finalizers = Some(vec![SECRET_FINALIZER.into()]);
+            secrets
+                .replace(&renamed, &upstream(), &held)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
     site.hosts()
         .delete(name, &DeleteParams::default())
         .await

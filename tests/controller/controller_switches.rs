@@ -146,12 +146,15 @@ async fn switches_become_the_configuration_secret_ironic_networking_reads() {
         ],
     );
 
-    let config = eventually(
-        "the configuration with tor-a and tor-b",
+    // bmo writes the configuration, then the key files: both are waited for.
+    let (config, key_file) = eventually(
+        "the configuration with tor-a and tor-b, and tor-b's key file",
         Duration::from_secs(60),
         || async {
-            match secret_text(&client, &ns, CONFIGS, "switch-configs.conf").await {
-                Some(text) if text.contains("[switch:tor-b]") => Ok(text),
+            let config = secret_text(&client, &ns, CONFIGS, "switch-configs.conf").await;
+            let key_file = secret_text(&client, &ns, KEYS, "02-00-00-00-00-0b.key").await;
+            match (config, key_file) {
+                (Some(text), Some(key)) if text.contains("[switch:tor-b]") => Ok((text, key)),
                 other => Err(format!("{other:?}")),
             }
         },
@@ -181,12 +184,7 @@ async fn switches_become_the_configuration_secret_ironic_networking_reads() {
         )
     );
     assert!(!config.contains("tor-c"), "{config}");
-    assert_eq!(
-        secret_text(&client, &ns, KEYS, "02-00-00-00-00-0b.key")
-            .await
-            .as_deref(),
-        Some(PRIVATE_KEY)
-    );
+    assert_eq!(key_file, PRIVATE_KEY);
     wait_valid(&client, &ns, "tor-a", "True").await;
     wait_valid(&client, &ns, "tor-b", "True").await;
     let why = wait_valid(&client, &ns, "tor-c", "False").await;

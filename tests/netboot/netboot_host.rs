@@ -1111,8 +1111,24 @@ async fn spoofed_macs_make_no_more_hosts_than_the_discovery_limits() {
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let after_burst = site.names().await.len();
+    let hosts_made = |n: usize| {
+        let site = &site;
+        async move {
+            eventually(
+                &format!("{n} hosts made"),
+                Duration::from_secs(30),
+                || async {
+                    let made = site.names().await.len();
+                    (made >= n).then_some(()).ok_or(format!("{made}"))
+                },
+            )
+            .await;
+            // Then held: nothing more comes of the spoofed MACs.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            site.names().await.len()
+        }
+    };
+    let after_burst = hosts_made(3).await;
     assert_eq!(after_burst, 3, "hosts after the first burst");
     assert!(
         log.text().contains("BMO_DISCOVERY_BURST"),
@@ -1120,7 +1136,7 @@ async fn spoofed_macs_make_no_more_hosts_than_the_discovery_limits() {
     );
 
     // Another 300 once the window has passed: the per-minute limit stops it at 5.
-    // The three hosts were made before the 3 s wait above: a full window later they
+    // The three hosts were made before the 3 s hold above: a full window later they
     // are out of it.
     tokio::time::sleep(discovery::DISCOVERY_WINDOW).await;
     spoof_discovers(client, 300, 300).await;
@@ -1130,8 +1146,7 @@ async fn spoofed_macs_make_no_more_hosts_than_the_discovery_limits() {
             .ok_or_else(|| "not yet".to_owned())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let after_minute = site.names().await.len();
+    let after_minute = hosts_made(5).await;
     println!(
         "600 spoofed MACs: {after_burst} hosts after the first 300, {after_minute} after the second 300 (limits {limits:?})"
     );
