@@ -5,7 +5,8 @@
 //!
 //! Each is named after its BareMetalHost and lives in the host's namespace. bmo serves
 //! them; `controller::firmware` manages HostFirmwareSettings, FirmwareSchema and
-//! HostFirmwareComponents; HostUpdatePolicy has no controller yet.
+//! HostFirmwareComponents, and adds each host to its HostUpdatePolicy's owners; the
+//! host controller reads the policy when it services.
 
 use std::collections::BTreeMap;
 

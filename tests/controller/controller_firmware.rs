@@ -22,7 +22,7 @@ use crate::support::{
     Stack, bmo_run, create_bmc_secret, eventually, installed_namespace, unique_mac,
 };
 use bmo::api::BareMetalHost;
-use bmo::api::firmware::{FirmwareSchema, HostFirmwareSettings, SettingSchema};
+use bmo::api::firmware::{FirmwareSchema, HostFirmwareSettings, HostUpdatePolicy, SettingSchema};
 use bmo::controller::firmware::state_machine::schema_name;
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -173,6 +173,20 @@ async fn bios_settings_reach_their_hosts_and_upstreams_objects_are_adopted() {
         .await
         .expect("create schema");
 
+    // Host a's HostUpdatePolicy, made before bmo starts; b's comes later.
+    let policies: Api<HostUpdatePolicy> = Api::namespaced(client.clone(), &ns);
+    let policy = |name: &str| -> HostUpdatePolicy {
+        serde_json::from_value(json!({
+            "apiVersion": "metal3.io/v1alpha1", "kind": "HostUpdatePolicy",
+            "metadata": {"name": name}, "spec": {"firmwareSettings": "onReboot"}
+        }))
+        .unwrap()
+    };
+    policies
+        .create(&PostParams::default(), &policy("a"))
+        .await
+        .expect("create policy a");
+
     let bmo = bmo_run(&ns, &[("RUST_LOG", "info,bmo=debug")]).0;
 
     // Both hosts' settings are read from Ironic; `b`'s object is the same one.
@@ -226,6 +240,37 @@ async fn bios_settings_reach_their_hosts_and_upstreams_objects_are_adopted() {
             "owned by its host, once"
         );
     }
+
+    // Each host's HostUpdatePolicy gets the host among its owners (as upstream), so
+    // it goes with the host; a policy made after the host is owned too.
+    policies
+        .create(&PostParams::default(), &policy("b"))
+        .await
+        .expect("create policy b");
+    let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &ns);
+    for name in ["a", "b"] {
+        let host_uid = hosts.get(name).await.unwrap().uid().unwrap();
+        let owned = eventually(
+            &format!("HostUpdatePolicy {name} to be owned by its host"),
+            Duration::from_secs(30),
+            || async {
+                let policy = policies.get(name).await.map_err(|e| e.to_string())?;
+                let owners: Vec<(String, String)> = policy
+                    .owner_references()
+                    .iter()
+                    .map(|o| (o.kind.clone(), o.uid.clone()))
+                    .collect();
+                if owners == [("BareMetalHost".to_owned(), host_uid.clone())] {
+                    Ok(policy)
+                } else {
+                    Err(format!("owners {owners:?}"))
+                }
+            },
+        )
+        .await;
+        assert_eq!(owned.spec, policy(name).spec, "the spec is the user's");
+    }
+
     let adopted = settings.get("b").await.unwrap();
     assert_eq!(
         adopted.uid(),
@@ -265,7 +310,6 @@ async fn bios_settings_reach_their_hosts_and_upstreams_objects_are_adopted() {
     expected_owners.sort();
     assert_eq!(owners, expected_owners);
 
-    let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &ns);
     eventually(
         "host a to be available",
         Duration::from_secs(60),

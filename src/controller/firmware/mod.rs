@@ -4,7 +4,8 @@
 //! settings' schema, shared by hosts of the same model) describing them. `spec.settings`
 //! is checked against the schema (conditions `Valid` and `ChangeDetected`, an event per
 //! refused setting). Objects upstream's operator left are adopted, never duplicated.
-//! HostFirmwareComponents: see [`components`]; both run on the same watch of hosts.
+//! HostFirmwareComponents: see [`components`]; both run on the same watch of hosts,
+//! as does [`policy`], which makes each host an owner of its HostUpdatePolicy.
 //!
 //! The same shape as the host controller: [`state_machine`] decides (pure), the
 //! provisioner reads ([`FirmwareReader`]), [`store`] writes, and [`reconcile`] only
@@ -12,6 +13,7 @@
 
 pub mod components;
 pub mod legacy;
+pub mod policy;
 mod run;
 pub mod state_machine;
 pub mod store;

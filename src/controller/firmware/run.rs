@@ -7,8 +7,9 @@
 //! enters or leaves the stretches in which Ironic reads the BIOS and firmware anew
 //! ([`firmware_phase`]), and when the generation of its HostFirmwareSettings or
 //! HostFirmwareComponents changes (a new spec), or the owners of the latter (upstream
-//! reconciles a pre-made object once its host exists). bmo's own writes (statuses,
-//! the objects it makes) wake nothing.
+//! reconciles a pre-made object once its host exists), and when a HostUpdatePolicy
+//! is made or its owners change. bmo's own writes (statuses, the objects it makes)
+//! wake nothing.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
@@ -23,9 +24,12 @@ use kube::{Api, ResourceExt};
 use tracing::Instrument;
 
 use super::components::ComponentsStore;
+use super::policy::PolicyStore;
 use super::state_machine::ironic_read_firmware;
 use super::{FirmwareContext, FirmwareError, FirmwareStore, KubeFirmwareStore, PROVISIONER_RETRY};
-use crate::api::firmware::{FirmwareSchema, HostFirmwareComponents, HostFirmwareSettings};
+use crate::api::firmware::{
+    FirmwareSchema, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
+};
 use crate::api::{BareMetalHost, BareMetalHostStatus, OperationalStatus, ProvisioningState};
 use crate::controller::Next;
 use crate::controller::shared_watch::Feeds;
@@ -118,6 +122,15 @@ fn components_change(object: &HostFirmwareComponents) -> Option<u64> {
     Some(hasher.finish())
 }
 
+/// What of a HostUpdatePolicy matters here: whether it exists, and its owners.
+fn policy_owners(policy: &HostUpdatePolicy) -> Option<u64> {
+    let mut hasher = DefaultHasher::new();
+    for owner in policy.owner_references() {
+        owner.uid.hash(&mut hasher);
+    }
+    Some(hasher.finish())
+}
+
 /// A firmware object as bmo makes it: first generation, empty spec, owned by the
 /// host of its name. Its creation wakes nothing (the reconcile that made it goes
 /// on); a spec written later, or an object made another way, does.
@@ -145,9 +158,12 @@ pub async fn run<P: FirmwareReader + 'static>(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.store.client().clone();
-    let schemas: Api<FirmwareSchema> = match &ctx.namespace {
-        Some(ns) => Api::namespaced(client, ns),
-        None => Api::all(client),
+    let (schemas, policies): (Api<FirmwareSchema>, Api<HostUpdatePolicy>) = match &ctx.namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client, ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client)),
     };
     let reader = feeds.hosts.cache();
     let firmware = (feeds.settings.cache(), feeds.components.cache());
@@ -175,6 +191,17 @@ pub async fn run<P: FirmwareReader + 'static>(
         .modify(managed_fields::trim)
         .reflect(schemas_writer)
         .filter_map(|_| futures::future::ready(None::<ObjectRef<BareMetalHost>>));
+    // A HostUpdatePolicy made, or its owners changed, wakes the host of its name,
+    // which adds itself to the owners (see [`super::policy`]).
+    let (policies_cache, policies_writer) = reflector::store();
+    let _ = caches.policies.set(policies_cache);
+    let policy_changes = watcher(policies, watcher::Config::default())
+        .default_backoff()
+        .modify(managed_fields::trim)
+        .reflect(policies_writer)
+        .applied_objects()
+        .predicate_filter(policy_owners, Default::default())
+        .filter_map(|p| async move { same_name(&p.ok()?) });
     let listed = reader.clone();
     // Hosts take turns as in the host controller: with every host applied at once,
     // reads of a thousand hosts' BIOS settings are not all sent together.
@@ -184,6 +211,7 @@ pub async fn run<P: FirmwareReader + 'static>(
         .reconcile_on(settings_changes)
         .reconcile_on(components_changes)
         .reconcile_on(schemas_kept)
+        .reconcile_on(policy_changes)
         .graceful_shutdown_on(shutdown.clone())
         .run(
             turns.reconciler(shutdown.clone(), reconcile_host),
@@ -202,9 +230,9 @@ pub async fn run<P: FirmwareReader + 'static>(
 /// How long firmware reconciles in flight may take to finish after the shutdown signal.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
-/// Both kinds for one host: the components are reconciled even when the settings
-/// could not be (and the other way round); the sooner look-again wins.
-async fn reconcile_host<P: FirmwareReader, S: FirmwareStore + ComponentsStore>(
+/// Both kinds for one host, and its HostUpdatePolicy: each is reconciled even when
+/// another could not be; the sooner look-again wins.
+async fn reconcile_host<P: FirmwareReader, S: FirmwareStore + ComponentsStore + PolicyStore>(
     host: Arc<BareMetalHost>,
     ctx: Arc<FirmwareContext<P, S>>,
 ) -> Result<Action, FirmwareError> {
@@ -219,7 +247,12 @@ async fn reconcile_host<P: FirmwareReader, S: FirmwareStore + ComponentsStore>(
     let components = super::components::reconcile(&host, &ctx, now)
         .instrument(span)
         .await;
-    Ok(Action::from(sooner(settings?, components?)))
+    let span = tracing::info_span!("hostupdatepolicy", %namespace, %name);
+    let policy = super::policy::reconcile(&host, &ctx).instrument(span).await;
+    Ok(Action::from(sooner(
+        sooner(settings?, components?),
+        policy?,
+    )))
 }
 
 /// The sooner of two look-agains.

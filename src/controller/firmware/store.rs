@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use crate::api::BareMetalHost;
 use crate::api::firmware::{
     FirmwareSchema, HostFirmwareComponents, HostFirmwareSettings, HostFirmwareSettingsSpec,
-    HostFirmwareSettingsStatus,
+    HostFirmwareSettingsStatus, HostUpdatePolicy,
 };
 use crate::controller::store::events::{Reporter, upstream_event};
 use crate::controller::store::{
@@ -183,6 +183,7 @@ pub struct FirmwareCaches {
     pub(super) settings: OnceLock<reflector::Store<HostFirmwareSettings>>,
     pub(super) components: OnceLock<reflector::Store<HostFirmwareComponents>>,
     pub(super) schemas: OnceLock<reflector::Store<FirmwareSchema>>,
+    pub(super) policies: OnceLock<reflector::Store<HostUpdatePolicy>>,
 }
 
 impl KubeFirmwareStore {
@@ -441,6 +442,7 @@ pub(super) struct Objects {
     /// What [`FirmwareStore::schema`] answers instead, as a cache a write behind.
     stale_schemas: BTreeMap<String, Option<FirmwareSchema>>,
     pub(super) components: BTreeMap<String, HostFirmwareComponents>,
+    pub(super) policies: BTreeMap<String, HostUpdatePolicy>,
     pub(super) events: Vec<(String, String, String)>,
     pub(super) status_writes: usize,
     version: u64,
