@@ -27,7 +27,7 @@ use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails, Preprovisi
 
 pub use kube_store::{FIELD_MANAGER, KubeStore};
 pub(crate) use kube_store::{
-    conflict_or, found, guarded_list_patch, json_patch, patch_finalizers, take_over,
+    add_owner, conflict_or, found, json_patch, patch_finalizers, take_over,
 };
 pub use managed_fields::UPSTREAM_FIELD_MANAGER;
 pub use memory::{MemoryStore, RecordedEvent};

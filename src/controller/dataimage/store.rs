@@ -11,14 +11,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector;
 use kube::{Api, Resource, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::api::images::DATA_IMAGE_FINALIZER;
 use crate::api::{BareMetalHost, DataImage, DataImageStatus};
 use crate::controller::store::events::{Reporter, upstream_event};
 use crate::controller::store::{
-    FIELD_MANAGER, HostEvent, StoreError, cached, conflict_or, guarded_list_patch, json_patch,
-    owner_reference, patch_finalizers, take_over,
+    FIELD_MANAGER, HostEvent, StoreError, add_owner, cached, owner_reference, patch_finalizers,
+    take_over,
 };
 
 /// Upstream's `source.component` on DataImage events.
@@ -143,30 +143,8 @@ impl DataImageStore for KubeDataImageStore {
     }
 
     async fn add_owner(&self, image: &DataImage, host: &BareMetalHost) -> Result<(), StoreError> {
-        let to_value =
-            |o| serde_json::to_value(o).map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)));
-        let current = image
-            .owner_references()
-            .iter()
-            .map(to_value)
-            .collect::<Result<Vec<Value>, _>>()?;
-        let mut wanted = current.clone();
-        wanted.push(to_value(&owner_reference(host, false))?);
-        let patch = guarded_list_patch(
-            "/metadata/ownerReferences",
-            &current,
-            image.meta().owner_references.is_none(),
-            image.meta().resource_version.as_deref(),
-            wanted,
-        );
-        self.api::<DataImage>(&image.namespace().unwrap_or_default())
-            .patch(
-                &image.name_any(),
-                &PatchParams::default(),
-                &Patch::Json::<()>(json_patch(patch)?),
-            )
-            .await
-            .map_err(conflict_or)?;
+        let api = self.api::<DataImage>(&image.namespace().unwrap_or_default());
+        add_owner(&api, image, owner_reference(host, false)).await?;
         Ok(())
     }
 

@@ -10,12 +10,12 @@ use std::future::Future;
 use kube::ResourceExt;
 
 use super::state_machine::has_node;
-use super::store::{KubeFirmwareStore, MemoryFirmwareStore, add_owner, key, key_of, unchanged};
+use super::store::{KubeFirmwareStore, MemoryFirmwareStore, key, key_of, unchanged};
 use super::{FirmwareContext, FirmwareError};
 use crate::api::BareMetalHost;
 use crate::api::firmware::HostUpdatePolicy;
 use crate::controller::Next;
-use crate::controller::store::{StoreError, cached, owner_reference};
+use crate::controller::store::{StoreError, add_owner, cached, owner_reference};
 
 /// The Kubernetes side of owning HostUpdatePolicies.
 pub trait PolicyStore: Send + Sync {

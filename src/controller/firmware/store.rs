@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector;
 use kube::{Api, Resource, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::api::BareMetalHost;
 use crate::api::firmware::{
@@ -23,7 +23,7 @@ use crate::api::firmware::{
 };
 use crate::controller::store::events::{Reporter, upstream_event};
 use crate::controller::store::{
-    FIELD_MANAGER, HostEvent, StoreError, cached, conflict_or, guarded_list_patch, json_patch,
+    FIELD_MANAGER, HostEvent, StoreError, add_owner, cached, conflict_or, json_patch,
     owner_reference, take_over,
 };
 
@@ -208,41 +208,6 @@ impl KubeFirmwareStore {
     {
         Api::namespaced(self.client.clone(), namespace)
     }
-}
-
-/// Adds `owner` to `object`'s owners, if they are still as read.
-pub(super) async fn add_owner<K>(
-    api: &Api<K>,
-    object: &K,
-    owner: OwnerReference,
-) -> Result<K, StoreError>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let to_value = |o: &OwnerReference| {
-        serde_json::to_value(o).map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))
-    };
-    let current = object
-        .owner_references()
-        .iter()
-        .map(to_value)
-        .collect::<Result<Vec<Value>, _>>()?;
-    let mut wanted = current.clone();
-    wanted.push(to_value(&owner)?);
-    let patch = guarded_list_patch(
-        "/metadata/ownerReferences",
-        &current,
-        object.meta().owner_references.is_none(),
-        object.meta().resource_version.as_deref(),
-        wanted,
-    );
-    api.patch(
-        &object.name_any(),
-        &PatchParams::default(),
-        &Patch::Json::<()>(json_patch(patch)?),
-    )
-    .await
-    .map_err(conflict_or)
 }
 
 pub(super) fn create_conflict(e: kube::Error) -> StoreError {

@@ -4,7 +4,7 @@ use std::sync::{Arc, OnceLock};
 
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Event, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector;
 use kube::{Api, Resource, ResourceExt};
@@ -85,7 +85,7 @@ fn pointer_segment(key: &str) -> String {
 /// A JSON Patch that sets the list at `path` (read as `current`) to `wanted`, with a
 /// `test` that the list is still as read — or, when it was absent, that the object's
 /// resourceVersion is still as read.
-pub(crate) fn guarded_list_patch(
+fn guarded_list_patch(
     path: &str,
     current: &[Value],
     absent: bool,
@@ -103,6 +103,41 @@ pub(crate) fn guarded_list_patch(
             json!({"op": "replace", "path": path, "value": wanted}),
         ]
     }
+}
+
+/// Adds `owner` to `object`'s owners, if they are still as read.
+pub(crate) async fn add_owner<K>(
+    api: &Api<K>,
+    object: &K,
+    owner: OwnerReference,
+) -> Result<K, StoreError>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let to_value = |o: &OwnerReference| {
+        serde_json::to_value(o).map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))
+    };
+    let current = object
+        .owner_references()
+        .iter()
+        .map(to_value)
+        .collect::<Result<Vec<Value>, _>>()?;
+    let mut wanted = current.clone();
+    wanted.push(to_value(&owner)?);
+    let patch = guarded_list_patch(
+        "/metadata/ownerReferences",
+        &current,
+        object.meta().owner_references.is_none(),
+        object.meta().resource_version.as_deref(),
+        wanted,
+    );
+    api.patch(
+        &object.name_any(),
+        &PatchParams::default(),
+        &Patch::Json::<()>(json_patch(patch)?),
+    )
+    .await
+    .map_err(conflict_or)
 }
 
 /// A failed `test` comes back as 422 (Invalid), a stale resourceVersion as 409.

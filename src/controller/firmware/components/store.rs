@@ -17,11 +17,12 @@ use crate::api::firmware::{
     HostFirmwareComponents, HostFirmwareComponentsSpec, HostFirmwareComponentsStatus,
 };
 use crate::controller::firmware::store::{
-    KubeFirmwareStore, MemoryFirmwareStore, add_owner, create_conflict, key, key_of, unchanged,
+    KubeFirmwareStore, MemoryFirmwareStore, create_conflict, key, key_of, unchanged,
 };
 use crate::controller::store::events::{Reporter, upstream_event};
 use crate::controller::store::{
-    FIELD_MANAGER, HostEvent, StoreError, cached, conflict_or, owner_reference, take_over,
+    FIELD_MANAGER, HostEvent, StoreError, add_owner, cached, conflict_or, owner_reference,
+    take_over,
 };
 
 /// Upstream's `source.component` on HostFirmwareComponents events.
