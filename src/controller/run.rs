@@ -115,6 +115,16 @@ impl Backoff for WatchBackoff {
     }
 }
 
+/// Logs that the watch (or list) of `kind` (plural: "Secrets") failed: the API server
+/// is away, or refuses; [`WatchBackoff`] tries it again within [`WATCH_RETRY_MAX`].
+pub(crate) fn watch_failed(kind: &str, error: &watcher::Error) {
+    tracing::warn!(
+        error = %crate::telemetry::with_causes(error),
+        "watch of {kind} failed; trying again in at most {} s",
+        WATCH_RETRY_MAX.as_secs()
+    );
+}
+
 /// Runs the host controller until `shutdown` resolves.
 ///
 /// Hosts wake on what they care about only: a new generation (spec or deletion),
@@ -244,11 +254,7 @@ fn labelled_secret_changes<P: Provisioner + 'static>(
         futures::future::ready(match secret {
             Ok(secret) => Some(secret),
             Err(e) => {
-                tracing::warn!(
-                    error = %crate::telemetry::with_causes(&e),
-                    "watch of labelled Secrets failed; trying again in at most {} s",
-                    WATCH_RETRY_MAX.as_secs()
-                );
+                watch_failed("labelled Secrets", &e);
                 None
             }
         })
@@ -283,13 +289,7 @@ fn report_reconcile<T, E: std::fmt::Display>(
 ) {
     match result {
         Ok(_) => {}
-        // A watch (or its first list) failed: the API server is away, or refuses;
-        // tried again within WATCH_RETRY_MAX.
-        Err(kube::runtime::controller::Error::QueueError(e)) => tracing::warn!(
-            error = %crate::telemetry::with_causes(&e),
-            "watch of Secrets failed; trying again in at most {} s",
-            WATCH_RETRY_MAX.as_secs()
-        ),
+        Err(kube::runtime::controller::Error::QueueError(e)) => watch_failed("Secrets", &e),
         Err(e) => tracing::debug!(error = %e, "reconcile did not finish"),
     }
 }

@@ -19,7 +19,7 @@ use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 
-use super::run::{WATCH_RETRY_MAX, WatchBackoff};
+use super::run::{WatchBackoff, watch_failed};
 use super::store::managed_fields;
 use crate::api::BareMetalHost;
 use crate::api::firmware::{HostFirmwareComponents, HostFirmwareSettings};
@@ -83,7 +83,7 @@ where
     }
 
     /// Watches until `shutdown` resolves; a failed watch is tried again within
-    /// [`WATCH_RETRY_MAX`].
+    /// [`super::run::WATCH_RETRY_MAX`].
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         let Self {
             api,
@@ -118,11 +118,7 @@ where
                 Ok(watcher::Event::Delete(_)) => Vec::new(),
                 Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
                 Err(e) => {
-                    tracing::warn!(
-                        error = %crate::telemetry::with_causes(&e),
-                        "watch of {kind} failed; trying again in at most {} s",
-                        WATCH_RETRY_MAX.as_secs()
-                    );
+                    watch_failed(kind, &e);
                     continue;
                 }
             };

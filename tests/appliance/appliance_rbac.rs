@@ -1,8 +1,10 @@
 //! The least-privilege RBAC in deploy/rbac is enough: `bmo run` as a user holding only
-//! that role takes a fake-hardware host to `provisioned` without one refused request.
+//! that role takes a fake-hardware host to `provisioned`, and owns its
+//! HostUpdatePolicy, without one refused request.
 
 use std::time::Duration;
 
+use bmo::api::firmware::HostUpdatePolicy;
 use bmo::api::{BareMetalHost, ProvisioningState};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding, RoleRef, Subject};
@@ -75,6 +77,17 @@ async fn deploy_rbac_is_enough_to_provision_a_host() {
 
     let name = "rbac-worker";
     create_fake_host(&admin, &ns, name).await;
+    // Its HostUpdatePolicy, which bmo watches and adds the host to the owners of.
+    let policies: Api<HostUpdatePolicy> = Api::namespaced(admin.clone(), &ns);
+    let policy: HostUpdatePolicy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "metal3.io/v1alpha1", "kind": "HostUpdatePolicy",
+        "metadata": {"name": name}, "spec": {"firmwareUpdates": "onReboot"}
+    }))
+    .expect("a HostUpdatePolicy");
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create the HostUpdatePolicy");
     let hosts: Api<BareMetalHost> = Api::namespaced(admin.clone(), &ns);
 
     let operator_kubeconfig = stack.operator_kubeconfig.display().to_string();
@@ -122,10 +135,29 @@ async fn deploy_rbac_is_enough_to_provision_a_host() {
         Some("baremetal"),
         "bmo labelled the BMC Secret"
     );
+    let host_uid = host.metadata.uid.clone();
     assert!(
         host.status.is_some_and(|s| s.error_message.is_empty()),
         "no error on the host"
     );
+    eventually(
+        "the HostUpdatePolicy owned by its host",
+        Duration::from_secs(30),
+        || async {
+            let policy = policies.get(name).await.map_err(|e| e.to_string())?;
+            let owners: Vec<Option<String>> = policy
+                .metadata
+                .owner_references
+                .unwrap_or_default()
+                .into_iter()
+                .map(|o| Some(o.uid))
+                .collect();
+            (owners == [host_uid.clone()])
+                .then_some(())
+                .ok_or(format!("owners {owners:?}"))
+        },
+    )
+    .await;
     // A refused request shows as "... is forbidden: User \"bmo-operator\" cannot ..."
     // (HTTP 403) in kube's error, which bmo logs for failed reconciles and watches.
     let log = bmo.log();

@@ -228,8 +228,8 @@ async fn bmo_max_backoff_caps_the_wait_between_retries() {
     let start = Instant::now();
     let first_errors = create_hosts_without_secret(&hosts, CAPPED, start).await;
 
-    // 130 s after the first error: uncapped, each host would have 2 errors (the
-    // other test); capped at 20 s, between 1 + 130/20 and 1 + 130/10, less what the
+    // 130 s after the last host's first error: uncapped, each host would have 2
+    // errors (the other test); capped at 20 s, between 1 + 130/20 and 1 + 130/10, less what the
     // reconciles themselves take.
     let observe = first_errors.recorded + Duration::from_secs(130);
     tokio::time::sleep(observe.saturating_sub(start.elapsed())).await;

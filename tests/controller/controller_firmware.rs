@@ -242,12 +242,20 @@ async fn bios_settings_reach_their_hosts_and_upstreams_objects_are_adopted() {
     }
 
     // Each host's HostUpdatePolicy gets the host among its owners (as upstream), so
-    // it goes with the host; a policy made after the host is owned too.
+    // it goes with the host; a policy made once the host is at rest (nothing wakes
+    // the firmware controller for it but the policy) is owned too.
+    let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &ns);
+    crate::support::wait_for_state(
+        &hosts,
+        "b",
+        bmo::api::ProvisioningState::Available,
+        Duration::from_secs(60),
+    )
+    .await;
     policies
         .create(&PostParams::default(), &policy("b"))
         .await
         .expect("create policy b");
-    let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &ns);
     for name in ["a", "b"] {
         let host_uid = hosts.get(name).await.unwrap().uid().unwrap();
         let owned = eventually(

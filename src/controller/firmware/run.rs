@@ -32,6 +32,7 @@ use crate::api::firmware::{
 };
 use crate::api::{BareMetalHost, BareMetalHostStatus, OperationalStatus, ProvisioningState};
 use crate::controller::Next;
+use crate::controller::run::{WatchBackoff, watch_failed};
 use crate::controller::shared_watch::Feeds;
 use crate::controller::store::managed_fields;
 use crate::controller::turns::Turns;
@@ -122,13 +123,14 @@ fn components_change(object: &HostFirmwareComponents) -> Option<u64> {
     Some(hasher.finish())
 }
 
-/// What of a HostUpdatePolicy matters here: whether it exists, and its owners.
-fn policy_owners(policy: &HostUpdatePolicy) -> Option<u64> {
-    let mut hasher = DefaultHasher::new();
-    for owner in policy.owner_references() {
-        owner.uid.hash(&mut hasher);
-    }
-    Some(hasher.finish())
+/// Whether a BareMetalHost of the policy's name is among its owners (a host made
+/// anew under that name is told apart by uid in [`super::policy`]).
+fn owned_by_its_host(policy: &HostUpdatePolicy) -> bool {
+    let name = policy.name_any();
+    policy
+        .owner_references()
+        .iter()
+        .any(|o| o.kind == "BareMetalHost" && o.name == name)
 }
 
 /// A firmware object as bmo makes it: first generation, empty spec, owned by the
@@ -187,21 +189,34 @@ pub async fn run<P: FirmwareReader + 'static>(
     let (schemas_cache, schemas_writer) = reflector::store();
     let _ = caches.schemas.set(schemas_cache);
     let schemas_kept = watcher(schemas, watcher::Config::default())
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .modify(managed_fields::trim)
         .reflect(schemas_writer)
-        .filter_map(|_| futures::future::ready(None::<ObjectRef<BareMetalHost>>));
-    // A HostUpdatePolicy made, or its owners changed, wakes the host of its name,
-    // which adds itself to the owners (see [`super::policy`]).
+        .filter_map(|event| {
+            if let Err(e) = event {
+                watch_failed("FirmwareSchemas", &e);
+            }
+            ready(None::<ObjectRef<BareMetalHost>>)
+        });
+    // A HostUpdatePolicy not owned by its host yet wakes the host of its name, which
+    // adds itself to the owners (see [`super::policy`]); that write wakes nothing.
     let (policies_cache, policies_writer) = reflector::store();
     let _ = caches.policies.set(policies_cache);
     let policy_changes = watcher(policies, watcher::Config::default())
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .modify(managed_fields::trim)
         .reflect(policies_writer)
         .applied_objects()
-        .predicate_filter(policy_owners, Default::default())
-        .filter_map(|p| async move { same_name(&p.ok()?) });
+        .filter_map(|policy| {
+            ready(match policy {
+                Ok(policy) if !owned_by_its_host(&policy) => same_name(&policy),
+                Ok(_) => None,
+                Err(e) => {
+                    watch_failed("HostUpdatePolicies", &e);
+                    None
+                }
+            })
+        });
     let listed = reader.clone();
     // Hosts take turns as in the host controller: with every host applied at once,
     // reads of a thousand hosts' BIOS settings are not all sent together.

@@ -176,8 +176,9 @@ const APPENDED_OWNER_MEMORY: Duration = Duration::from_secs(60);
 /// The firmware objects the running controller watches, so that a reconcile reads
 /// them without a request; until a cache has listed, they are read from the API
 /// server. A cache a write behind costs at most a status write that changes nothing,
-/// or a create refused as a conflict, after which the object is read from the API
-/// server.
+/// a create refused as a conflict, after which the object is read from the API
+/// server, or an owner patch of a HostUpdatePolicy refused as a conflict, after which
+/// the host looks again a second later.
 #[derive(Default)]
 pub struct FirmwareCaches {
     pub(super) settings: OnceLock<reflector::Store<HostFirmwareSettings>>,
