@@ -8,8 +8,8 @@
 //! ([`firmware_phase`]), and when the generation of its HostFirmwareSettings or
 //! HostFirmwareComponents changes (a new spec), or the owners of the latter (upstream
 //! reconciles a pre-made object once its host exists), and when a HostUpdatePolicy
-//! is made or its owners change. bmo's own writes (statuses, the objects it makes)
-//! wake nothing.
+//! not yet owned by a host of its name is seen. bmo's own writes (statuses, the
+//! objects it makes, the owners it adds) wake nothing.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
