@@ -2,8 +2,9 @@
 //! host has a node, as upstream's operator does when it makes the host's firmware
 //! objects: when the host was its only owner, deleting the host deletes the policy
 //! too (Kubernetes' garbage collector), and a host made later under the same name
-//! does not inherit it. Other owners are kept. The policy's spec is read by the host controller when it
-//! services (`state_machine::servicing`); nothing here reads or writes it.
+//! does not inherit it. Other owners are kept. The policy's spec is read by the host
+//! controller when it services (`state_machine::servicing`); nothing here reads or
+//! writes it.
 
 use std::future::Future;
 
@@ -44,6 +45,17 @@ pub fn needs_owner(host: &BareMetalHost, policy: &HostUpdatePolicy) -> bool {
     has_node(host)
         && policy.metadata.deletion_timestamp.is_none()
         && !policy.owner_references().iter().any(|o| o.uid == uid)
+}
+
+/// Whether a BareMetalHost of the policy's name is among its owners: what the watch
+/// wakes a host for. [`needs_owner`] tells a host made anew under that name apart by
+/// uid.
+pub(super) fn owned_by_its_host(policy: &HostUpdatePolicy) -> bool {
+    let name = policy.name_any();
+    policy
+        .owner_references()
+        .iter()
+        .any(|o| o.kind == "BareMetalHost" && o.name == name)
 }
 
 /// One reconcile of `host`'s HostUpdatePolicy: owned if it needs to be. A write that

@@ -123,16 +123,6 @@ fn components_change(object: &HostFirmwareComponents) -> Option<u64> {
     Some(hasher.finish())
 }
 
-/// Whether a BareMetalHost of the policy's name is among its owners (a host made
-/// anew under that name is told apart by uid in [`super::policy`]).
-fn owned_by_its_host(policy: &HostUpdatePolicy) -> bool {
-    let name = policy.name_any();
-    policy
-        .owner_references()
-        .iter()
-        .any(|o| o.kind == "BareMetalHost" && o.name == name)
-}
-
 /// A firmware object as bmo makes it: first generation, empty spec, owned by the
 /// host of its name. Its creation wakes nothing (the reconcile that made it goes
 /// on); a spec written later, or an object made another way, does.
@@ -209,7 +199,7 @@ pub async fn run<P: FirmwareReader + 'static>(
         .applied_objects()
         .filter_map(|policy| {
             ready(match policy {
-                Ok(policy) if !owned_by_its_host(&policy) => same_name(&policy),
+                Ok(policy) if !super::policy::owned_by_its_host(&policy) => same_name(&policy),
                 Ok(_) => None,
                 Err(e) => {
                     watch_failed("HostUpdatePolicies", &e);
