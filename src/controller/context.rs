@@ -9,6 +9,7 @@ use kube::runtime::reflector;
 use super::capacity::Slots;
 use super::dataimage::KubeDataImageStore;
 use super::lease_details;
+use super::node_owners::HostsOwningNodes;
 use super::steady::SteadyHosts;
 use super::{ControllerSettings, KubeStore, Store};
 use crate::api::BareMetalHost;
@@ -51,6 +52,9 @@ pub struct Context<P, S = KubeStore> {
     pub(super) data_images: Option<KubeDataImageStore>,
     /// Hosts at rest, watched through the list of nodes.
     pub(super) steady: SteadyHosts,
+    /// Which host owns which Ironic node, from the watched hosts; without it (tests
+    /// that call reconcile alone) a status annotation is taken in unchecked.
+    pub(super) node_owners: OnceLock<HostsOwningNodes>,
 }
 
 impl<P: Provisioner> Context<P> {
@@ -78,6 +82,7 @@ impl<P: Provisioner, S: Store> Context<P, S> {
             components_cache: OnceLock::new(),
             data_images: None,
             steady: SteadyHosts::default(),
+            node_owners: OnceLock::new(),
         }
     }
 

@@ -21,6 +21,7 @@ pub mod event_subscriptions;
 pub mod firmware;
 pub mod known_hosts;
 pub mod lease_details;
+pub mod node_owners;
 pub mod preprov_image;
 pub mod request;
 pub(crate) mod run;
@@ -46,7 +47,7 @@ use tracing::Instrument;
 
 use crate::api::{BareMetalHost, OperationalStatus, ProvisioningState};
 use crate::metrics::{self, HostLabels};
-use crate::provisioner::{self, DeployRamdisk, Provisioner, ProvisionerError};
+use crate::provisioner::{self, DeployRamdisk, NodeOwners, Provisioner, ProvisionerError};
 pub use context::Context;
 pub use run::{run, run_with};
 use save::{Extras, save};
@@ -180,7 +181,8 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
         .await
         .map_err(store_err(host))?;
     let host = newer.as_ref().unwrap_or(host);
-    if status_annotations::take_in(host, &ctx.store)
+    let owners = ctx.node_owners.get();
+    if status_annotations::take_in(host, &ctx.store, owners.map(|o| o as &dyn NodeOwners))
         .await
         .map_err(store_err(host))?
     {

@@ -17,6 +17,7 @@ use tokio::sync::broadcast;
 
 use super::firmware::same_name;
 use super::known_hosts::ClusterHosts;
+use super::node_owners::HostsOwningNodes;
 use super::shared_watch::{Feeds, Subscription, Watches};
 use super::store::{SECRET_LABEL, Store, managed_fields};
 use super::turns::{HostRank, Turns};
@@ -167,6 +168,10 @@ pub async fn run_with<P: Provisioner + 'static>(
     // The watched hosts, by MAC: bmo's DHCP server knows them, and a DHCP exchange
     // wakes the hosts with the client's MAC.
     let cluster_hosts = Arc::new(ClusterHosts::new(reader.clone(), feeds.host_events));
+    // The watched hosts say which host owns which node (tenant isolation).
+    let owners = HostsOwningNodes::new(reader.clone());
+    ctx.provisioner.attach_node_owners(Arc::new(owners.clone()));
+    let _ = ctx.node_owners.set(owners);
     if let Some(directory) = &ctx.known_hosts {
         directory.attach(cluster_hosts.clone());
     }

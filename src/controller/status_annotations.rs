@@ -8,6 +8,7 @@ use kube::ResourceExt;
 use super::store::{HostEvent, Store, StoreError};
 use crate::api::host::{HARDWARE_DETAILS_ANNOTATION, STATUS_ANNOTATION};
 use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails};
+use crate::provisioner::{HostId, NodeOwners};
 
 fn event(reason: &str, message: String, warning: bool) -> HostEvent {
     HostEvent {
@@ -31,9 +32,29 @@ async fn report_invalid<S: Store>(
         .await;
 }
 
+/// The other host that owns the node `restored` records, if any: such a status is
+/// refused whole.
+fn claims_other_node(
+    host: &BareMetalHost,
+    restored: &BareMetalHostStatus,
+    owners: Option<&dyn NodeOwners>,
+) -> Option<HostId> {
+    let id = restored.provisioning.id.as_str();
+    if id.is_empty() {
+        return None;
+    }
+    let this = HostId::new(host.namespace().unwrap_or_default(), host.name_any());
+    owners?.other_owner(&this, id, None)
+}
+
 /// Takes in the status or hardware-details annotation, if the host has one; whether it
-/// did (the reconcile then starts again from the new state).
-pub async fn take_in<S: Store>(host: &BareMetalHost, store: &S) -> Result<bool, StoreError> {
+/// did (the reconcile then starts again from the new state). A status naming a node
+/// that another host owns (`owners`) is refused with a warning event naming both.
+pub async fn take_in<S: Store>(
+    host: &BareMetalHost,
+    store: &S,
+    owners: Option<&dyn NodeOwners>,
+) -> Result<bool, StoreError> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     if let Some(raw) = host.annotations().get(STATUS_ANNOTATION) {
         let never_saved = host
@@ -43,6 +64,16 @@ pub async fn take_in<S: Store>(host: &BareMetalHost, store: &S) -> Result<bool, 
             .is_none();
         if never_saved {
             match serde_json::from_str::<BareMetalHostStatus>(raw) {
+                Ok(restored) if let Some(owner) = claims_other_node(host, &restored, owners) => {
+                    let message = format!(
+                        "annotation {STATUS_ANNOTATION} names Ironic node {} of host {owner}; host {} cannot take it over, so the status was not restored and the annotation is removed",
+                        restored.provisioning.id,
+                        host.namespaced_name()
+                    );
+                    store
+                        .publish(host, event("StatusAnnotationRefused", message, true))
+                        .await;
+                }
                 Ok(mut restored) => {
                     // The HardwareData object, when there is one, wins for the hardware.
                     if let Some(hardware) = store.hardware_data(host).await? {

@@ -25,8 +25,8 @@ pub use fixture::{FixtureHost, FixtureOperation, FixtureProvisioner, FixtureStat
 pub use ironic::{IronicProvisioner, ProvisionerSettings};
 pub use types::{
     AutomatedCleaningMode, BootMode, DeployRamdisk, Host, HostId, InspectStatus, InspectionMode,
-    Outcome, PowerMode, PowerState, PrepareRequest, PrepareStatus, Progress, ProvisionRequest,
-    Registration, SOFT_POWER_OFF_TIMEOUT, ServiceRequest,
+    NodeOwners, Outcome, PowerMode, PowerState, PrepareRequest, PrepareStatus, Progress,
+    ProvisionRequest, Registration, SOFT_POWER_OFF_TIMEOUT, ServiceRequest,
 };
 
 use crate::api::firmware::{FirmwareComponentStatus, SettingSchema};
@@ -128,6 +128,13 @@ pub trait Provisioner: DataImageProvisioner {
 
     /// Removes the host's record from any state; done when it is gone.
     fn delete(&self, host: &Host) -> impl Future<Output = ProvisionerResult<()>> + Send;
+
+    /// Tells the provisioner who owns which node (the controller's hosts), once they
+    /// are watched. Until then, and in implementations without shared records, a
+    /// node found by a host's recorded ID or boot MAC is taken as the host's.
+    fn attach_node_owners(&self, owners: std::sync::Arc<dyn NodeOwners>) {
+        let _ = owners;
+    }
 
     /// Every node's state digest (as [`Registration::node_state`] gives it), by
     /// provisioning ID, from one list: how hosts at rest are watched for changes made

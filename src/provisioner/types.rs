@@ -37,6 +37,16 @@ impl fmt::Display for HostId {
     }
 }
 
+/// Which host owns an Ironic node, as the controller knows from the hosts it watches.
+/// The provisioner asks before it acts on a node that is not named after the host
+/// asking (found by a recorded `status.provisioning.ID`, or by the boot MAC), so that
+/// no host takes over a node another host holds, whatever its status says.
+pub trait NodeOwners: Send + Sync + fmt::Debug {
+    /// An existing host other than `host` that holds the node `uuid` named `name`:
+    /// the node is named after it (`namespace~name`), or its status records `uuid`.
+    fn other_owner(&self, host: &HostId, uuid: &str, name: Option<&str>) -> Option<HostId>;
+}
+
 /// The API's modes, used as they are.
 pub use crate::api::{AutomatedCleaningMode, BootMode, CurrentStep, InspectionMode, StepKind};
 

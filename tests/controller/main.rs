@@ -33,4 +33,5 @@ mod controller_pivot;
 mod controller_preprov_image;
 mod controller_restart;
 mod controller_switches;
+mod controller_tenants;
 mod ironic_provisioner;

@@ -21,15 +21,15 @@ mod subscription;
 mod vmedia;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::Value;
 
 use super::types::{
-    BootMode, Host, InspectStatus, Outcome, PowerMode, PowerState, PrepareRequest, PrepareStatus,
-    Progress, ProvisionRequest, Registration, ServiceRequest,
+    BootMode, Host, InspectStatus, NodeOwners, Outcome, PowerMode, PowerState, PrepareRequest,
+    PrepareStatus, Progress, ProvisionRequest, Registration, ServiceRequest,
 };
 use super::{Provisioner, ProvisionerError, ProvisionerResult};
 use crate::ironic::{IronicClient, IronicError, Node};
@@ -62,6 +62,8 @@ pub struct IronicProvisioner {
     nodes: Arc<NodeList>,
     /// Boot ports (node UUID, lower-case MAC) seen or made: not looked up again.
     boot_ports: Arc<Mutex<HashSet<(String, String)>>>,
+    /// Who owns which node, once the controller attached its hosts.
+    owners: Arc<OnceLock<Arc<dyn NodeOwners>>>,
 }
 
 const MAINTENANCE_REASON: &str = "forcing deletion in bmo";
@@ -145,6 +147,7 @@ impl IronicProvisioner {
             settings,
             nodes: Arc::default(),
             boot_ports: Arc::default(),
+            owners: Arc::default(),
         }
     }
 
@@ -221,6 +224,12 @@ impl IronicProvisioner {
 impl Provisioner for IronicProvisioner {
     async fn register(&self, host: &Host) -> ProvisionerResult<Registration> {
         self.register_node(host).await
+    }
+
+    fn attach_node_owners(&self, owners: Arc<dyn NodeOwners>) {
+        // Attached once per provisioner; a second attach (a restarted controller in
+        // one process) brings the same hosts.
+        let _ = self.owners.set(owners);
     }
 
     async fn inspect(&self, host: &Host, refresh: bool) -> ProvisionerResult<InspectStatus> {

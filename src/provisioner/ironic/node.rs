@@ -5,7 +5,7 @@ use reqwest::StatusCode;
 
 use super::{IronicProvisioner, sentence};
 use crate::ironic::{IronicError, Node, PatchOp, ProvisionRequest as Req};
-use crate::provisioner::types::{AutomatedCleaningMode, Host, Outcome, PowerState};
+use crate::provisioner::types::{AutomatedCleaningMode, Host, HostId, Outcome, PowerState};
 use crate::provisioner::{ProvisionerError, ProvisionerResult};
 
 impl IronicProvisioner {
@@ -22,11 +22,13 @@ impl IronicProvisioner {
             .nodes
             .node(&self.client, id, &host.id.node_name())
             .await?
+            && self.other_owner(host, &node).is_none()
         {
             return Ok(Some(node));
         }
-        if let Some(id) = host.provisioning_id.as_deref().filter(|id| !id.is_empty())
+        if let Some(id) = id
             && let Some(node) = self.client.get_node(id).await?
+            && self.other_owner(host, &node).is_none()
         {
             return Ok(Some(node));
         }
@@ -37,9 +39,27 @@ impl IronicProvisioner {
             && let Some(mac) = &host.boot_mac
             && let Some(port) = self.client.find_port_by_mac(mac).await?
         {
+            // Another host's node is returned all the same: registration names the
+            // owner in its error rather than making a node the MAC is taken for.
             return self.client.get_node(&port.node_uuid).await;
         }
         Ok(None)
+    }
+
+    /// The existing host other than `host` that holds `node`, when `node` is not named
+    /// after `host`: a recorded `status.provisioning.ID` or a boot MAC never makes
+    /// another host's node this host's (the status can be restored from an annotation
+    /// anyone who creates hosts can write).
+    pub(super) fn other_owner(&self, host: &Host, node: &Node) -> Option<HostId> {
+        if node.name.as_deref() == Some(host.id.node_name().as_str()) {
+            return None;
+        }
+        let owner = self
+            .owners
+            .get()?
+            .other_owner(&host.id, &node.uuid, node.name.as_deref())?;
+        tracing::warn!(host = %host.id, node = %node.uuid, owner = %owner, "the Ironic node the host points at belongs to another host; not acting on it");
+        Some(owner)
     }
 
     pub(super) async fn require_node(&self, host: &Host) -> Result<Node, ProvisionerError> {

@@ -12,25 +12,33 @@ use crate::ironic::{
 };
 use crate::provisioner::configdrive;
 use crate::provisioner::types::{
-    AutomatedCleaningMode, Host, InspectionMode, Outcome, Registration,
+    AutomatedCleaningMode, Host, HostId, InspectionMode, Outcome, Registration,
 };
 use crate::provisioner::{ProvisionerError, ProvisionerResult};
 
 /// Why `node`, found for `host`, cannot be its node: it was found by the boot MAC
 /// under another host's name. The node the host recorded (status.provisioning.ID) is
-/// its own under any name: a host moved to another namespace brings the ID along in
-/// its status and the node is renamed.
-fn name_conflict(host: &Host, node: &Node) -> Option<String> {
+/// its own under any name unless another existing host holds it (`owner`): a host
+/// moved to another namespace brings the ID along in its status and the node is
+/// renamed.
+fn name_conflict(host: &Host, node: &Node, owner: Option<HostId>) -> Option<String> {
+    let mac = host.boot_mac.as_deref().unwrap_or_default();
+    if let Some(owner) = owner {
+        return Some(format!(
+            "Ironic node {} ({}) belongs to host {owner}; it cannot also be host {} (check status.provisioning.ID and bootMACAddress {mac})",
+            node.name.as_deref().unwrap_or_default(),
+            node.uuid,
+            host.id
+        ));
+    }
     let recorded = host.provisioning_id.as_deref() == Some(node.uuid.as_str());
     let other = node
         .name
         .as_deref()
         .filter(|n| !recorded && *n != host.id.node_name() && *n != host.id.name)?;
     Some(format!(
-        "bootMACAddress {} belongs to Ironic node {other} ({}); it cannot also be host {}",
-        host.boot_mac.as_deref().unwrap_or_default(),
-        node.uuid,
-        host.id
+        "bootMACAddress {mac} belongs to Ironic node {other} ({}); it cannot also be host {}",
+        node.uuid, host.id
     ))
 }
 
@@ -59,13 +67,15 @@ impl IronicProvisioner {
             Ok(None) => return self.create_node(host).await,
             Err(e) => return self.busy_or_err(host, e, Registration::default()),
         };
+        // Another host's node is not recorded as this host's, not even with the error:
+        // a recorded ID would make it this host's on the next look.
+        if let Some(conflict) = name_conflict(host, &node, self.other_owner(host, &node)) {
+            return Ok(Outcome::failed(Registration::default(), conflict));
+        }
         let mut registration = Registration {
             provisioning_id: Some(node.uuid.clone()),
             ..Registration::default()
         };
-        if let Some(conflict) = name_conflict(host, &node) {
-            return Ok(Outcome::failed(registration, conflict));
-        }
         let transient = is_transient(&node);
         // Ironic takes no new BMC access while it works on the node; a Secret changed
         // meanwhile is sent once the node rests.
@@ -296,10 +306,13 @@ impl IronicProvisioner {
         }
     }
 
-    /// A node another operator enrolled (upstream leaves `agent` where bmo says
-    /// `no-inspect`) is brought to bmo's inspect interface, but only while it rests in
-    /// enroll, manageable or available, out of maintenance: never while Ironic works
-    /// on it or it is deployed.
+    /// A node whose inspect interface cannot inspect as the host asks (inspection
+    /// switched on again on a node enrolled with `no-inspect`, or another mode) is
+    /// brought to bmo's inspect interface, but only while it rests in enroll,
+    /// manageable or available, out of maintenance: never while Ironic works on it or
+    /// it is deployed. A host that asks for no inspection leaves the interface alone:
+    /// bmo never inspects it, and a node another operator enrolled (upstream leaves
+    /// `agent` there) keeps what it has.
     fn resting_inspect_interface(host: &Host, node: &Node) -> Option<PatchOp> {
         let resting = matches!(
             node.state(),
@@ -307,6 +320,9 @@ impl IronicProvisioner {
         ) && node.target_provision_state.is_none()
             && !node.maintenance;
         let wanted = Self::wanted_inspect_interface(host, node).ok()?;
+        if host.inspection_mode == InspectionMode::Disabled {
+            return None;
+        }
         (resting && node.inspect_interface.as_deref() != Some(wanted))
             .then(|| PatchOp::set("/inspect_interface", wanted))
     }
