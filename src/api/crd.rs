@@ -139,6 +139,9 @@ const BAD_CHARACTERS: &str = r"[\\s\\x00-\\x1f\\x7f]";
 /// A Secret name: an RFC 1123 subdomain, lower case.
 const SECRET_NAME: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 
+/// A bracketed IPv6 address with neither scheme nor port, which upstream refuses.
+const BARE_BRACKETED: &str = r"^\\[[^\\]]*\\]$";
+
 /// CEL (spec.bmc as `self`): the host of the address is an IP address or a DNS name
 /// (`10.0.0.300` and `bmc_1` are neither) and its port, if any, is 1–65535; the same
 /// grammar as `src/bmc`. Addresses another rule refuses (empty, credentials,
@@ -161,7 +164,7 @@ fn bmc_host_and_port() -> String {
         "self.address == '' || self.address.contains('@') || self.address.matches('{BAD_CHARACTERS}') \
          || (self.address.matches('{HAS_SCHEME}') && !{address}.matches('{KNOWN_SCHEMES}')) \
          || isIP(self.address) \
-         || ({address}.matches('{start}{host}{port}{rest}') \
+         || ({address}.matches('{start}{host}{port}{rest}') && !self.address.matches('{BARE_BRACKETED}') \
              && (!{address}.matches('{start}[0-9.]+(:[0-9]*)?{rest}') || {address}.matches('{start}{ipv4}{port}{rest}')))"
     )
 }

@@ -32,6 +32,14 @@ pub enum BmcAddressError {
         "BMC address {address} contains a user name or password; remove it and put the credentials in the secret named by credentialsName"
     )]
     CredentialsInAddress { address: String },
+    #[error(
+        "BMC address {address} has percent-encoding in its host (shown as ***: it may hold an encoded user name or password); write the host plainly and put credentials in the secret named by credentialsName"
+    )]
+    EncodedHost { address: String },
+    #[error(
+        "BMC address {address} is a bracketed IPv6 address without a scheme or port; write ipmi://{address} or {address}:623"
+    )]
+    BracketedIpv6WithoutPort { address: String },
     #[error("BMC address {address} contains whitespace or control characters; remove them")]
     BadCharacters { address: String },
     #[error(
@@ -43,7 +51,7 @@ pub enum BmcAddressError {
 pub(super) fn parse(address: &str) -> Result<BmcAddress, BmcAddressError> {
     // Error messages repeat the address; never with a password in it. Redacting
     // before any other check keeps every message below safe.
-    let redacted = redact_userinfo(address);
+    let (redacted, found) = redact(address);
     let trimmed = redacted.trim();
     if trimmed.is_empty() {
         return Err(BmcAddressError::Empty);
@@ -53,10 +61,18 @@ pub(super) fn parse(address: &str) -> Result<BmcAddress, BmcAddressError> {
             address: redacted.clone(),
         });
     }
-    if trimmed.contains('@') {
-        return Err(BmcAddressError::CredentialsInAddress {
-            address: trimmed.to_owned(),
-        });
+    match found {
+        Redacted::Userinfo => {
+            return Err(BmcAddressError::CredentialsInAddress {
+                address: trimmed.to_owned(),
+            });
+        }
+        Redacted::EncodedAuthority => {
+            return Err(BmcAddressError::EncodedHost {
+                address: trimmed.to_owned(),
+            });
+        }
+        Redacted::Nothing => {}
     }
     let (scheme, rest) = split_scheme(trimmed);
     let scheme_name = scheme.unwrap_or("ipmi");
@@ -85,7 +101,14 @@ pub(super) fn parse(address: &str) -> Result<BmcAddress, BmcAddressError> {
     if host_text.is_empty() {
         return Err(missing_host());
     }
-    let host = parse_host(host_text, authority.starts_with('['), trimmed)?;
+    let bracketed = authority.starts_with('[');
+    // Upstream reads a bare `[v6]` as an incomplete `host:port` and refuses it.
+    if bracketed && scheme.is_none() && port_text.is_none() {
+        return Err(BmcAddressError::BracketedIpv6WithoutPort {
+            address: trimmed.to_owned(),
+        });
+    }
+    let host = parse_host(host_text, bracketed, trimmed)?;
     let port = port_text.map(|p| parse_port(p, trimmed)).transpose()?;
     let query = query
         .split('&')
@@ -106,26 +129,60 @@ pub(super) fn parse(address: &str) -> Result<BmcAddress, BmcAddressError> {
     })
 }
 
+/// What [`redact`] hid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Redacted {
+    Nothing,
+    /// A user name or password: up to an `@` or an encoded one (`%40`).
+    Userinfo,
+    /// A host part holding percent-encoding, which may be an encoded `user:password`.
+    EncodedAuthority,
+}
+
 /// The address with everything between its scheme (`scheme://`, when there is one)
-/// and its last `@` replaced by `***`.
+/// and its last `@` (or `%40`, an encoded `@`) replaced by `***`; without either,
+/// a host part (up to the first `/`, `?` or `#`) that holds a `%` is replaced whole,
+/// since `admin%3Apass` may be a user and password too.
 ///
 /// Deliberately coarser than a URL parser: a password may hold `/`, `?`, `#`, `:` or
 /// whitespace (`redfish://admin:pa/Secret@host`), so the userinfo is taken to run up
-/// to the last `@` anywhere in the text. An address with no `@` has no userinfo and
+/// to the last `@` anywhere in the text. An address with neither an `@` nor a `%`
 /// comes back unchanged.
 pub fn redact_userinfo(address: &str) -> String {
-    let Some(at) = address.rfind('@') else {
-        return address.to_owned();
-    };
+    redact(address).0
+}
+
+fn redact(address: &str) -> (String, Redacted) {
     let start = address.trim_start();
     let leading = address.len() - start.len();
-    // Keep `scheme://` only when it really is a scheme, so a password holding `://`
-    // in a scheme-less address is not kept as a "scheme".
-    let keep = match start.find("://") {
-        Some(i) if i > 0 && is_scheme(&start[..i]) && leading + i + 3 <= at => leading + i + 3,
-        _ => leading,
-    };
-    format!("{}***{}", &address[..keep], &address[at..])
+    let scheme_end = start
+        .find("://")
+        .filter(|&i| i > 0 && is_scheme(&start[..i]))
+        .map(|i| leading + i + 3);
+    let at = [address.rfind('@'), address.rfind("%40")]
+        .into_iter()
+        .flatten()
+        .max();
+    if let Some(at) = at {
+        // Keep `scheme://` only when it really is a scheme before the userinfo, so a
+        // password holding `://` in a scheme-less address is not kept as a "scheme".
+        let keep = scheme_end.filter(|&end| end <= at).unwrap_or(leading);
+        let redacted = format!("{}***{}", &address[..keep], &address[at..]);
+        return (redacted, Redacted::Userinfo);
+    }
+    let keep = scheme_end.unwrap_or(leading);
+    let authority_len = address[keep..]
+        .find(['/', '?', '#'])
+        .unwrap_or(address.len() - keep);
+    if address[keep..keep + authority_len].contains('%') {
+        let redacted = format!(
+            "{}***{}",
+            &address[..keep],
+            &address[keep + authority_len..]
+        );
+        return (redacted, Redacted::EncodedAuthority);
+    }
+    (address.to_owned(), Redacted::Nothing)
 }
 
 /// RFC 3986 scheme: a letter, then letters, digits, `+`, `-`, `.`.

@@ -227,7 +227,6 @@ fn bare_host_and_host_port_mean_ipmi() {
         ("bmc-1.example.com", "bmc-1.example.com", "623"),
         ("bmc-1.example.com:6232", "bmc-1.example.com", "6232"),
         ("[fd00::10]:6233", "fd00::10", "6233"),
-        ("[fd00::10]", "fd00::10", "623"),
         ("fd00::10", "fd00::10", "623"),
         ("ipmi:192.0.2.10", "192.0.2.10", "623"),
         ("ipmi:192.0.2.10:777", "192.0.2.10", "777"),
@@ -493,6 +492,12 @@ const HOSTILE_ADDRESSES: &[(&str, &str)] = &[
     ("redfish://:s3cr3t@[fd00::1", "s3cr3t"),
     ("redfish://admin:s3cr3t@", "s3cr3t"),
     ("redfish://10.0.0.1/x?user=admin:s3cr3t@y", "s3cr3t"),
+    ("redfish://admin%3Apass%40host/", "%3Apass"),
+    ("redfish://admin%3Apass%40host/", "%3A"),
+    ("redfish://admin%3As3cr3t/redfish/v1", "s3cr3t"),
+    ("ipmi://admin%3As3cr3t:623", "s3cr3t"),
+    ("admin%3As3cr3t%40[fd00::1]:623", "s3cr3t"),
+    ("redfish+https://admin%3Ahunter2%40%5Bfd00::1%5D", "hunter2"),
 ];
 
 #[test]
@@ -530,6 +535,50 @@ fn an_at_sign_anywhere_is_refused_as_credentials() {
         crate::bmc::redact_userinfo("redfish://10.0.0.1/"),
         "redfish://10.0.0.1/"
     );
+}
+
+#[test]
+fn percent_encoded_userinfo_is_refused_as_credentials_and_never_repeated() {
+    let err = BmcAddress::parse("redfish://admin%3Apass%40host/").expect_err("encoded userinfo");
+    assert!(
+        matches!(err, BmcAddressError::CredentialsInAddress { .. }),
+        "{err:?}"
+    );
+    assert_eq!(
+        crate::bmc::redact_userinfo("redfish://admin%3Apass%40host/"),
+        "redfish://***%40host/"
+    );
+    let err = BmcAddress::parse("redfish://admin%3Apass/").expect_err("encoded host");
+    assert!(
+        matches!(err, BmcAddressError::EncodedHost { .. }),
+        "{err:?}"
+    );
+    assert_eq!(
+        crate::bmc::redact_userinfo("redfish://admin%3Apass/redfish/v1"),
+        "redfish://***/redfish/v1"
+    );
+    // A path may hold percent-encoding; only the host part is hidden.
+    assert_eq!(
+        crate::bmc::redact_userinfo("redfish://10.0.0.1/Systems/a%2Fb"),
+        "redfish://10.0.0.1/Systems/a%2Fb"
+    );
+}
+
+#[test]
+fn a_bare_bracketed_ipv6_address_is_refused_as_upstream_does() {
+    for address in ["[2001:db8::1]", "[fd00::10]"] {
+        let err = BmcAddress::parse(address).expect_err(address);
+        assert!(
+            matches!(err, BmcAddressError::BracketedIpv6WithoutPort { .. }),
+            "{address}: {err:?}"
+        );
+        assert!(err.to_string().contains(":623"), "{err}");
+    }
+    // With a port or a scheme, and without brackets, it is an IPMI address.
+    for address in ["[2001:db8::1]:623", "ipmi://[2001:db8::1]", "2001:db8::1"] {
+        let parsed = BmcAddress::parse(address).unwrap_or_else(|e| panic!("{address}: {e}"));
+        assert_eq!(parsed.kind, BmcType::Ipmi, "{address}");
+    }
 }
 
 #[test]

@@ -100,6 +100,8 @@ fn no_error_repeats_a_password_written_into_the_address() {
         ("redfish://admin:hun ter2@10.0.0.1", "hun ter2"),
         ("redfish://admin:hunter2@", "hunter2"),
         ("redfish://admin:p?q#r@bmc_1:abc/", "p?q#r"),
+        ("redfish://admin%3Apass%40host/", "%3Apass"),
+        ("redfish://admin%3Apass%40host/", "admin"),
     ] {
         let (code, stdout, stderr) = bmo(&["bmc", address]);
         assert_eq!(code, 2, "{address}");
@@ -107,4 +109,35 @@ fn no_error_repeats_a_password_written_into_the_address() {
         assert!(stderr.contains("credentialsName"), "{address}: {stderr}");
         assert!(!stderr.contains(secret), "{address}: {stderr}");
     }
+}
+
+#[test]
+fn no_error_repeats_a_percent_encoded_host_that_may_hold_a_password() {
+    let _shared = crate::support::shared();
+    for address in ["redfish://admin%3As3cr3t/", "ipmi://admin%3As3cr3t:623"] {
+        let (code, stdout, stderr) = bmo(&["bmc", address]);
+        assert_eq!(code, 2, "{address}");
+        assert!(stdout.is_empty(), "{address}: {stdout}");
+        assert!(stderr.contains("percent-encoding"), "{address}: {stderr}");
+        assert!(!stderr.contains("s3cr3t"), "{address}: {stderr}");
+    }
+}
+
+#[test]
+fn a_bare_bracketed_ipv6_address_is_refused_as_an_ipmi_address() {
+    let _shared = crate::support::shared();
+    let (code, stdout, stderr) = bmo(&["bmc", "[2001:db8::1]"]);
+    assert_eq!(code, 2, "{stdout}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(
+        stderr.contains("[2001:db8::1]:623") && stderr.contains("ipmi://[2001:db8::1]"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    let (code, stdout, _) = bmo(&["bmc", "[2001:db8::1]:623"]);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("ipmi_address:") && stdout.contains("2001:db8::1"),
+        "{stdout}"
+    );
 }
