@@ -57,6 +57,10 @@ use state_machine::{
 };
 pub use store::{FIELD_MANAGER, KubeStore, SECRET_LABEL, Store, StoreError};
 
+/// How soon a reconcile that found its copy of the host older than the API server's
+/// looks again (the watch usually brings the newer copy first, which wakes it).
+const STALE_COPY_RETRY: Duration = Duration::from_millis(200);
+
 /// Provisioning attempts for one image before bmo stops retrying.
 pub const MAX_PROVISIONING_RETRIES: i64 = 5;
 
@@ -522,6 +526,20 @@ async fn call<P: Provisioner, S: Store>(
     mut phost: provisioner::Host,
     facts: &Facts,
 ) -> Result<Next, ReconcileError> {
+    if op.is_destructive() {
+        // The watch's copy can lag the API server (bmo's own last write, a user's
+        // change of spec): a destructive step decided on an older copy could undo
+        // what the newer one says. Decide again on the newest.
+        let newest = ctx
+            .store
+            .newest_version(host)
+            .await
+            .map_err(store_err(host))?;
+        if newest != host.metadata.resource_version {
+            tracing::debug!(?op, "the host changed since this copy; deciding again on the newest");
+            return Ok(Next::After(STALE_COPY_RETRY));
+        }
+    }
     let name = host.namespaced_name();
     let state = host.provisioning_state();
     phost.restart_on_failure = state_machine::restart_on_failure(host, op);

@@ -93,6 +93,14 @@ pub trait Store: Send + Sync {
         host: &BareMetalHost,
     ) -> impl Future<Output = Result<Option<BareMetalHost>, StoreError>> + Send;
 
+    /// The host's resourceVersion as the API server has it now (a quorum read, not
+    /// the watch's copy); `None` when the host is gone. Destructive steps compare it
+    /// with the copy they decided on.
+    fn newest_version(
+        &self,
+        host: &BareMetalHost,
+    ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
+
     /// Writes the whole status (server-side apply on the status subresource).
     fn apply_status(
         &self,

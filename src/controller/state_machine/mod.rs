@@ -118,6 +118,22 @@ pub enum Operation {
 }
 
 impl Operation {
+    /// Whether the operation can destroy what is on the machine or stop it: writing
+    /// an image (and the cleaning before it), cleaning, deprovisioning, flashing
+    /// firmware, powering off, deleting. These act only on a host read at its newest
+    /// resourceVersion (docs/architecture.md, "Crash safety").
+    pub fn is_destructive(self) -> bool {
+        matches!(
+            self,
+            Self::Provision
+                | Self::Prepare
+                | Self::Deprovision
+                | Self::Service
+                | Self::PowerOff { .. }
+                | Self::Delete
+        )
+    }
+
     /// The error type a failure of this operation sets.
     pub fn error_type(self, state: State) -> ErrorType {
         match self {

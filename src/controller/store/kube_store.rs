@@ -260,6 +260,14 @@ impl Store for KubeStore {
         take_over(&self.api(host), host, "status").await
     }
 
+    async fn newest_version(&self, host: &BareMetalHost) -> Result<Option<String>, StoreError> {
+        let meta = self
+            .api::<BareMetalHost>(host)
+            .get_metadata_opt(&host.name_any())
+            .await?;
+        Ok(meta.and_then(|m| m.metadata.resource_version))
+    }
+
     async fn apply_status(
         &self,
         host: &BareMetalHost,

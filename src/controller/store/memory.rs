@@ -245,6 +245,14 @@ impl Store for MemoryStore {
         self.write_finalizers(host, wanted)
     }
 
+    async fn newest_version(&self, host: &BareMetalHost) -> Result<Option<String>, StoreError> {
+        let objects = self.lock();
+        Ok(objects
+            .hosts
+            .get(&key(host.namespace(), &host.name_any()))
+            .and_then(|h| h.metadata.resource_version.clone()))
+    }
+
     /// Memory keeps no managedFields: nothing to take over.
     async fn take_over_status(
         &self,

@@ -4,7 +4,9 @@
 use reqwest::StatusCode;
 
 use super::{IronicProvisioner, sentence};
-use crate::ironic::{IronicError, Node, PatchOp, ProvisionRequest as Req};
+use crate::ironic::{
+    IronicError, Node, PatchOp, ProvisionRequest as Req, ProvisionState, ProvisionTarget,
+};
 use crate::provisioner::types::{AutomatedCleaningMode, Host, HostId, Outcome, PowerState};
 use crate::provisioner::{ProvisionerError, ProvisionerResult};
 
@@ -101,6 +103,20 @@ impl IronicProvisioner {
                 tracing::info!(host = %host.id, node = %node.uuid, "{what}");
                 self.changed(value)
             }
+            Err(e) if e.status() == Some(StatusCode::BAD_REQUEST) => {
+                // The same request may have got there first: sent just before bmo
+                // was restarted, or by a reconcile that read an older node. A node
+                // already where the request leads, or on its way there, is progress;
+                // taking the refusal as a failure would undo the work (deprovision
+                // a fresh deployment, clean an available node).
+                match self.client.get_node(&node.uuid).await {
+                    Ok(Some(fresh)) if already_there(request.target, &fresh) => {
+                        tracing::info!(host = %host.id, node = %node.uuid, state = fresh.provision_state(), "{what}: already done or under way");
+                        self.changed(value)
+                    }
+                    _ => self.refused_or_err(host, e, value, &format!("Ironic refused to {what}")),
+                }
+            }
             Err(e) => self.refused_or_err(host, e, value, &format!("Ironic refused to {what}")),
         }
     }
@@ -156,6 +172,76 @@ impl IronicProvisioner {
             Some("power on") => PowerState::On,
             Some("power off") => PowerState::Off,
             _ => PowerState::Unknown,
+        }
+    }
+}
+
+/// Whether `node` is where a request for `target` leads, or on its way there.
+fn already_there(target: ProvisionTarget, node: &Node) -> bool {
+    use ProvisionState as S;
+    let state = node.state();
+    let heading = |to: &str| node.target_provision_state.as_deref() == Some(to);
+    match target {
+        ProvisionTarget::Manage => {
+            matches!(state, S::Manageable | S::Verifying) || heading("manageable")
+        }
+        ProvisionTarget::Provide => state == S::Available || heading("available"),
+        ProvisionTarget::Inspect => matches!(state, S::Inspecting | S::InspectWait),
+        ProvisionTarget::Active => {
+            matches!(state, S::Active | S::Deploying | S::WaitCallBack) || heading("active")
+        }
+        ProvisionTarget::Deleted => {
+            matches!(state, S::Deleting | S::Available) || heading("available")
+        }
+        ProvisionTarget::Clean => {
+            matches!(state, S::Cleaning | S::CleanWait) && heading("manageable")
+        }
+        ProvisionTarget::Adopt => matches!(state, S::Adopting | S::Active),
+        ProvisionTarget::Service => matches!(state, S::Servicing | S::ServiceWait),
+        ProvisionTarget::Rebuild | ProvisionTarget::Abort => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(state: &str, target: Option<&str>) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "uuid": "u", "driver": "fake-hardware",
+            "provision_state": state, "target_provision_state": target,
+        }))
+        .expect("node")
+    }
+
+    #[test]
+    fn a_refused_request_whose_end_state_is_reached_or_under_way_counts_as_progress() {
+        use ProvisionTarget as T;
+        for (target, state, heading, expected) in [
+            (T::Active, "active", None, true),
+            (T::Active, "deploying", Some("active"), true),
+            (T::Active, "wait call-back", Some("active"), true),
+            (T::Active, "available", None, false),
+            (T::Active, "deploy failed", None, false),
+            (T::Provide, "available", None, true),
+            (T::Provide, "cleaning", Some("available"), true),
+            (T::Provide, "clean failed", None, false),
+            (T::Manage, "verifying", Some("manageable"), true),
+            (T::Manage, "enroll", None, false),
+            (T::Inspect, "inspect wait", Some("manageable"), true),
+            (T::Inspect, "manageable", None, false),
+            (T::Deleted, "cleaning", Some("available"), true),
+            (T::Deleted, "active", None, false),
+            (T::Clean, "clean wait", Some("manageable"), true),
+            (T::Clean, "cleaning", Some("available"), false),
+            (T::Adopt, "active", None, true),
+            (T::Abort, "inspect wait", None, false),
+        ] {
+            assert_eq!(
+                already_there(target, &node(state, heading)),
+                expected,
+                "{target:?} in {state} heading {heading:?}"
+            );
         }
     }
 }
