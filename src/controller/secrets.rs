@@ -30,7 +30,8 @@ impl LoadedCredentials {
 }
 
 /// Reads the BMC Secret, labels it and makes the host its owner so that a change to it
-/// wakes the host up.
+/// wakes the host up, and holds it with [`super::store::SECRET_FINALIZER`] while the
+/// host uses it.
 pub async fn load_credentials<S: Store>(
     host: &BareMetalHost,
     store: &S,
@@ -52,8 +53,13 @@ pub async fn load_credentials<S: Store>(
         ));
         return Ok(LoadedCredentials::unusable(check, None));
     };
-    if !secret_is_owned(host, &secret) {
-        store.own_secret(host, &secret).await?;
+    // Upstream's finalizer, as upstream puts it: while the host uses the Secret, so
+    // the Secret cannot go from under it. Not once the host (or the Secret) is being
+    // deleted: the host's release removes it then.
+    let hold =
+        host.metadata.deletion_timestamp.is_none() && secret.metadata.deletion_timestamp.is_none();
+    if !secret_is_owned(host, &secret) || (hold && !secret_is_held(&secret)) {
+        store.own_secret(host, &secret, hold).await?;
     }
     if let Some(previous) = previous_credentials_name(host)
         && previous != bmc.credentials_name
@@ -125,9 +131,9 @@ fn previous_credentials_name(host: &BareMetalHost) -> Option<&str> {
         .as_deref()
 }
 
-/// Removes upstream's Secret finalizer from those of the Secrets `names` (in the
-/// host's namespace) that carry it: the host no longer needs them, so deleting them
-/// must not wait for an operator that is gone.
+/// Removes the Secret finalizer (bmo's or upstream's: the same name) from those of
+/// the Secrets `names` (in the host's namespace) that carry it: the host no longer
+/// needs them, so deleting them must not wait.
 pub async fn release<S: Store>(
     host: &BareMetalHost,
     store: &S,
@@ -139,7 +145,7 @@ pub async fn release<S: Store>(
             && secret_is_held(&secret)
         {
             store.release_secret(&secret).await?;
-            tracing::info!(secret = %name, "removed upstream's Secret finalizer");
+            tracing::info!(secret = %name, "removed the Secret finalizer");
         }
     }
     Ok(())

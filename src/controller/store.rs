@@ -185,11 +185,13 @@ pub trait Store: Send + Sync {
     ) -> impl Future<Output = Result<Option<Secret>, StoreError>> + Send;
 
     /// Labels `secret` as bmo's and adds the host to its owners, if its owners are
-    /// still as read.
+    /// still as read; with `hold`, also adds [`SECRET_FINALIZER`], if its finalizers
+    /// are still as read. One write.
     fn own_secret(
         &self,
         host: &BareMetalHost,
         secret: &Secret,
+        hold: bool,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Removes upstream's [`SECRET_FINALIZER`] from `secret`, if its finalizers are
@@ -206,12 +208,13 @@ pub trait Store: Send + Sync {
 /// Label bmo puts on the BMC Secrets it uses; only labelled Secrets are watched.
 pub const SECRET_LABEL: (&str, &str) = ("environment.metal3.io", "baremetal");
 
-/// The finalizer upstream's operator puts on the Secrets a host uses (its
-/// `metal3.io` host finalizer plus `/secret`). bmo never adds it; it removes it once
-/// the host no longer needs the Secret, as upstream does (see docs/migration.md).
+/// The finalizer on the BMC Secret of a host (upstream's `metal3.io` host finalizer
+/// plus `/secret`, upstream's name): added while a host uses the Secret, so it cannot
+/// be deleted from under the host, and removed once no host needs it any more, as
+/// upstream does (see docs/migration.md).
 pub const SECRET_FINALIZER: &str = "baremetalhost.metal3.io/secret";
 
-/// Whether `secret` carries upstream's [`SECRET_FINALIZER`].
+/// Whether `secret` carries [`SECRET_FINALIZER`].
 pub fn secret_is_held(secret: &Secret) -> bool {
     secret.finalizers().iter().any(|f| f == SECRET_FINALIZER)
 }

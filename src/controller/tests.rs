@@ -312,6 +312,20 @@ async fn upstreams_secret_finalizer_goes_when_the_host_no_longer_needs_the_secre
 }
 
 #[tokio::test]
+async fn the_bmc_secret_is_held_while_its_host_uses_it_and_released_with_the_host() {
+    let ctx = context();
+    ctx.store.put_secret(bmc_secret("f-bmc"));
+    ctx.store.put_host(host("f", json!({"image": null})));
+    drive(&ctx, "f", in_state(State::Available)).await;
+    // As upstream: a Secret in use cannot be deleted from under its host.
+    assert_eq!(secret_finalizers(&ctx, "f-bmc"), [SECRET_FINALIZER]);
+
+    ctx.store.delete_host(NS, "f");
+    drive(&ctx, "f", |h| h.is_none()).await;
+    assert!(secret_finalizers(&ctx, "f-bmc").is_empty());
+}
+
+#[tokio::test]
 async fn a_host_deleted_by_clusterctl_move_lets_go_and_leaves_the_node_deployed() {
     let ctx = site("mv", json!({}));
     drive(&ctx, "mv", settled).await;

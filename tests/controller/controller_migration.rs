@@ -460,18 +460,12 @@ async fn status_upstream_wrote_is_cleared_by_bmo_and_events_match_upstreams() {
         "provisioning.image still stored: {}",
         raw["status"]["provisioning"]
     );
-    // At rest in available, the node is brought to bmo's interface.
-    eventually(
-        "inspect_interface no-inspect",
-        Duration::from_secs(60),
-        || async {
-            match site.inspect_interface(&uuid).await {
-                Some(i) if i == "no-inspect" => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await;
+    // At rest in available, the node keeps upstream's interface: the host asks for
+    // no inspection, so bmo has no reason to change it.
+    assert_eq!(
+        site.inspect_interface(&uuid).await.as_deref(),
+        Some("agent")
+    );
 
     // Events: upstream's fields, field by field, for the same transitions.
     let events: Api<Event> = Api::namespaced(site.client.clone(), &site.ns);
@@ -742,17 +736,11 @@ async fn upstream_footprint_is_taken_over_without_new_nodes_or_provision_changes
     assert_eq!(host.provisioning_state(), ProvisioningState::Available);
     assert_eq!(host.status.clone().expect("status").provisioning.id, uuid);
     assert_only_bmo_owns_the_status(&host);
-    eventually(
-        "inspect_interface no-inspect",
-        Duration::from_secs(60),
-        || async {
-            match site.inspect_interface(&uuid).await {
-                Some(i) if i == "no-inspect" => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await;
+    // Inspection disabled: upstream's `agent` stays (bmo never inspects the host).
+    assert_eq!(
+        site.inspect_interface(&uuid).await.as_deref(),
+        Some("agent")
+    );
     let after = site.ironic_nodes().await;
     assert_eq!(
         after.keys().collect::<Vec<_>>(),

@@ -11,9 +11,9 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use super::events;
-use super::managed_fields::take_over_updates;
+use super::managed_fields::{take_over_updates, without_empty_objects};
 use super::{
-    HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference,
+    HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference, secret_is_held,
     unconfirmed_updates,
 };
 use crate::api::firmware::{
@@ -274,6 +274,9 @@ impl Store for KubeStore {
         status: &BareMetalHostStatus,
     ) -> Result<(), StoreError> {
         let api = self.api::<BareMetalHost>(host);
+        let mut status = serde_json::to_value(status)
+            .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
+        without_empty_objects(&mut status);
         let patch = json!({
             "apiVersion": "metal3.io/v1alpha1",
             "kind": "BareMetalHost",
@@ -467,8 +470,25 @@ impl Store for KubeStore {
         Ok(secrets.get_opt(name).await?)
     }
 
-    async fn own_secret(&self, host: &BareMetalHost, secret: &Secret) -> Result<(), StoreError> {
+    async fn own_secret(
+        &self,
+        host: &BareMetalHost,
+        secret: &Secret,
+        hold: bool,
+    ) -> Result<(), StoreError> {
         let mut patch = Vec::new();
+        if hold && !secret_is_held(secret) {
+            let current: Vec<Value> = secret.finalizers().iter().map(|f| json!(f)).collect();
+            let mut wanted = current.clone();
+            wanted.push(json!(SECRET_FINALIZER));
+            patch.extend(guarded_list_patch(
+                "/metadata/finalizers",
+                &current,
+                secret.metadata.finalizers.is_none(),
+                secret.metadata.resource_version.as_deref(),
+                wanted,
+            ));
+        }
         let uid = host.metadata.uid.clone().unwrap_or_default();
         if !secret.owner_references().iter().any(|o| o.uid == uid) {
             let current: Vec<Value> = secret

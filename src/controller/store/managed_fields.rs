@@ -93,6 +93,31 @@ pub fn trim<K: kube::Resource>(object: &mut K) {
     }
 }
 
+/// `body` (what bmo is about to apply) without empty objects and nulls, at any
+/// depth: an object left empty by that is dropped in turn.
+///
+/// After [`take_over_updates`], bmo owns every field upstream wrote, `null`s inside
+/// objects included (upstream writes `operationHistory.deprovision` as
+/// `{"start": null, "end": null}` until it has run). An apply that names such an
+/// object as `{}` removes the children bmo owns and no longer sends, and the API
+/// server stores the emptied object as `null`, which the schema refuses (422, `must
+/// be of type object`) — every later status write with it. Left out, the object is
+/// removed whole, which is valid; an object with content is kept as sent.
+pub fn without_empty_objects(body: &mut Value) {
+    match body {
+        Value::Object(map) => {
+            for value in map.values_mut() {
+                without_empty_objects(value);
+            }
+            map.retain(|_, value| {
+                !value.is_null() && value.as_object().is_none_or(|o| !o.is_empty())
+            });
+        }
+        Value::Array(items) => items.iter_mut().for_each(without_empty_objects),
+        _ => {}
+    }
+}
+
 fn of_subresource(entry: &ManagedFieldsEntry, subresource: &str) -> bool {
     entry.subresource.as_deref().unwrap_or_default() == subresource
 }
@@ -237,6 +262,59 @@ mod tests {
         ];
         assert_eq!(take_over_updates(&managed, "bmo", "status", &now()), None);
         assert_eq!(take_over_updates(&[], "bmo", "status", &now()), None);
+    }
+
+    /// Shapes found in upstream's status (02aa505, tests/controller/
+    /// controller_upstream_migration.rs) as bmo reads and writes it back.
+    #[test]
+    fn an_operation_upstream_never_ran_is_left_out_not_sent_empty() {
+        use crate::api::BareMetalHostStatus;
+        // Upstream's nulls inside an object: read as an operation with no times.
+        let upstream = json!({
+            "operationalStatus": "OK", "errorMessage": "", "poweredOn": false,
+            "errorCount": 0, "provisioningFailCount": 0,
+            "provisioning": {"state": "available", "ID": "n-1"},
+            "operationHistory": {
+                "register": {"start": "2026-12-05T19:00:00Z", "end": "2026-12-05T19:00:05Z"},
+                "inspect": {"start": null, "end": null},
+                "provision": {"start": null, "end": null},
+                "deprovision": {"start": null, "end": null}
+            }
+        });
+        let status: BareMetalHostStatus =
+            serde_json::from_value(upstream).expect("upstream's status reads");
+        let mut body = serde_json::to_value(&status).expect("serializes");
+        assert_eq!(body["operationHistory"]["deprovision"], json!({}));
+        without_empty_objects(&mut body);
+        assert_eq!(
+            body["operationHistory"],
+            json!({"register": {"start": "2026-12-05T19:00:00Z", "end": "2026-12-05T19:00:05Z"}})
+        );
+    }
+
+    #[test]
+    fn empty_objects_and_nulls_go_at_any_depth_the_rest_stays() {
+        let mut body = json!({
+            "errorMessage": "",
+            "poweredOn": false,
+            "errorCount": 0,
+            "goodCredentials": {},
+            "lastUpdated": null,
+            "operationHistory": {"inspect": {"start": null}, "provision": {}},
+            "provisioning": {"state": "available", "ID": "", "image": {"url": ""}, "raid": {}},
+            "conditions": [{"type": "Ready", "reason": "", "extra": {}}],
+        });
+        without_empty_objects(&mut body);
+        assert_eq!(
+            body,
+            json!({
+                "errorMessage": "",
+                "poweredOn": false,
+                "errorCount": 0,
+                "provisioning": {"state": "available", "ID": "", "image": {"url": ""}},
+                "conditions": [{"type": "Ready", "reason": ""}],
+            })
+        );
     }
 
     #[test]

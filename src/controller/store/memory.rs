@@ -11,7 +11,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
-use super::{HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference};
+use super::{
+    HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference, secret_is_held,
+};
 use crate::api::firmware::{
     FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
 };
@@ -416,15 +418,29 @@ impl Store for MemoryStore {
         Ok(self.secret_now(namespace, name))
     }
 
-    async fn own_secret(&self, host: &BareMetalHost, secret: &Secret) -> Result<(), StoreError> {
+    async fn own_secret(
+        &self,
+        host: &BareMetalHost,
+        secret: &Secret,
+        hold: bool,
+    ) -> Result<(), StoreError> {
         let mut objects = self.lock();
         let version = objects.bump();
         let stored = objects
             .secrets
             .get_mut(&key(secret.namespace(), &secret.name_any()))
             .ok_or(StoreError::Conflict)?;
-        if stored.metadata.owner_references != secret.metadata.owner_references {
+        if stored.metadata.owner_references != secret.metadata.owner_references
+            || stored.metadata.finalizers != secret.metadata.finalizers
+        {
             return Err(StoreError::Conflict);
+        }
+        if hold && !secret_is_held(stored) {
+            stored
+                .metadata
+                .finalizers
+                .get_or_insert_with(Vec::new)
+                .push(SECRET_FINALIZER.into());
         }
         let owner = owner_reference(host, false);
         let owners = stored
