@@ -54,6 +54,10 @@ pub struct Config {
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
 
+    /// Link-local and metadata addresses allowed in host specs (src/bmc/guard.rs).
+    #[command(flatten)]
+    pub addresses: crate::bmc::AddressSettings,
+
     /// Leader election (src/leader.rs).
     #[command(flatten)]
     pub leader: crate::leader::LeaderSettings,

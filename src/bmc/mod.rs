@@ -3,8 +3,10 @@
 //!
 //! The accepted schemes are upstream metal3's (ipmi, libvirt, the Redfish family with
 //! `+http`/`+https` transports), plus `fake://NAME`, which maps to Ironic's
-//! `fake-hardware` type and touches no hardware at all.
+//! `fake-hardware` type and touches no hardware at all. [`guard`] refuses addresses
+//! that point at link-local or cloud metadata addresses.
 
+pub mod guard;
 mod parse;
 
 use std::fmt;
@@ -14,6 +16,7 @@ use serde_json::{Map, Value, json};
 
 use crate::credentials::Credentials;
 
+pub use guard::{AddressGuard, AddressRefused, AddressSettings};
 pub use parse::{BmcAddressError, redact_userinfo};
 
 /// Default IPMI (RMCP+) UDP port.
