@@ -466,6 +466,7 @@ fn host_context(
     let mut ctx = controller::Context::with_store(store, provisioner, config.controller_settings())
         .with_metrics(health.metrics.clone())
         .with_data_images(data_image_store);
+    ctx.address_guard = config.addresses.guard();
     // Without explicit URLs, Ironic boots the IPA images bmo itself serves, on the
     // provisioning IP in use at each reconcile.
     if config.preprov_image.build_preprov_image {

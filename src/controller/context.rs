@@ -14,6 +14,7 @@ use super::steady::SteadyHosts;
 use super::{ControllerSettings, KubeStore, Store};
 use crate::api::BareMetalHost;
 use crate::api::firmware::{HostFirmwareComponents, HostFirmwareSettings};
+use crate::bmc::AddressGuard;
 use crate::controller::firmware::components::state_machine::{PendingUpdates, pending_updates};
 use crate::controller::store::cached;
 use crate::metrics::Metrics;
@@ -41,6 +42,9 @@ pub struct Context<P, S = KubeStore> {
     /// `BMO_BUILD_PREPROV_IMAGE`: each host gets a PreprovisioningImage and boots
     /// the agent from it.
     pub preprovisioning_images: bool,
+    /// Refuses BMC addresses and image URLs that point at link-local or cloud
+    /// metadata addresses (`BMO_ALLOWED_LINK_LOCAL_CIDRS` widens it).
+    pub address_guard: AddressGuard,
     /// The HostFirmwareSettings the running controller watches, so that reading a
     /// host's costs no API request; without it (tests) the store reads them.
     pub(super) firmware_cache: OnceLock<reflector::Store<HostFirmwareSettings>>,
@@ -78,6 +82,7 @@ impl<P: Provisioner, S: Store> Context<P, S> {
             deploy_images: None,
             known_hosts: None,
             preprovisioning_images: false,
+            address_guard: AddressGuard::default(),
             firmware_cache: OnceLock::new(),
             components_cache: OnceLock::new(),
             data_images: None,

@@ -486,6 +486,7 @@ async fn load<P: Provisioner, S: Store>(
     let (ramdisk, waiting_for_image) = deploy_ramdisk(host, ctx).await?;
     let phost = request::host_input(host, loaded.credentials, credentials_changed, &ramdisk)
         .map_err(|e| e.to_string());
+    let phost = ctx.address_guard.checked(host, phost).await;
     let lease_details = host
         .status
         .as_ref()
