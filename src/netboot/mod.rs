@@ -224,7 +224,7 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
             tftp_root: cfg.tftp_root.clone(),
         });
         tracing::info!(addr = %cfg.tftp_addr, loaders = ?loaders.available(), root = %cfg.tftp_root.display(), "serving TFTP");
-        let sessions = Slots::new(
+        let sessions = tftp::session_slots(
             cfg.tftp_max_sessions as usize,
             cfg.tftp_max_sessions_per_client as usize,
         );

@@ -18,3 +18,4 @@ mod netboot_parsers;
 mod netboot_qemu;
 mod netboot_run;
 mod netboot_tftp;
+mod netboot_tftp_abuse;

@@ -18,8 +18,13 @@ use super::files::{Refusal, Source, TftpFiles};
 use super::slots::Slots;
 use packet::{ErrorCode, Packet, Request};
 
-/// Retransmissions of one packet or window before a transfer is abandoned.
-const RETRIES: u32 = 5;
+/// Retransmissions of one packet or window before a transfer is abandoned. Stale
+/// ACKs count as retransmissions too, so a transfer without progress ends within
+/// `(RETRIES + 1) * packet::MAX_TIMEOUT_SECS` seconds (24 s) whatever the client sends.
+pub const RETRIES: u32 = 5;
+/// Before the client's first ACK (it may never have asked: a spoofed request), bmo
+/// sends at most this many times the request's size.
+pub const PRE_ACK_FACTOR: usize = 3;
 /// Until the client acknowledges its first packet (it may never have asked: a
 /// spoofed or flooded request), a transfer is retried this often at most...
 const FIRST_RETRIES: u32 = 2;
@@ -30,6 +35,18 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
 const READ_BUFFER: usize = 64 * 1024;
 /// Receive buffer of a transfer: clients send only ACKs and short ERRORs.
 const ACK_BUFFER: usize = 1500;
+
+/// The fewest client addresses that can take every TFTP session: the per-client cap
+/// is lowered to fit, so that a few clients holding sessions never lock others out.
+pub const MIN_CLIENTS_TO_FILL: usize = 32;
+
+/// The session caps for `max_total` sessions and at most `max_per_client` from one
+/// address, the latter lowered so that `MIN_CLIENTS_TO_FILL` addresses are needed
+/// to take them all.
+pub fn session_slots(max_total: usize, max_per_client: usize) -> Slots {
+    let fair = (max_total / MIN_CLIENTS_TO_FILL).max(1);
+    Slots::new(max_total, max_per_client.min(fair))
+}
 
 /// Serves read requests arriving on `socket` until the task is dropped. `sessions`
 /// caps the transfers running at once, in total and per client; requests over a cap
@@ -45,21 +62,18 @@ pub async fn serve(socket: UdpSocket, files: Arc<TftpFiles>, sessions: Slots) {
                 continue;
             }
         };
+        // Refusals are cut to what a spoofed request may bring back.
+        let refuse = |code, message| packet::error_within(code, message, len * PRE_ACK_FACTOR);
         match packet::parse(&buf[..len]) {
             Ok(Packet::Read(req)) => {
                 let slot = match sessions.take(peer.ip()) {
                     Ok(slot) => slot,
                     Err(over) => {
                         tracing::debug!(%peer, ?over, file = %req.filename, "TFTP read refused: too many transfers");
-                        let _ = socket
-                            .send_to(
-                                &packet::error(
-                                    ErrorCode::NotDefined,
-                                    "server busy: too many TFTP transfers, try again shortly",
-                                ),
-                                peer,
-                            )
-                            .await;
+                        let busy = "server busy: too many TFTP transfers, try again shortly";
+                        if let Some(answer) = refuse(ErrorCode::NotDefined, busy) {
+                            let _ = socket.send_to(&answer, peer).await;
+                        }
                         continue;
                     }
                 };
@@ -67,7 +81,7 @@ pub async fn serve(socket: UdpSocket, files: Arc<TftpFiles>, sessions: Slots) {
                 let sessions = sessions.clone();
                 let local = socket.local_addr().ok();
                 tokio::spawn(async move {
-                    if let Err(e) = transfer(peer, local, req, &files).await {
+                    if let Err(e) = transfer(peer, local, req, len, &files).await {
                         tracing::debug!(%peer, error = %e, "TFTP transfer ended early");
                     }
                     drop(slot);
@@ -85,15 +99,10 @@ pub async fn serve(socket: UdpSocket, files: Arc<TftpFiles>, sessions: Slots) {
             }
             Ok(Packet::Write(req)) => {
                 tracing::debug!(%peer, file = %req.filename, "TFTP write refused");
-                let _ = socket
-                    .send_to(
-                        &packet::error(
-                            ErrorCode::AccessViolation,
-                            "bmo's TFTP server is read-only",
-                        ),
-                        peer,
-                    )
-                    .await;
+                let read_only = "bmo's TFTP server is read-only";
+                if let Some(answer) = refuse(ErrorCode::AccessViolation, read_only) {
+                    let _ = socket.send_to(&answer, peer).await;
+                }
             }
             Ok(_) => {}
             Err(e) => tracing::debug!(%peer, error = %e, "malformed TFTP packet dropped"),
@@ -127,52 +136,126 @@ enum TransferError {
     Refused(&'static str),
 }
 
-async fn transfer(
-    peer: SocketAddr,
-    local: Option<SocketAddr>,
-    req: Request,
-    files: &TftpFiles,
-) -> Result<(), TransferError> {
+/// What bmo may still send to a client that has not acknowledged anything yet:
+/// `PRE_ACK_FACTOR` times its request's size. A request without options may only
+/// be answered with its first block (RFC 1350), which is sent once whatever its size.
+#[derive(Debug)]
+struct Budget {
+    /// `None` once the client has acknowledged a packet: no limit then.
+    left: Option<usize>,
+    free_first: bool,
+}
+
+impl Budget {
+    fn new(request_len: usize, has_options: bool) -> Self {
+        Self {
+            left: Some(request_len.saturating_mul(PRE_ACK_FACTOR)),
+            free_first: !has_options,
+        }
+    }
+
+    fn heard_from_client(&self) -> bool {
+        self.left.is_none()
+    }
+
+    fn heard(&mut self) {
+        self.left = None;
+    }
+
+    /// Whether `len` more bytes may be sent, taking them from the budget if so.
+    fn take(&mut self, len: usize) -> bool {
+        match &mut self.left {
+            None => true,
+            Some(left) if *left >= len => {
+                *left -= len;
+                true
+            }
+            Some(_) if self.free_first => {
+                self.free_first = false;
+                self.left = Some(0);
+                true
+            }
+            Some(_) => false,
+        }
+    }
+
+    /// Sends an ERROR, its message cut to the budget, and ends the transfer.
+    async fn refuse(
+        &mut self,
+        sock: &UdpSocket,
+        code: ErrorCode,
+        message: &str,
+        why: &'static str,
+    ) -> Result<(), TransferError> {
+        let max = self.left.unwrap_or(usize::MAX);
+        if let Some(pkt) = packet::error_within(code, message, max) {
+            self.take(pkt.len());
+            sock.send(&pkt).await?;
+        }
+        Err(TransferError::Refused(why))
+    }
+}
+
+async fn connect(peer: SocketAddr, local: Option<SocketAddr>) -> std::io::Result<UdpSocket> {
     let bind: SocketAddr = match (local, peer) {
         (Some(l), _) if !l.ip().is_unspecified() => SocketAddr::new(l.ip(), 0),
-        (_, SocketAddr::V4(_)) => "0.0.0.0:0".parse().map_err(std::io::Error::other)?,
-        (_, SocketAddr::V6(_)) => "[::]:0".parse().map_err(std::io::Error::other)?,
+        (_, SocketAddr::V4(_)) => SocketAddr::from(([0, 0, 0, 0], 0)),
+        (_, SocketAddr::V6(_)) => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
     };
     let sock = UdpSocket::bind(bind).await?;
     sock.connect(peer).await?;
-    if req.mode != "octet" && req.mode != "netascii" {
-        sock.send(&packet::error(
-            ErrorCode::IllegalOperation,
-            "only octet mode is supported",
-        ))
-        .await?;
-        return Err(TransferError::Refused("mode"));
-    }
-    let (reader, size): (Box<dyn AsyncRead + Unpin + Send>, u64) = match files
-        .resolve(&req.filename)
-    {
+    Ok(sock)
+}
+
+type Reader = Box<dyn AsyncRead + Unpin + Send>;
+
+/// Opens the requested file, or what to answer instead.
+fn open(files: &TftpFiles, filename: &str) -> Result<(Reader, u64), (ErrorCode, &'static str)> {
+    match files.resolve(filename) {
         Ok(Source::Embedded { data, .. }) => {
             let len = data.len() as u64;
-            (Box::new(std::io::Cursor::new(data)), len)
+            Ok((Box::new(std::io::Cursor::new(data)), len))
         }
         Ok(Source::File(opened)) => {
             let len = opened.metadata.len();
             let file = tokio::fs::File::from_std(opened.file);
-            (Box::new(BufReader::with_capacity(READ_BUFFER, file)), len)
+            Ok((Box::new(BufReader::with_capacity(READ_BUFFER, file)), len))
         }
-        Err(Refusal::NotFound) => {
-            sock.send(&packet::error(ErrorCode::FileNotFound, "file not found"))
-                .await?;
-            return Err(TransferError::Refused("not found"));
-        }
-        Err(Refusal::Outside) => {
-            tracing::debug!(%peer, file = %req.filename, "TFTP path outside the served directories refused");
-            sock.send(&packet::error(
-                ErrorCode::AccessViolation,
-                "path outside the served directories",
-            ))
-            .await?;
-            return Err(TransferError::Refused("outside"));
+        Err(Refusal::NotFound) => Err((ErrorCode::FileNotFound, "file not found")),
+        Err(Refusal::Outside) => Err((
+            ErrorCode::AccessViolation,
+            "path outside the served directories",
+        )),
+    }
+}
+
+async fn transfer(
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+    req: Request,
+    request_len: usize,
+    files: &TftpFiles,
+) -> Result<(), TransferError> {
+    let sock = connect(peer, local).await?;
+    let mut budget = Budget::new(request_len, !req.options.is_empty());
+    if let Some(name) = req.duplicate_option() {
+        tracing::debug!(%peer, option = name, "TFTP read with a repeated option refused");
+        let msg = "each option may be given once";
+        return budget
+            .refuse(&sock, ErrorCode::OptionRefused, msg, "duplicate option")
+            .await;
+    }
+    if req.mode != "octet" && req.mode != "netascii" {
+        let msg = "only octet mode is supported";
+        return budget
+            .refuse(&sock, ErrorCode::IllegalOperation, msg, "mode")
+            .await;
+    }
+    let (reader, size) = match open(files, &req.filename) {
+        Ok(opened) => opened,
+        Err((code, msg)) => {
+            tracing::debug!(%peer, file = %req.filename, msg, "TFTP read refused");
+            return budget.refuse(&sock, code, msg, msg).await;
         }
     };
     let neg = packet::negotiate(&req, size, packet::MAX_BLKSIZE);
@@ -180,27 +263,41 @@ async fn transfer(
         .timeout_secs
         .map_or(DEFAULT_TIMEOUT, |s| Duration::from_secs(u64::from(s)));
     let mut buf = vec![0u8; ACK_BUFFER];
-    let mut heard_from_client = false;
     if !neg.acked.is_empty() {
-        let oack = packet::oack(&neg.acked);
-        let mut tries = 0;
-        loop {
-            sock.send(&oack).await?;
-            match recv_ack(&sock, &mut buf, timeout.min(FIRST_TIMEOUT)).await? {
-                Some(0) => break,
-                Some(_) => {}
-                None => {
-                    tries += 1;
-                    if tries > FIRST_RETRIES {
-                        return Err(TransferError::Timeout);
-                    }
-                }
-            }
-        }
-        heard_from_client = true;
+        acknowledge_options(&sock, &neg, timeout, &mut budget, &mut buf).await?;
     }
     tracing::debug!(%peer, file = %req.filename, size, blksize = neg.blksize, windowsize = neg.windowsize, "TFTP transfer");
-    send_file(&sock, reader, &neg, timeout, heard_from_client, &mut buf).await
+    send_file(&sock, reader, &neg, timeout, &mut budget, &mut buf).await
+}
+
+/// Sends the OACK until the client acknowledges it (block 0).
+async fn acknowledge_options(
+    sock: &UdpSocket,
+    neg: &packet::Negotiated,
+    timeout: Duration,
+    budget: &mut Budget,
+    buf: &mut [u8],
+) -> Result<(), TransferError> {
+    let oack = packet::oack(&neg.acked);
+    let mut tries = 0;
+    let mut send = true;
+    loop {
+        if send && budget.take(oack.len()) {
+            sock.send(&oack).await?;
+        }
+        match recv_ack(sock, buf, timeout.min(FIRST_TIMEOUT)).await? {
+            Some(0) => break,
+            // Not what was asked: counts as a retry, without answering.
+            Some(_) => send = false,
+            None => send = true,
+        }
+        tries += 1;
+        if tries > FIRST_RETRIES {
+            return Err(TransferError::Timeout);
+        }
+    }
+    budget.heard();
+    Ok(())
 }
 
 /// Waits for an ACK; `None` on timeout. Client errors end the transfer.
@@ -244,80 +341,156 @@ async fn read_block(
     Ok(filled)
 }
 
+/// The blocks sent and not yet acknowledged, encoded as DATA packets.
+struct Window {
+    packets: VecDeque<Vec<u8>>,
+    spare: Vec<Vec<u8>>,
+    /// Block index of `packets[0]`.
+    first: u64,
+    /// Block index of the next block to read.
+    next: u64,
+    last_block: Option<u64>,
+    payload: Vec<u8>,
+    size: usize,
+}
+
+impl Window {
+    fn new(neg: &packet::Negotiated) -> Self {
+        Self {
+            packets: VecDeque::with_capacity(usize::from(neg.windowsize)),
+            spare: Vec::new(),
+            first: 1,
+            next: 1,
+            last_block: None,
+            payload: vec![0u8; neg.blksize],
+            size: usize::from(neg.windowsize),
+        }
+    }
+
+    async fn refill(&mut self, reader: &mut (dyn AsyncRead + Unpin + Send)) -> std::io::Result<()> {
+        while self.packets.len() < self.size && self.last_block.is_none() {
+            let n = read_block(reader, &mut self.payload).await?;
+            let mut pkt = self.spare.pop().unwrap_or_default();
+            // Block numbers roll over from 65535 to 0, as common clients expect.
+            packet::data(self.next as u16, &self.payload[..n], &mut pkt);
+            self.packets.push_back(pkt);
+            if n < self.payload.len() {
+                self.last_block = Some(self.next);
+            }
+            self.next += 1;
+        }
+        Ok(())
+    }
+
+    /// Applies an ACK: `None` if it acknowledges no block of the window (stale),
+    /// else whether the file is done.
+    fn ack(&mut self, block: u16) -> Option<bool> {
+        let idx = (0..self.packets.len() as u64)
+            .map(|i| self.first + i)
+            .find(|idx| *idx as u16 == block)?;
+        for _ in self.first..=idx {
+            if let Some(p) = self.packets.pop_front() {
+                self.spare.push(p);
+            }
+        }
+        self.first = idx + 1;
+        Some(self.last_block == Some(idx))
+    }
+}
+
 async fn send_file(
     sock: &UdpSocket,
-    mut reader: Box<dyn AsyncRead + Unpin + Send>,
+    mut reader: Reader,
     neg: &packet::Negotiated,
     timeout: Duration,
-    mut heard_from_client: bool,
+    budget: &mut Budget,
     buf: &mut [u8],
 ) -> Result<(), TransferError> {
-    // Window of encoded DATA packets; `first` is the block index of window[0].
-    let mut window: VecDeque<Vec<u8>> = VecDeque::with_capacity(usize::from(neg.windowsize));
-    let mut spare: Vec<Vec<u8>> = Vec::new();
-    let mut first: u64 = 1;
-    let mut next: u64 = 1;
-    let mut last_block: Option<u64> = None;
-    let mut payload = vec![0u8; neg.blksize];
+    let mut window = Window::new(neg);
     let mut tries = 0;
     let mut need_send = true;
+    // Whether the window was sent again for a stale ACK since the last progress.
+    let mut resent_for_stale = false;
     loop {
-        // Refill the window.
-        while window.len() < usize::from(neg.windowsize) && last_block.is_none() {
-            let n = read_block(reader.as_mut(), &mut payload).await?;
-            let mut pkt = spare.pop().unwrap_or_default();
-            // Block numbers roll over from 65535 to 0, as common clients expect.
-            packet::data(next as u16, &payload[..n], &mut pkt);
-            window.push_back(pkt);
-            if n < neg.blksize {
-                last_block = Some(next);
-            }
-            next += 1;
-        }
+        window.refill(reader.as_mut()).await?;
         if need_send {
-            for pkt in &window {
-                sock.send(pkt).await?;
+            for pkt in &window.packets {
+                if budget.take(pkt.len()) {
+                    sock.send(pkt).await?;
+                }
             }
         }
         need_send = true;
-        let (wait, retries) = if heard_from_client {
+        let (wait, retries) = if budget.heard_from_client() {
             (timeout, RETRIES)
         } else {
             (timeout.min(FIRST_TIMEOUT), FIRST_RETRIES)
         };
-        match recv_ack(sock, buf, wait).await? {
-            None => {
-                tries += 1;
-                if tries > retries {
-                    return Err(TransferError::Timeout);
-                }
-            }
+        let progress = match recv_ack(sock, buf, wait).await? {
+            None => false,
             Some(ack) => {
-                heard_from_client = true;
-                let acked = (0..window.len() as u64)
-                    .map(|i| first + i)
-                    .find(|idx| *idx as u16 == ack);
-                match acked {
-                    Some(idx) => {
-                        tries = 0;
-                        for _ in first..=idx {
-                            if let Some(p) = window.pop_front() {
-                                spare.push(p);
-                            }
-                        }
-                        first = idx + 1;
-                        if last_block == Some(idx) {
-                            return Ok(());
-                        }
-                    }
+                budget.heard();
+                match window.ack(ack) {
+                    Some(true) => return Ok(()),
+                    Some(false) => true,
                     // An ACK from before the window. With windowsize 1 it is a
                     // duplicate: answering it would double every later packet
                     // (sorcerer's apprentice), so wait for the real one. With
-                    // larger windows (RFC 7440) the client lost the window's
-                    // first block, so the window is sent again.
-                    None => need_send = neg.windowsize > 1,
+                    // larger windows (RFC 7440) the client lost the window's first
+                    // block, so the window is sent again, once: more stale ACKs
+                    // wait for the timeout.
+                    None => {
+                        need_send = neg.windowsize > 1 && !resent_for_stale;
+                        resent_for_stale |= need_send;
+                        false
+                    }
                 }
             }
+        };
+        if progress {
+            tries = 0;
+            resent_for_stale = false;
+        } else {
+            tries += 1;
+            if tries > retries {
+                return Err(TransferError::Timeout);
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sixteen_clients_cannot_take_every_session() {
+        let slots = session_slots(64, 4);
+        let mut held = Vec::new();
+        for n in 0..16u8 {
+            let client = std::net::IpAddr::from([10, 0, 0, n]);
+            held.extend((0..4).filter_map(|_| slots.take(client).ok()));
+        }
+        assert_eq!(held.len(), 32);
+        assert!(slots.take([10, 0, 1, 1].into()).is_ok());
+        // A small cap still lets each client one session.
+        let slots = session_slots(8, 4);
+        assert!(slots.take([10, 0, 0, 1].into()).is_ok());
+        assert!(slots.take([10, 0, 0, 1].into()).is_err());
+    }
+
+    #[test]
+    fn before_the_first_ack_the_budget_is_three_times_the_request() {
+        let mut with_options = Budget::new(20, true);
+        assert!(with_options.take(40));
+        assert!(!with_options.take(21));
+        assert!(with_options.take(20));
+        with_options.heard();
+        assert!(with_options.take(1 << 20));
+        // A request without options gets its first block once, nothing more.
+        let mut plain = Budget::new(20, false);
+        assert!(plain.take(516));
+        assert!(!plain.take(516));
+        assert!(!plain.take(1));
     }
 }

@@ -33,6 +33,19 @@ pub struct Request {
     pub options: Vec<(String, String)>,
 }
 
+impl Request {
+    /// The first option name the client sent more than once, if any. Such a request
+    /// is refused: echoing both values would contradict itself and grow the answer.
+    pub fn duplicate_option(&self) -> Option<&str> {
+        self.options.iter().enumerate().find_map(|(i, (name, _))| {
+            self.options[..i]
+                .iter()
+                .any(|(earlier, _)| earlier == name)
+                .then_some(name.as_str())
+        })
+    }
+}
+
 /// Why a packet could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
@@ -127,6 +140,19 @@ pub fn error(code: ErrorCode, message: &str) -> Vec<u8> {
     out
 }
 
+/// An ERROR packet no longer than `max_len` bytes: the message is cut to fit (the
+/// messages are ASCII). `None` when not even an empty message fits.
+pub fn error_within(code: ErrorCode, message: &str, max_len: usize) -> Option<Vec<u8>> {
+    let room = max_len.checked_sub(5)?;
+    let cut = message
+        .char_indices()
+        .map(|(i, c)| i + c.len_utf8())
+        .take_while(|end| *end <= room)
+        .last()
+        .unwrap_or(0);
+    Some(error(code, &message[..cut]))
+}
+
 pub fn oack(options: &[(String, String)]) -> Vec<u8> {
     let mut out = 6u16.to_be_bytes().to_vec();
     for (k, v) in options {
@@ -157,6 +183,11 @@ pub const MAX_WINDOW: u16 = 64;
 /// answer retransmissions.
 pub const MAX_WINDOW_BYTES: usize = 512 * 1024;
 
+/// Largest retransmission timeout (RFC 2349) acknowledged, in seconds. Larger asks
+/// are left out of the OACK, so a transfer without progress ends within
+/// `(RETRIES + 1) * MAX_TIMEOUT_SECS` seconds.
+pub const MAX_TIMEOUT_SECS: u8 = 4;
+
 /// Applies RFC 2347/2348/2349/7440 options. Unknown or invalid options are
 /// ignored (left out of the OACK), as RFC 2347 prescribes. `max_blksize` caps
 /// blksize to what the path MTU allows when known.
@@ -180,7 +211,7 @@ pub fn negotiate(req: &Request, file_size: u64, max_blksize: usize) -> Negotiate
             "tsize" => n.acked.push((name.clone(), file_size.to_string())),
             "timeout" => {
                 if let Ok(v) = value.parse::<u8>()
-                    && v >= 1
+                    && (1..=MAX_TIMEOUT_SECS).contains(&v)
                 {
                     n.timeout_secs = Some(v);
                     n.acked.push((name.clone(), v.to_string()));
@@ -259,6 +290,42 @@ mod tests {
         };
         let n = negotiate(&r, 1, MAX_BLKSIZE);
         assert_eq!((n.blksize, n.windowsize, n.acked.len()), (512, 1, 0));
+    }
+
+    #[test]
+    fn duplicate_options_are_found_whatever_their_case() {
+        let b = rrq(&[("tsize", "0"), ("blksize", "1468"), ("TSIZE", "0")]);
+        let Packet::Read(r) = parse(&b).unwrap() else {
+            panic!()
+        };
+        assert_eq!(r.duplicate_option(), Some("tsize"));
+        let b = rrq(&[("tsize", "0"), ("blksize", "1468")]);
+        let Packet::Read(r) = parse(&b).unwrap() else {
+            panic!()
+        };
+        assert_eq!(r.duplicate_option(), None);
+    }
+
+    #[test]
+    fn long_timeouts_are_left_out() {
+        let b = rrq(&[("timeout", "255"), ("blksize", "512")]);
+        let Packet::Read(r) = parse(&b).unwrap() else {
+            panic!()
+        };
+        let n = negotiate(&r, 1, MAX_BLKSIZE);
+        assert_eq!(n.timeout_secs, None);
+        assert_eq!(n.acked, vec![("blksize".to_owned(), "512".to_owned())]);
+    }
+
+    #[test]
+    fn errors_are_cut_to_fit() {
+        let e = error_within(ErrorCode::NotDefined, "server busy", 10).unwrap();
+        assert_eq!(e, b"\0\x05\0\0serve\0");
+        assert_eq!(error_within(ErrorCode::NotDefined, "x", 4), None);
+        assert_eq!(
+            error_within(ErrorCode::NotDefined, "ok", 100).unwrap(),
+            error(ErrorCode::NotDefined, "ok")
+        );
     }
 
     #[test]
