@@ -177,8 +177,16 @@ async fn a_host_pointing_at_another_hosts_node_never_touches_it() {
             .map_err(|e| e.to_string())?
             .items
             .iter()
-            .map(|h| h.name_any())
-            .filter(|n| n != "victim")
+            .filter(|h| h.name_any() != "victim")
+            .map(|h| {
+                let status = h.status.clone().unwrap_or_default();
+                format!(
+                    "{} ({}: {})",
+                    h.name_any(),
+                    h.provisioning_state(),
+                    status.error_message
+                )
+            })
             .collect();
         match left.is_empty() {
             true => Ok(()),

@@ -140,7 +140,11 @@ pub(super) fn wipe_noted(node: &Node) -> bool {
 
 impl IronicProvisioner {
     pub(super) async fn deprovision_node(&self, host: &Host) -> ProvisionerResult<Progress> {
-        let node = self.require_node(host).await?;
+        // No node of its own (gone, or only another host's): nothing on the machine
+        // is this host's to take off, and a deletion must not wait for it.
+        let Some(node) = self.own_node(host, "deprovision").await? else {
+            return Ok(Outcome::done(Progress::default()));
+        };
         let wipe = Wipe::of(&node);
         let updated_at = node.provision_updated_at.clone().unwrap_or_default();
         match next(

@@ -64,6 +64,24 @@ impl IronicProvisioner {
         Some(owner)
     }
 
+    /// The host's node, or `None` when it has none (after logging that `what` has
+    /// nothing to act on): for the steps that end a host's life, which a vanished
+    /// node must not hold up.
+    pub(super) async fn own_node(
+        &self,
+        host: &Host,
+        what: &str,
+    ) -> Result<Option<Node>, ProvisionerError> {
+        let node = self
+            .find_node(host, false)
+            .await
+            .map_err(|e| Self::ironic_err(host, e))?;
+        if node.is_none() {
+            tracing::info!(host = %host.id, "no Ironic node of its own: nothing to {what}");
+        }
+        Ok(node)
+    }
+
     pub(super) async fn require_node(&self, host: &Host) -> Result<Node, ProvisionerError> {
         match self.find_node(host, false).await {
             Ok(Some(node)) => Ok(node),

@@ -41,7 +41,9 @@ impl IronicProvisioner {
         host: &Host,
         mode: PowerMode,
     ) -> ProvisionerResult<PowerState> {
-        let node = self.require_node(host).await?;
+        let Some(node) = self.own_node(host, "power off").await? else {
+            return Ok(Outcome::done(PowerState::Unknown));
+        };
         let now = Self::power_of(&node);
         if host.disable_power_off {
             return Ok(Outcome::failed(
