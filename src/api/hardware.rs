@@ -5,6 +5,11 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// What `dhcpHostname` may hold: labels of 1 to 63 letters, digits and hyphens (not
+/// first or last) joined by dots; at most 253 bytes (`maxLength`). bmo's DHCP server
+/// drops any other name a client sends (`crate::netboot::hostname`).
+pub const DHCP_HOSTNAME_PATTERN: &str = r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$";
+
 /// Finalizer bmo keeps on a HardwareData while its host exists.
 pub const HARDWARE_DATA_FINALIZER: &str = "baremetalhost.metal3.io/hardwareData";
 
@@ -155,9 +160,10 @@ pub struct Nic {
     pub pci_address: Option<String>,
 
     /// bmo addition: the hostname this NIC's DHCP client sent (option 12) when it asked
-    /// bmo's DHCP server for an address. Kept apart from hardware.hostname, which is
-    /// what the operating system reported.
+    /// bmo's DHCP server for an address, kept only if it is a valid host name. Kept
+    /// apart from hardware.hostname, which is what the operating system reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DHCP_HOSTNAME_PATTERN), length(max = 253))]
     pub dhcp_hostname: Option<String>,
 }
 

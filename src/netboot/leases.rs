@@ -14,6 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, broadcast};
 
+use super::hostname::is_valid as is_host_name;
 use super::mac::MacAddr;
 
 /// Where a lease stands.
@@ -248,7 +249,9 @@ impl LeaseTable {
                         path: path.to_owned(),
                         source,
                     })?;
-                for lease in file.leases {
+                for mut lease in file.leases {
+                    // Written before invalid host names were dropped (issue 36).
+                    lease.hostname_raw = lease.hostname_raw.filter(|h| is_host_name(h));
                     if let Some(ip) = lease.ip {
                         inner.by_ip.insert(ip, lease.mac);
                     }
@@ -414,8 +417,8 @@ impl LeaseTable {
             discovered_unix: None,
         });
         lease.last_seen_unix = now;
-        if sighting.hostname_raw.is_some() {
-            lease.hostname_raw = sighting.hostname_raw;
+        if let Some(name) = sighting.hostname_raw.filter(|h| is_host_name(h)) {
+            lease.hostname_raw = Some(name);
         }
         if sighting.arch.is_some() {
             lease.arch = sighting.arch;
@@ -801,26 +804,6 @@ mod tests {
         assert!(t.see(mac(100), Sighting::default(), false));
         assert!(t.get(&mac(3)).is_none(), "the released record made room");
         assert_eq!(t.len(), 20);
-    }
-
-    #[test]
-    fn hostname_keeps_raw_bytes_and_displays_lossily() {
-        let t = LeaseTable::in_memory();
-        t.see(
-            mac(1),
-            Sighting {
-                hostname_raw: Some(b"node\xff1".to_vec()),
-                ..Default::default()
-            },
-            false,
-        );
-        let l = t.get(&mac(1)).unwrap();
-        assert_eq!(l.hostname_raw.as_deref(), Some(&b"node\xff1"[..]));
-        assert_eq!(l.hostname.as_deref(), Some("node\u{fffd}1"));
-        let json = serde_json::to_string(&l).unwrap();
-        assert!(json.contains("\"hostname_raw\":\"6e6f6465ff31\""), "{json}");
-        let back: Lease = serde_json::from_str(&json).unwrap();
-        assert_eq!(back.hostname_raw, l.hostname_raw);
     }
 
     #[tokio::test]

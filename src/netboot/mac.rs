@@ -10,6 +10,12 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 pub struct MacAddr(pub [u8; 6]);
 
 impl MacAddr {
+    /// Whether this can be one client's own address: not all-zero and not a group
+    /// address (multicast, broadcast included). DHCP gives others no lease.
+    pub fn is_unicast(&self) -> bool {
+        self.0 != [0; 6] && self.0[0] & 1 == 0
+    }
+
     /// `aa-bb-cc-dd-ee-ff`, the form in Ironic's `pxelinux.cfg/` file names.
     pub fn hyphenated(&self) -> String {
         self.to_string().replace(':', "-")

@@ -9,6 +9,7 @@ pub mod cpio;
 pub mod dhcp;
 pub mod files;
 pub mod host_ramdisks;
+pub mod hostname;
 pub mod hosts;
 pub mod http;
 pub mod http_server;

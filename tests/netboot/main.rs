@@ -12,6 +12,7 @@ mod support;
 
 mod netboot_address;
 mod netboot_dhcp;
+mod netboot_dhcp_abuse;
 mod netboot_host;
 mod netboot_http;
 mod netboot_parsers;

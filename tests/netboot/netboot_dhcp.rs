@@ -1,6 +1,6 @@
 //! bmo's DHCP server against dhclient and busybox udhcpc, and against raw
 //! firmware-like requests, server and clients in their own network namespaces:
-//! leases with the hostname each client sent (raw bytes, even non-UTF-8), leases
+//! leases with the hostname each client sent (only valid host names), leases
 //! kept across a restart, the loader per client architecture, the iPXE script,
 //! and proxyDHCP beside dnsmasq handing out the addresses.
 
@@ -18,7 +18,7 @@ use crate::support::netboot::{
     self, Netns, NsRef, TempDir, TestNet, config, eventually, require, run, spawn,
 };
 
-fn full_config(dir: &std::path::Path) -> NetbootConfig {
+pub(crate) fn full_config(dir: &std::path::Path) -> NetbootConfig {
     let mut cfg = config(dir);
     cfg.dhcp_mode = DhcpMode::Full;
     cfg.dhcp_range = Some("10.77.0.50,10.77.0.60".parse().unwrap());
@@ -130,16 +130,16 @@ fn dhclient_and_udhcpc_get_leases_with_their_hostnames_kept_across_restart() {
             .await
             .expect("start");
 
-        // dhclient sends a hostname that is not valid UTF-8: "node-\xff-a".
-        let _dhclient = dhclient(&client, &dirp, "cli0", b"node-\xff-a");
+        // dhclient sends a hostname that is no host name: an escape sequence, a newline,
+        // a bell and a byte that is not UTF-8. bmo drops it (issue 36).
+        let _dhclient = dhclient(&client, &dirp, "cli0", b"node\x1b[31m\n-\x07\xff");
         let l = eventually("dhclient's lease", Duration::from_secs(30), || {
             leases
                 .get(&cli_mac)
                 .filter(|l| l.state == LeaseState::Bound)
         })
         .await;
-        assert_eq!(l.hostname_raw.as_deref(), Some(&b"node-\xff-a"[..]));
-        assert_eq!(l.hostname.as_deref(), Some("node-\u{fffd}-a"));
+        assert_eq!((l.hostname_raw, l.hostname), (None, None));
         let ip = l.ip.expect("ip");
         assert!(
             (50..=60).contains(&ip.octets()[3]),
@@ -204,7 +204,7 @@ fn dhclient_and_udhcpc_get_leases_with_their_hostnames_kept_across_restart() {
             .iter()
             .find(|e| e["mac"] == cli_mac.to_string())
             .expect("listed");
-        assert_eq!(entry["hostname_raw"], "6e6f64652dff2d61");
+        assert!(entry.get("hostname_raw").is_none(), "{entry}");
         assert_eq!(entry["ip"], ip.to_string());
 
         // Restart: the leases come back from the file.
@@ -212,10 +212,7 @@ fn dhclient_and_udhcpc_get_leases_with_their_hostnames_kept_across_restart() {
         drop(leases);
         let leases = LeaseTable::open(&lease_file).expect("reopen");
         let back = leases.get(&cli_mac).expect("lease survived the restart");
-        assert_eq!(
-            (back.ip, back.hostname_raw.as_deref()),
-            (Some(ip), Some(&b"node-\xff-a"[..]))
-        );
+        assert_eq!((back.ip, back.hostname_raw.as_deref()), (Some(ip), None));
         assert_eq!(
             leases.get(&cli1_mac).and_then(|l| l.hostname),
             Some("udhcpc-node".into())
@@ -256,9 +253,9 @@ fn dhclient_and_udhcpc_get_leases_with_their_hostnames_kept_across_restart() {
     });
 }
 
-/// A firmware-like client: sends one DISCOVER from the client namespace and
-/// collects the offers that arrive within `wait`.
-fn discover(
+/// A firmware-like client: sends one DISCOVER (or the message type in `extra`) from
+/// the client namespace and collects the offers that arrive within `wait`.
+pub(crate) fn discover(
     ns: &NsRef,
     iface: &str,
     mac: [u8; 6],
@@ -330,7 +327,7 @@ fn bootfile(m: &Message) -> Option<String> {
     }
 }
 
-fn pxe(arch: u16) -> Vec<(u8, Vec<u8>)> {
+pub(crate) fn pxe(arch: u16) -> Vec<(u8, Vec<u8>)> {
     vec![
         (
             60,

@@ -149,18 +149,11 @@ impl Policy {
         leases: &LeaseTable,
         on_proxy_port: bool,
     ) -> Option<(Message, Destination)> {
-        let proxy = matches!(self.mode, Mode::Proxy);
-        let recorded = leases.see(
-            req.mac,
-            Sighting {
-                hostname_raw: req.hostname_raw.clone(),
-                arch: req.arch,
-                vendor_class: req.vendor_class_str(),
-                ipxe: req.ipxe,
-            },
-            proxy,
-        );
-        if !recorded {
+        if !req.mac.is_unicast() {
+            tracing::debug!(mac = %req.mac, "all-zero or group hardware address; not answered");
+            return None;
+        }
+        if !self.record(req, leases) {
             tracing::debug!(mac = %req.mac, "lease table full of live leases; new client not answered (BMO_DHCP_MAX_LEASES)");
             return None;
         }
@@ -178,6 +171,26 @@ impl Policy {
             log_known(req, host, reply);
         }
         reply
+    }
+
+    /// Records what `req` says about its client; false when the table is full. A
+    /// RELEASE, DECLINE or INFORM from a MAC without a record makes none: the client
+    /// holds no lease of bmo's.
+    fn record(&self, req: &ClientRequest, leases: &LeaseTable) -> bool {
+        let no_lease_asked = matches!(
+            req.msg_type,
+            MessageType::Release | MessageType::Decline | MessageType::Inform
+        );
+        if no_lease_asked && leases.get(&req.mac).is_none() {
+            return true;
+        }
+        let sighting = Sighting {
+            hostname_raw: req.hostname_raw.clone(),
+            arch: req.arch,
+            vendor_class: req.vendor_class_str(),
+            ipxe: req.ipxe,
+        };
+        leases.see(req.mac, sighting, matches!(self.mode, Mode::Proxy))
     }
 
     fn answer_proxy(
@@ -464,7 +477,7 @@ mod tests {
         let p = policy(full());
         let leases = LeaseTable::in_memory();
         let b = discover(
-            [1, 2, 3, 4, 5, 6],
+            [2, 2, 3, 4, 5, 6],
             &[
                 (175, &[19, 1, 1]),
                 (60, b"PXEClient:Arch:00000:UNDI:002001"),
@@ -477,7 +490,7 @@ mod tests {
             bootfile(&m).as_deref(),
             Some("http://10.9.0.1:6180/boot.ipxe")
         );
-        let b = discover([1, 2, 3, 4, 5, 7], &[(12, b"plain")]);
+        let b = discover([2, 2, 3, 4, 5, 7], &[(12, b"plain")]);
         let (m, d) = p
             .answer(&parse_request(&b).unwrap(), &leases, false)
             .unwrap();
@@ -489,7 +502,7 @@ mod tests {
     fn uefi_http_boot_gets_a_url() {
         let p = policy(full());
         let b = discover(
-            [1, 2, 3, 4, 5, 8],
+            [2, 2, 3, 4, 5, 8],
             &[
                 (93, &16u16.to_be_bytes()),
                 (60, b"HTTPClient:Arch:00016:UNDI:003001"),
@@ -512,7 +525,7 @@ mod tests {
         let p = policy(Mode::Proxy);
         let leases = LeaseTable::in_memory();
         let b = discover(
-            [9, 9, 9, 9, 9, 9],
+            [8, 9, 9, 9, 9, 9],
             &[
                 (93, &7u16.to_be_bytes()),
                 (60, b"PXEClient:Arch:00007:UNDI:003016"),
@@ -527,13 +540,13 @@ mod tests {
         assert!(
             matches!(m.opts().get(OptionCode::VendorExtensions), Some(DhcpOption::VendorExtensions(v)) if v == &vec![6, 1, 8, 255])
         );
-        let b = discover([9, 9, 9, 9, 9, 8], &[(12, b"plain")]);
+        let b = discover([8, 9, 9, 9, 9, 8], &[(12, b"plain")]);
         assert!(
             p.answer(&parse_request(&b).unwrap(), &leases, false)
                 .is_none()
         );
         assert!(
-            leases.get(&"09:09:09:09:09:08".parse().unwrap()).is_some(),
+            leases.get(&"08:09:09:09:09:08".parse().unwrap()).is_some(),
             "still recorded"
         );
     }
@@ -619,5 +632,88 @@ mod tests {
         );
         assert!(Range::parse("10.0.0.9,10.0.0.1").is_err());
         assert!(Range::parse("x").is_err());
+    }
+
+    /// A client message of type `ty` from `mac`, with hostname `name` if given.
+    fn message(mac: [u8; 6], ty: MessageType) -> Vec<u8> {
+        use dhcproto::{Encodable, Encoder};
+        let unspecified = Ipv4Addr::UNSPECIFIED;
+        let mut msg = Message::new(unspecified, unspecified, unspecified, unspecified, &mac);
+        msg.opts_mut().insert(DhcpOption::MessageType(ty));
+        let mut buf = Vec::new();
+        msg.encode(&mut Encoder::new(&mut buf)).unwrap();
+        buf
+    }
+
+    #[test]
+    fn zero_broadcast_and_multicast_hardware_addresses_get_nothing() {
+        for mode in [full(), Mode::Proxy] {
+            let p = policy(mode);
+            let leases = LeaseTable::in_memory();
+            let pxe: &[(u8, &[u8])] = &[(60, b"PXEClient:Arch:00000:UNDI:002001")];
+            for mac in [
+                [0; 6],
+                [0xff; 6],
+                [1, 0, 0x5e, 0, 0, 1],
+                [0x33, 0x33, 0, 0, 0, 1],
+            ] {
+                let req = parse_request(&discover(mac, pxe)).unwrap();
+                assert!(p.answer(&req, &leases, false).is_none(), "{mac:?}");
+            }
+            assert!(leases.is_empty(), "{:?}", leases.list());
+            let req = parse_request(&discover([2, 0, 0, 0, 0, 1], pxe)).unwrap();
+            assert!(
+                p.answer(&req, &leases, false).is_some(),
+                "a unicast MAC is answered"
+            );
+        }
+    }
+
+    #[test]
+    fn release_decline_and_inform_from_unknown_macs_make_no_record() {
+        let p = policy(full());
+        let leases = LeaseTable::in_memory();
+        for ty in [
+            MessageType::Release,
+            MessageType::Decline,
+            MessageType::Inform,
+        ] {
+            let req = parse_request(&message([2, 0, 0, 0, 0, 9], ty)).unwrap();
+            p.answer(&req, &leases, false);
+        }
+        assert!(leases.is_empty(), "{:?}", leases.list());
+        // A known client's RELEASE still gives its address back.
+        let offered = p.answer(
+            &parse_request(&discover([2, 0, 0, 0, 0, 9], &[])).unwrap(),
+            &leases,
+            false,
+        );
+        assert!(offered.is_some());
+        let req = parse_request(&message([2, 0, 0, 0, 0, 9], MessageType::Release)).unwrap();
+        p.answer(&req, &leases, false);
+        let lease = leases.get(&"02:00:00:00:00:09".parse().unwrap()).unwrap();
+        assert_eq!(lease.state, LeaseState::Released);
+    }
+
+    #[test]
+    fn only_valid_client_host_names_are_recorded() {
+        let p = policy(full());
+        let leases = LeaseTable::in_memory();
+        for (n, name) in [&b"node\n1"[..], b"\x1b[31mred\x07", "a\u{202e}b".as_bytes()]
+            .into_iter()
+            .enumerate()
+        {
+            let req = parse_request(&discover([2, 0, 0, 0, 1, n as u8], &[(12, name)])).unwrap();
+            assert!(p.answer(&req, &leases, false).is_some(), "still answered");
+        }
+        assert!(
+            leases.list().iter().all(|l| l.hostname.is_none()),
+            "{:?}",
+            leases.list()
+        );
+        let req = parse_request(&discover([2, 0, 0, 0, 2, 0], &[(12, b"worker-1")])).unwrap();
+        p.answer(&req, &leases, false);
+        let lease = leases.get(&"02:00:00:00:02:00".parse().unwrap()).unwrap();
+        assert_eq!(lease.hostname.as_deref(), Some("worker-1"));
     }
 }
