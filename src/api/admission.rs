@@ -16,6 +16,8 @@ use super::host::{
 use super::network::IN_USE_ANNOTATION;
 use super::{GROUP, VERSION};
 
+mod link_local;
+
 /// Name of the policy (and its binding) that refuses deleting hosts in use.
 pub const DELETE_GUARD_POLICY: &str = "bmo-baremetalhost-delete-guard";
 /// Name of the policy (and its binding) for namespace and annotation rules.
@@ -36,6 +38,15 @@ pub const EVENT_SUBSCRIPTION_POLICY: &str = "bmo-bmceventsubscription-references
 /// Name of the policy (and its binding) that keeps HostNetworkAttachments in use.
 pub const ATTACHMENT_IN_USE_POLICY: &str = "bmo-hostnetworkattachment-in-use";
 
+/// Name of the policy (and its binding) that refuses link-local and metadata
+/// addresses in BareMetalHosts.
+pub const LINK_LOCAL_POLICY: &str = "bmo-baremetalhost-link-local";
+/// Name of the same policy for DataImages.
+pub const DATA_IMAGE_LINK_LOCAL_POLICY: &str = "bmo-dataimage-link-local";
+/// A namespace with this label set to `true` is exempt from the link-local policies
+/// (bmo itself still refuses what `BMO_ALLOWED_LINK_LOCAL_CIDRS` does not allow).
+pub const LINK_LOCAL_EXEMPTION_LABEL: &str = "bmo.metal3.io/allow-link-local-addresses";
+
 /// Every admission policy bmo ships.
 pub fn policies() -> Vec<Policy> {
     vec![
@@ -44,6 +55,8 @@ pub fn policies() -> Vec<Policy> {
         host_claim_selector(),
         event_subscription_references(),
         attachment_in_use(),
+        link_local::host_policy(),
+        link_local::data_image_policy(),
     ]
 }
 

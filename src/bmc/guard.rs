@@ -133,6 +133,7 @@ impl AddressGuard {
     /// not a URL has none): as the URL standard reads it and as written, since
     /// clients differ (Python takes `[fe80::1%25eth0]`, which the standard refuses).
     pub async fn check_url(&self, field: &'static str, text: &str) -> Result<(), AddressRefused> {
+        let raw = raw_host(text.trim());
         let mut standard = None;
         if let Ok(url) = Url::parse(text.trim())
             && let Some(host) = url.host()
@@ -142,11 +143,13 @@ impl AddressGuard {
                 url::Host::Ipv6(ip) => Some(IpAddr::V6(ip)),
                 url::Host::Domain(_) => None,
             };
-            let shown = url.host_str().unwrap_or_default().to_owned();
-            self.check_host(field, &shown, literal).await?;
-            standard = Some(shown);
+            let normal = url.host_str().unwrap_or_default().to_owned();
+            // Messages show the host as written (`2852039166`, not `169.254.169.254`).
+            self.check_host(field, raw.unwrap_or(&normal), literal)
+                .await?;
+            standard = Some(normal);
         }
-        match raw_host(text.trim()) {
+        match raw {
             Some(raw) if standard.is_none_or(|s| !s.eq_ignore_ascii_case(raw)) => {
                 self.check_host(field, raw, None).await
             }

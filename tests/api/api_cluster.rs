@@ -295,7 +295,10 @@ async fn every_invalid_host_is_rejected_naming_the_field() {
         .map(|r| r.message.to_owned())
         .collect();
     for policy in bmo::api::admission::policies() {
-        if policy.policy.metadata.name.as_deref() == Some(bmo::api::admission::REFERENCES_POLICY) {
+        let name = policy.policy.metadata.name.as_deref();
+        if name == Some(bmo::api::admission::REFERENCES_POLICY)
+            || name == Some(bmo::api::admission::LINK_LOCAL_POLICY)
+        {
             for v in policy
                 .policy
                 .spec

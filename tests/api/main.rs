@@ -13,5 +13,6 @@ mod support;
 mod api_cluster;
 mod api_generated;
 mod api_kinds_cluster;
+mod api_link_local;
 mod api_serde;
 mod api_upstream_schema;

@@ -187,6 +187,11 @@ async fn image_urls_are_refused_naming_the_field_and_never_the_userinfo() {
     ] {
         let refused = refusal(&host("fake://h", Some((url, Some("abc"))))).await;
         assert_eq!(refused.field, field, "{url}");
+        assert!(
+            url.contains(&refused.host),
+            "{url}: shown as {}",
+            refused.host
+        );
         let message = refused.to_string();
         assert!(
             message.starts_with("spec.image.url: host "),
