@@ -85,6 +85,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
 
     let notifier = crate::notify::Notifier::from_env();
     let stop = Stop::on_signal(notifier.clone());
+    // Every listener's caps fit the descriptor limit, raised as far as it goes.
+    let fds = crate::netboot::descriptors::raise_limit();
+    let (netboot_config, caps) = crate::netboot::descriptors::fit(&config.netboot, fds);
 
     // The probes answer from the start, so that while a dependency is not there yet
     // /healthz says bmo lives and /readyz says it is not ready.
@@ -92,7 +95,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         ready: Arc::new(AtomicBool::new(false)),
         metrics: Arc::new(Metrics::new()),
     };
-    let server = serve_probes(config.health_addr, health.clone(), stop.stopped()).await?;
+    let probes = crate::netboot::descriptors::health_limits(caps.health);
+    let server = serve_probes(config.health_addr, health.clone(), probes, stop.stopped()).await?;
 
     if !reach_kube(&kube, &kube_url, stop.stopped()).await? {
         return stopped_while_starting(server).await;
@@ -113,7 +117,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         }
     };
 
-    let netboot = start_netboot(&config).await?;
+    let netboot = start_netboot(&netboot_config).await?;
     if config.install_crds {
         crate::api::install::install(&kube, std::time::Duration::from_secs(60))
             .await
@@ -201,13 +205,15 @@ async fn reach_kube(
 /// The provisioning network services (src/netboot), when switched on; the handle
 /// (address, lease table, known hosts, deploy image URLs) is for the host
 /// controller.
-async fn start_netboot(config: &Config) -> Result<Option<crate::netboot::Netboot>, RunError> {
-    if !config.netboot.any_service() {
+async fn start_netboot(
+    config: &crate::netboot::config::NetbootConfig,
+) -> Result<Option<crate::netboot::Netboot>, RunError> {
+    if !config.any_service() {
         return Ok(None);
     }
-    let leases = crate::netboot::leases::LeaseTable::open(&config.netboot.lease_file)
+    let leases = crate::netboot::leases::LeaseTable::open(&config.lease_file)
         .map_err(crate::netboot::NetbootError::from)?;
-    Ok(Some(crate::netboot::start(&config.netboot, leases).await?))
+    Ok(Some(crate::netboot::start(config, leases).await?))
 }
 
 /// Where `bmo run` stands in the leader election.
@@ -481,10 +487,12 @@ fn host_context(
     Arc::new(ctx)
 }
 
-/// Serves `/healthz`, `/readyz` and `/metrics` on `addr` until `stop` resolves.
+/// Serves `/healthz`, `/readyz` and `/metrics` on `addr` until `stop` resolves, with
+/// the boot server's accept loop: connection caps, header and idle timeouts.
 async fn serve_probes(
     addr: std::net::SocketAddr,
     health: Health,
+    limits: crate::netboot::http_server::HttpLimits,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<tokio::task::JoinHandle<std::io::Result<()>>, RunError> {
     let app = Router::new()
@@ -497,11 +505,13 @@ async fn serve_probes(
         .map_err(|source| RunError::Listen { addr, source })?;
     let bound = listener.local_addr().unwrap_or(addr);
     tracing::info!(addr = %bound, "serving /healthz, /readyz and /metrics");
-    Ok(tokio::spawn(
-        axum::serve(listener, app)
-            .with_graceful_shutdown(stop)
-            .into_future(),
-    ))
+    Ok(tokio::spawn(async move {
+        tokio::select! {
+            () = crate::netboot::http_server::serve(listener, app, limits) => {}
+            () = stop => {}
+        }
+        Ok(())
+    }))
 }
 
 /// Connects to Ironic, waiting while it is not there yet; `None` when `stop` came first.

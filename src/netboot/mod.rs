@@ -6,6 +6,7 @@
 pub mod address;
 pub mod config;
 pub mod cpio;
+pub mod descriptors;
 pub mod dhcp;
 pub mod files;
 pub mod host_ramdisks;
