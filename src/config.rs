@@ -44,6 +44,12 @@ pub struct Config {
     #[arg(long, env = "BMO_STEADY_POLL", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub steady_poll_secs: u64,
 
+    /// Seconds after start before bmo asks Ironic for any change: requests a killed bmo
+    /// sent just before it died may still be waiting in Ironic, and a change decided
+    /// before they land could repeat them (an inspection run twice).
+    #[arg(long, env = "BMO_START_SETTLE", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=600))]
+    pub start_settle_secs: u64,
+
     /// Apply the CRDs (BareMetalHost, HardwareData) at start-up; needs the right to
     /// manage CustomResourceDefinitions.
     #[arg(long, env = "BMO_INSTALL_CRDS")]
@@ -140,6 +146,7 @@ impl Config {
             provisioning_limit: self.provisioning_limit.max(1),
             max_backoff: Duration::from_secs(self.max_backoff_secs),
             steady_poll: Duration::from_secs(self.steady_poll_secs),
+            start_settle: Duration::from_secs(self.start_settle_secs),
             deploy_ramdisk: crate::provisioner::DeployRamdisk {
                 kernel_url: self
                     .netboot

@@ -2,6 +2,7 @@
 //! the settings and the handles to what netboot learns at run time.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use kube::ResourceExt;
 use kube::runtime::reflector;
@@ -59,6 +60,8 @@ pub struct Context<P, S = KubeStore> {
     /// Which host owns which Ironic node, from the watched hosts; without it (tests
     /// that call reconcile alone) a status annotation is taken in unchecked.
     pub(super) node_owners: OnceLock<HostsOwningNodes>,
+    /// When this controller started ([`ControllerSettings::start_settle`]).
+    pub(super) started: Instant,
 }
 
 impl<P: Provisioner> Context<P> {
@@ -88,6 +91,7 @@ impl<P: Provisioner, S: Store> Context<P, S> {
             data_images: None,
             steady: SteadyHosts::default(),
             node_owners: OnceLock::new(),
+            started: Instant::now(),
         }
     }
 

@@ -78,6 +78,9 @@ pub struct ControllerSettings {
     /// `BMO_STEADY_POLL`: how often hosts at rest are checked for changes made
     /// behind bmo's back (one list of nodes for all of them).
     pub steady_poll: Duration,
+    /// `BMO_START_SETTLE`: how long after start no change is asked of the
+    /// provisioner (requests of a killed predecessor land first).
+    pub start_settle: Duration,
     pub deploy_ramdisk: DeployRamdisk,
 }
 
@@ -527,6 +530,16 @@ async fn call<P: Provisioner, S: Store>(
     mut phost: provisioner::Host,
     facts: &Facts,
 ) -> Result<Next, ReconcileError> {
+    // A bmo killed just before may have left requests that Ironic has not carried
+    // out yet; a change decided before they land could repeat one.
+    let settling = ctx
+        .settings
+        .start_settle
+        .saturating_sub(ctx.started.elapsed());
+    if !settling.is_zero() {
+        tracing::debug!(?op, ?settling, "settling after start before changing anything");
+        return Ok(Next::After(settling));
+    }
     if op.is_destructive() {
         // The watch's copy can lag the API server (bmo's own last write, a user's
         // change of spec): a destructive step decided on an older copy could undo
@@ -537,7 +550,10 @@ async fn call<P: Provisioner, S: Store>(
             .await
             .map_err(store_err(host))?;
         if newest != host.metadata.resource_version {
-            tracing::debug!(?op, "the host changed since this copy; deciding again on the newest");
+            tracing::debug!(
+                ?op,
+                "the host changed since this copy; deciding again on the newest"
+            );
             return Ok(Next::After(STALE_COPY_RETRY));
         }
     }

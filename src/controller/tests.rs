@@ -35,6 +35,7 @@ fn context_with_steps(steps: u32) -> TestContext {
         provisioning_limit: 20,
         max_backoff: Duration::from_secs(3600),
         steady_poll: state_machine::STEADY_POLL,
+        start_settle: Duration::ZERO,
         deploy_ramdisk: DeployRamdisk::default(),
     };
     Context::with_store(

@@ -135,6 +135,7 @@ async fn deploy_kernel_and_ramdisk_urls_follow_a_changed_provisioning_ip() {
         provisioning_limit: 20,
         max_backoff: Duration::from_secs(5),
         steady_poll: bmo::controller::state_machine::STEADY_POLL,
+        start_settle: Duration::ZERO,
         deploy_ramdisk: DeployRamdisk::default(),
     };
     let provisioner = IronicProvisioner::new(stack.ironic().await, ProvisionerSettings::default());

@@ -160,6 +160,7 @@ async fn a_host_boots_its_own_ramdisk_with_its_network_data_appended() {
         max_backoff: Duration::from_secs(5),
         deploy_ramdisk: DeployRamdisk::default(),
         steady_poll: bmo::controller::state_machine::STEADY_POLL,
+        start_settle: Duration::ZERO,
     };
     let provisioner = IronicProvisioner::new(stack.ironic().await, ProvisionerSettings::default());
     let ctx = Context::new(client.clone(), provisioner, settings)

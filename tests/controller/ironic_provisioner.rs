@@ -26,6 +26,7 @@ fn fast_settings() -> ProvisionerSettings {
     ProvisionerSettings {
         short_delay: Duration::from_millis(200),
         long_delay: Duration::from_millis(500),
+        ..ProvisionerSettings::default()
     }
 }
 
@@ -354,6 +355,42 @@ async fn lifecycle(checksum_type: ChecksumType) {
             .unwrap()
             .is_none()
     );
+}
+
+/// A boot port deleted in Ironic behind bmo's back is made again at the first look
+/// after the recheck interval (once kept as "seen" for as long as bmo ran).
+#[tokio::test]
+async fn a_boot_port_deleted_behind_bmos_back_is_made_again() {
+    let _shared = crate::support::shared();
+    let stack = Stack::get();
+    let client = stack.ironic().await;
+    let p = IronicProvisioner::new(
+        client.clone(),
+        ProvisionerSettings {
+            boot_port_recheck: Duration::ZERO,
+            ..fast_settings()
+        },
+    );
+    let h = fake_host("port");
+    let mac = h.boot_mac.clone().unwrap();
+    drive("register", Duration::from_secs(60), || p.register(&h)).await;
+    let port = client.find_port_by_mac(&mac).await.unwrap().expect("port made");
+    let url = stack
+        .ironic_endpoint
+        .join(&format!("ports/{}", port.uuid))
+        .unwrap();
+    let deleted = reqwest::Client::new()
+        .delete(url)
+        .header("X-OpenStack-Ironic-API-Version", "1.89")
+        .send()
+        .await
+        .unwrap();
+    assert!(deleted.status().is_success(), "{deleted:?}");
+    assert!(client.find_port_by_mac(&mac).await.unwrap().is_none());
+    drive("register again", Duration::from_secs(60), || p.register(&h)).await;
+    let again = client.find_port_by_mac(&mac).await.unwrap().expect("port made again");
+    assert_eq!(again.node_uuid, port.node_uuid);
+    drive("delete", Duration::from_secs(60), || p.delete(&h)).await;
 }
 
 fn uuid_like() -> String {

@@ -275,6 +275,7 @@ impl Site {
             ProvisionerSettings {
                 short_delay: Duration::from_millis(200),
                 long_delay: Duration::from_millis(500),
+                ..ProvisionerSettings::default()
             },
         );
         let settings = ControllerSettings {
@@ -283,6 +284,7 @@ impl Site {
             provisioning_limit: 20,
             max_backoff: Duration::from_secs(5),
             steady_poll: bmo::controller::state_machine::STEADY_POLL,
+            start_settle: Duration::ZERO,
             deploy_ramdisk: DeployRamdisk {
                 kernel_url: stack.var("DEPLOY_KERNEL_URL").map(str::to_owned),
                 ramdisk_url: stack.var("DEPLOY_RAMDISK_URL").map(str::to_owned),

@@ -219,6 +219,11 @@ impl BmoProcess {
         if !env.iter().any(|(k, _)| *k == "HTTP_PORT") {
             cmd.env("HTTP_PORT", "0");
         }
+        // No predecessor of a test's bmo left requests in its Ironic, except in the
+        // tests that kill bmo (they set their own).
+        if !env.iter().any(|(k, _)| *k == "BMO_START_SETTLE") {
+            cmd.env("BMO_START_SETTLE", "0");
+        }
         cmd.args(args)
             .envs(env.iter().copied())
             .stdin(std::process::Stdio::null())

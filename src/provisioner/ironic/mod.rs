@@ -20,9 +20,9 @@ mod service;
 mod subscription;
 mod vmedia;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -42,6 +42,9 @@ pub struct ProvisionerSettings {
     pub short_delay: Duration,
     /// Look again during long ones (inspection, cleaning, deploying).
     pub long_delay: Duration,
+    /// How long a boot port seen or made is taken as still there: a port deleted in
+    /// Ironic behind bmo's back is made again at the first look after this.
+    pub boot_port_recheck: Duration,
 }
 
 impl Default for ProvisionerSettings {
@@ -49,6 +52,7 @@ impl Default for ProvisionerSettings {
         Self {
             short_delay: Duration::from_secs(3),
             long_delay: Duration::from_secs(10),
+            boot_port_recheck: Duration::from_secs(60),
         }
     }
 }
@@ -60,8 +64,10 @@ pub struct IronicProvisioner {
     settings: ProvisionerSettings,
     /// The shared list of nodes every look at a node reads first.
     nodes: Arc<NodeList>,
-    /// Boot ports (node UUID, lower-case MAC) seen or made: not looked up again.
-    boot_ports: Arc<Mutex<HashSet<(String, String)>>>,
+    /// Boot ports (node UUID, lower-case MAC) seen or made, and when: not looked up
+    /// again for [`ProvisionerSettings::boot_port_recheck`]. Older entries are dropped,
+    /// so the map holds only the hosts registered lately, not every node ever seen.
+    boot_ports: Arc<Mutex<HashMap<(String, String), Instant>>>,
     /// Who owns which node, once the controller attached its hosts.
     owners: Arc<OnceLock<Arc<dyn NodeOwners>>>,
 }
@@ -160,15 +166,19 @@ impl IronicProvisioner {
             .boot_ports
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        ports.contains(port)
+        ports
+            .get(port)
+            .is_some_and(|seen| seen.elapsed() < self.settings.boot_port_recheck)
     }
 
     fn record_boot_port(&self, port: (String, String)) {
+        let recheck = self.settings.boot_port_recheck;
         let mut ports = self
             .boot_ports
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        ports.insert(port);
+        ports.retain(|_, seen| seen.elapsed() < recheck);
+        ports.insert(port, Instant::now());
     }
 
     fn ironic_err(host: &Host, source: IronicError) -> ProvisionerError {

@@ -115,11 +115,15 @@ impl IronicProvisioner {
         };
         registration.node_state = Some(node_list::state_digest(&node));
         // The boot MAC's port is made while the node is enrolled (a vanished node is
-        // re-created in `enroll`); bootMACAddress cannot change afterwards, so later
-        // reconciles skip the lookup (a third of bmo's Ironic requests otherwise).
+        // re-created in `enroll`) and looked at again while it rests before a
+        // deployment (a port deleted behind bmo's back is made again); a port seen
+        // lately is not looked up again (a third of bmo's Ironic requests otherwise).
         if matches!(
             node.state(),
-            ProvisionState::Enroll | ProvisionState::Verifying | ProvisionState::Manageable
+            ProvisionState::Enroll
+                | ProvisionState::Verifying
+                | ProvisionState::Manageable
+                | ProvisionState::Available
         ) && let Some(failed) = self.ensure_boot_port(host, &node, false).await?
         {
             return Ok(failed.map(|()| registration));
