@@ -33,6 +33,8 @@ mod controller_migration;
 mod controller_pivot;
 mod controller_preprov_image;
 mod controller_restart;
+mod controller_stack_isolation;
 mod controller_switches;
 mod controller_tenants;
+mod controller_upstream_migration;
 mod ironic_provisioner;

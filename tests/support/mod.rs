@@ -378,6 +378,102 @@ impl Drop for PrivateIronic {
     }
 }
 
+/// A sushy-emulator of our own (fake driver, `systems` systems named and numbered as
+/// the stack's own, state in its own directory), stopped when dropped.
+pub struct PrivateSushy {
+    pub dir: PathBuf,
+    pub url: url::Url,
+    pub system_ids: Vec<String>,
+}
+
+impl PrivateSushy {
+    /// Starts it with the stack's Redfish credentials.
+    pub fn start(prefix: &str, systems: usize) -> Self {
+        let stack = Stack::get();
+        let dir = stack.dir.join(format!("private-{}", unique_name(prefix)));
+        let creds = &stack.redfish_credentials;
+        let out = std::process::Command::new(stack_script())
+            .args(["private-sushy", "start"])
+            .arg(&dir)
+            .arg(systems.to_string())
+            .env("REDFISH_USERNAME", &creds.username)
+            .env("REDFISH_PASSWORD", creds.password.expose())
+            .output()
+            .expect("run tests/env/stack");
+        assert!(
+            out.status.success(),
+            "private sushy-emulator did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let mut lines = stdout.lines();
+        let url = lines.next().unwrap_or_default().trim().to_owned();
+        let system_ids = lines
+            .next()
+            .unwrap_or_default()
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        Self {
+            dir,
+            url: url.parse().expect("emulator URL"),
+            system_ids,
+        }
+    }
+
+    /// The system's Redfish `PowerState` (`On`, `Off`).
+    pub async fn power(&self, id: &str) -> String {
+        let creds = &Stack::get().redfish_credentials;
+        let system: serde_json::Value = reqwest::Client::new()
+            .get(self.system_url(id))
+            .basic_auth(&creds.username, Some(creds.password.expose()))
+            .send()
+            .await
+            .expect("sushy-emulator answers")
+            .json()
+            .await
+            .expect("a System resource");
+        system["PowerState"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// Asks the system for a Redfish reset (`On`, `ForceOff`).
+    pub async fn reset(&self, id: &str, reset_type: &str) {
+        let creds = &Stack::get().redfish_credentials;
+        let response = reqwest::Client::new()
+            .post(format!(
+                "{}/Actions/ComputerSystem.Reset",
+                self.system_url(id)
+            ))
+            .basic_auth(&creds.username, Some(creds.password.expose()))
+            .json(&serde_json::json!({ "ResetType": reset_type }))
+            .send()
+            .await
+            .expect("sushy-emulator answers");
+        assert!(
+            response.status().is_success(),
+            "reset: {}",
+            response.status()
+        );
+    }
+
+    fn system_url(&self, id: &str) -> String {
+        format!(
+            "{}/redfish/v1/Systems/{id}",
+            self.url.as_str().trim_end_matches('/')
+        )
+    }
+}
+
+impl Drop for PrivateSushy {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(stack_script())
+            .args(["private-sushy", "stop"])
+            .arg(&self.dir)
+            .output();
+    }
+}
+
 /// A new namespace named after `prefix` (unique per run), for one test's objects.
 pub async fn new_namespace(client: &kube::Client, prefix: &str) -> String {
     use k8s_openapi::api::core::v1::Namespace;

@@ -16,6 +16,11 @@ use crate::provisioner::types::{
 };
 use crate::provisioner::{ProvisionerError, ProvisionerResult};
 
+/// `driver_info` keys a deploy sets, not BMC access: kept when bmo brings the BMC
+/// access up to date. Upstream's operator sets `force_persistent_boot_device` on
+/// live-ISO and direct deploys; a node it deployed keeps it under bmo.
+const DEPLOY_TIME_DRIVER_INFO: [&str; 1] = ["force_persistent_boot_device"];
+
 /// Why `node`, found for `host`, cannot be its node: it was found by the boot MAC
 /// under another host's name. The node the host recorded (status.provisioning.ID) is
 /// its own under any name unless another existing host holds it (`owner`): a host
@@ -279,7 +284,13 @@ impl IronicProvisioner {
                     }
                 }
             }
-            ops.push(PatchOp::set("/driver_info", Value::Object(wanted_info)));
+            let mut info = wanted_info;
+            for key in DEPLOY_TIME_DRIVER_INFO {
+                if let Some(value) = node.driver_info.get(key) {
+                    info.entry(key).or_insert_with(|| value.clone());
+                }
+            }
+            ops.push(PatchOp::set("/driver_info", Value::Object(info)));
         }
         let network_data = Self::preprovisioning_network_data(host)?;
         if !transient && network_data.is_some() && node.network_data != network_data {
@@ -383,11 +394,14 @@ impl IronicProvisioner {
     }
 
     /// Whether the node's `driver_info` differs from what the host wants (passwords
-    /// are masked by Ironic and compared only through `credentials_changed`).
+    /// are masked by Ironic and compared only through `credentials_changed`; what a
+    /// deploy set, [`DEPLOY_TIME_DRIVER_INFO`], is not BMC access).
     pub(super) fn driver_info_differs(node: &Node, wanted: &Map<String, Value>) -> bool {
         let visible = |m: &Map<String, Value>| -> Map<String, Value> {
             m.iter()
-                .filter(|(k, _)| !k.ends_with("_password"))
+                .filter(|(k, _)| {
+                    !k.ends_with("_password") && !DEPLOY_TIME_DRIVER_INFO.contains(&k.as_str())
+                })
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect()
         };
