@@ -10,7 +10,7 @@ use crate::support::netboot::{ChildGuard, TempDir};
 
 const BMO: &str = env!("CARGO_BIN_EXE_bmo");
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -18,7 +18,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn get(url: &str) -> Option<(u16, String)> {
+pub(crate) fn get(url: &str) -> Option<(u16, String)> {
     let out = Command::new("curl")
         .args(["-sS", "--max-time", "5", "-w", "\n%{http_code}", url])
         .output()
@@ -34,7 +34,7 @@ fn get(url: &str) -> Option<(u16, String)> {
 /// `bmo run` against `stack` on loopback: health probes on `health`, the HTTP boot
 /// server on `http` serving `http_root` and `images`, its lease file in `images`,
 /// the provisioning IP detected on `lo`.
-fn bmo_run(
+pub(crate) fn bmo_run(
     stack: &Stack,
     health: u16,
     http: u16,
@@ -105,12 +105,12 @@ fn bmo_run_serves_ironic_http_root_and_derives_urls_from_its_own_ip() {
 }
 
 /// Open descriptors of process `pid`.
-fn fds_of(pid: u32) -> usize {
+pub(crate) fn fds_of(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
 
 /// `(status, seconds)` of a GET with a 5 s limit.
-fn timed_get(url: &str) -> (Option<u16>, f64) {
+pub(crate) fn timed_get(url: &str) -> (Option<u16>, f64) {
     let started = Instant::now();
     let status = get(url).map(|(code, _)| code);
     (status, started.elapsed().as_secs_f64())
@@ -119,7 +119,7 @@ fn timed_get(url: &str) -> (Option<u16>, f64) {
 /// Raises this process's descriptor limit to hold `want` sockets and a margin; returns
 /// how many sockets the limit then allows (fewer than `want` only when the limit cannot
 /// be raised, as without root).
-fn raise_fd_limit(want: usize) -> usize {
+pub(crate) fn raise_fd_limit(want: usize) -> usize {
     const MARGIN: usize = 500;
     let target = (want + MARGIN) as libc::rlim_t;
     let mut limit = libc::rlimit {
