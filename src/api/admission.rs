@@ -43,6 +43,8 @@ pub const ATTACHMENT_IN_USE_POLICY: &str = "bmo-hostnetworkattachment-in-use";
 pub const LINK_LOCAL_POLICY: &str = "bmo-baremetalhost-link-local";
 /// Name of the same policy for DataImages.
 pub const DATA_IMAGE_LINK_LOCAL_POLICY: &str = "bmo-dataimage-link-local";
+/// Name of the same policy for HostFirmwareComponents.
+pub const FIRMWARE_COMPONENTS_LINK_LOCAL_POLICY: &str = "bmo-hostfirmwarecomponents-link-local";
 /// A namespace with this label set to `true` is exempt from the link-local policies
 /// (bmo itself still refuses what `BMO_ALLOWED_LINK_LOCAL_CIDRS` does not allow).
 pub const LINK_LOCAL_EXEMPTION_LABEL: &str = "bmo.metal3.io/allow-link-local-addresses";
@@ -57,6 +59,7 @@ pub fn policies() -> Vec<Policy> {
         attachment_in_use(),
         link_local::host_policy(),
         link_local::data_image_policy(),
+        link_local::firmware_components_policy(),
     ]
 }
 

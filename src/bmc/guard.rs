@@ -180,9 +180,24 @@ impl AddressGuard {
         if METADATA_NAMES.contains(&name.as_str()) {
             return Err(refuse("is the name of a cloud metadata service".into()));
         }
-        for ip in resolve(&name).await {
+        let addresses = resolve(&name).await;
+        self.check_resolved(field, host, &addresses)
+    }
+
+    /// Refuses `host` when one of the `addresses` it resolved to is refused.
+    fn check_resolved(
+        &self,
+        field: &'static str,
+        host: &str,
+        addresses: &[IpAddr],
+    ) -> Result<(), AddressRefused> {
+        for &ip in addresses {
             if let Some(range) = self.refused(ip) {
-                return Err(refuse(format!("resolves to {ip}, {range}")));
+                return Err(AddressRefused {
+                    field,
+                    host: host.to_owned(),
+                    why: format!("resolves to {ip}, {range}"),
+                });
             }
         }
         Ok(())

@@ -384,6 +384,7 @@ async fn prepare_data_image<P: Provisioner, S: Store>(
     match dataimage::prepare_power_on(
         host,
         &ctx.provisioner,
+        &ctx.address_guard,
         store,
         ctx.settings.max_backoff,
         &now,

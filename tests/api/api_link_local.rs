@@ -159,3 +159,36 @@ async fn admission_refuses_a_data_image_at_the_metadata_address() {
     .await;
     assert!(message.contains("spec.url must not point"), "{message}");
 }
+
+#[tokio::test]
+async fn admission_refuses_a_firmware_update_at_the_metadata_address() {
+    let _shared = crate::support::shared();
+    let (client, namespace) = installed_namespace("api-link-local-firmware").await;
+    let components: Api<bmo::api::HostFirmwareComponents> =
+        Api::namespaced(client.clone(), &namespace);
+    let object: bmo::api::HostFirmwareComponents = serde_json::from_value(json!({
+        "apiVersion": "metal3.io/v1alpha1", "kind": "HostFirmwareComponents",
+        "metadata": {"name": "host-1"},
+        "spec": {"updates": [
+            {"component": "bios", "url": "http://10.0.0.9/bios.bin"},
+            {"component": "bmc", "url": "http://169.254.169.254/bmc.bin"}
+        ]}
+    }))
+    .expect("firmware components");
+    let message = eventually(
+        "the HostFirmwareComponents policy to refuse",
+        POLICY_SYNC,
+        || async {
+            match components.create(&dry_run(), &object).await {
+                Err(kube::Error::Api(status)) => Ok(status.message),
+                Err(other) => Err(other.to_string()),
+                Ok(_) => Err("accepted".into()),
+            }
+        },
+    )
+    .await;
+    assert!(
+        message.contains("spec.updates[].url must not point"),
+        "{message}"
+    );
+}

@@ -381,4 +381,83 @@ async fn a_data_image_is_inserted_at_power_on_and_ejected_when_deleted() {
     })
     .await;
     assert!(!bmc_cd().await.0, "the virtual CD was ejected");
+
+    refused_url_is_never_attached(&client, &hosts, &images, name, &bmo).await;
+}
+
+/// A `spec.url` spelling a link-local address in hex (169.254.0.1, not the metadata
+/// service, in case a regression lets it through), in a namespace exempt from the
+/// admission check: bmo refuses it before Ironic hears of it (no connection is made),
+/// says so in `status.error`, and the host waits off.
+async fn refused_url_is_never_attached(
+    client: &kube::Client,
+    hosts: &Api<BareMetalHost>,
+    images: &Api<DataImage>,
+    name: &str,
+    bmo: &crate::support::BmoProcess,
+) {
+    let ns = hosts.namespace().unwrap_or_default().to_owned();
+    let label = bmo::api::admission::LINK_LOCAL_EXEMPTION_LABEL;
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .patch(
+            &ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {label: "true"}}})),
+        )
+        .await
+        .expect("label the namespace exempt");
+    set_online(hosts, name, false).await;
+    eventually("the host off", Duration::from_secs(60), || async {
+        let h = hosts.get(name).await.map_err(|e| e.to_string())?;
+        let on = h.status.as_ref().is_some_and(|s| s.powered_on);
+        let bmc = bmc_power().await;
+        (!on && bmc == "Off")
+            .then_some(())
+            .ok_or_else(|| format!("on={on} bmc={bmc}; {}", bmo.log_tail(6)))
+    })
+    .await;
+    let url = "http://0xa9.0xfe.0x0.0x1/data.iso";
+    // The namespace label reaches the admission policy's binding shortly.
+    eventually(
+        "the exempt namespace to take the DataImage",
+        Duration::from_secs(30),
+        || async {
+            let image: DataImage = serde_json::from_value(json!({
+                "apiVersion": "metal3.io/v1alpha1", "kind": "DataImage",
+                "metadata": {"name": name}, "spec": {"url": url},
+            }))
+            .map_err(|e| e.to_string())?;
+            images
+                .create(&PostParams::default(), &image)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+    set_online(hosts, name, true).await;
+    let error = eventually(
+        "the refusal in status.error",
+        Duration::from_secs(60),
+        || async {
+            let di = images.get(name).await.map_err(|e| e.to_string())?;
+            di.status
+                .as_ref()
+                .and_then(|s| s.error.clone())
+                .ok_or_else(|| format!("{:?}; {}", di.status, bmo.log_tail(6)))
+        },
+    )
+    .await;
+    assert!(
+        error
+            .message
+            .contains("spec.url: host 0xa9.0xfe.0x0.0x1 is 169.254.0.1"),
+        "{error:?}"
+    );
+    assert!(!bmc_cd().await.0, "nothing inserted");
+    let h = hosts.get(name).await.unwrap();
+    assert!(
+        !h.status.as_ref().is_some_and(|s| s.powered_on),
+        "the host waits off for its DataImage"
+    );
 }

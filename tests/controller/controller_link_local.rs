@@ -3,7 +3,9 @@
 //! and the host from `bmo run`, and Ironic never hears of them: no node is made. The
 //! namespace carries the admission exemption label, as a site that lifts admission's
 //! check would, so only the controller's check stands between the host and Ironic.
-//! No test connects anywhere: the refusal comes before any connection.
+//! No test connects anywhere: the refusal comes before any connection, and the
+//! addresses are spellings of 169.254.0.1, not of the metadata service, in case a
+//! regression lets one through.
 
 use std::time::Duration;
 
@@ -47,7 +49,7 @@ fn host(name: &str, bmc: &str, image_url: &str) -> BareMetalHost {
 }
 
 #[tokio::test]
-async fn hex_and_integer_spellings_of_the_metadata_address_get_an_error_naming_the_field_and_no_node()
+async fn hex_and_integer_spellings_of_a_link_local_address_get_an_error_naming_the_field_and_no_node()
  {
     let _shared = crate::support::shared();
     let stack = Stack::get();
@@ -61,15 +63,15 @@ async fn hex_and_integer_spellings_of_the_metadata_address_get_an_error_naming_t
     let cases = [
         (
             "hex-bmc",
-            "redfish+http://0xa9.0xfe.0xa9.0xfe:8000/redfish/v1/Systems/1",
+            "redfish+http://0xa9.0xfe.0x0.0x1:8000/redfish/v1/Systems/1",
             "http://127.0.0.1/os.qcow2",
-            "spec.bmc.address: host 0xa9.0xfe.0xa9.0xfe is 169.254.169.254",
+            "spec.bmc.address: host 0xa9.0xfe.0x0.0x1 is 169.254.0.1",
         ),
         (
             "integer-image",
             "fake://integer-image",
-            "http://2852039166/os.qcow2",
-            "spec.image.url: host 2852039166 is 169.254.169.254",
+            "http://2851995649/os.qcow2",
+            "spec.image.url: host 2851995649 is 169.254.0.1",
         ),
     ];
     for (name, bmc, image, _) in &cases {

@@ -13,8 +13,8 @@ use k8s_openapi::api::admissionregistration::v1::{MatchResources, Validation, Va
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 
 use super::{
-    DATA_IMAGE_LINK_LOCAL_POLICY, LINK_LOCAL_EXEMPTION_LABEL, LINK_LOCAL_POLICY, Policy, invalid,
-    not_deleting, policy,
+    DATA_IMAGE_LINK_LOCAL_POLICY, FIRMWARE_COMPONENTS_LINK_LOCAL_POLICY,
+    LINK_LOCAL_EXEMPTION_LABEL, LINK_LOCAL_POLICY, Policy, invalid, not_deleting, policy,
 };
 
 /// An IPv4 address part as `inet_aton` reads it: decimal, octal or hex.
@@ -160,6 +160,29 @@ pub fn data_image_policy() -> Policy {
     ))
 }
 
+/// HostFirmwareComponents: `spec.updates[].url`, which Ironic downloads.
+pub fn firmware_components_policy() -> Policy {
+    let validations = vec![invalid(
+        format!(
+            "!has(object.spec) || !has(object.spec.updates) \
+             || object.spec.updates.all(u, !u.url.lowerAscii().matches({}))",
+            cel_string(&refused_address())
+        ),
+        &format!(
+            "spec.updates[].url must not point at a link-local or cloud metadata address (169.254.0.0/16, fe80::/10, metadata.google.internal, ...) nor write an IPv4 address other than as four decimal numbers: {WHY}"
+        ),
+    )];
+    exempting(policy(
+        "admission/hostfirmwarecomponents-link-local.yaml",
+        FIRMWARE_COMPONENTS_LINK_LOCAL_POLICY,
+        "hostfirmwarecomponents",
+        &["CREATE", "UPDATE"],
+        not_deleting(),
+        Vec::new(),
+        validations,
+    ))
+}
+
 /// The binding leaves out namespaces labelled with the exemption label.
 fn exempting(mut policy: Policy) -> Policy {
     policy.binding.spec.match_resources = Some(MatchResources {
@@ -242,7 +265,11 @@ mod tests {
 
     #[test]
     fn the_binding_leaves_out_exempt_namespaces() {
-        for policy in [host_policy(), data_image_policy()] {
+        for policy in [
+            host_policy(),
+            data_image_policy(),
+            firmware_components_policy(),
+        ] {
             let selector = policy
                 .binding
                 .spec

@@ -254,3 +254,42 @@ async fn a_host_being_deleted_is_not_checked() {
         Err("earlier".into())
     );
 }
+
+#[tokio::test]
+async fn names_are_resolved_and_refused_when_an_answer_is() {
+    // The system resolver answers for localhost from /etc/hosts, without DNS.
+    let localhost = resolve("localhost").await;
+    assert!(
+        !localhost.is_empty() && localhost.iter().all(IpAddr::is_loopback),
+        "{localhost:?}"
+    );
+    let guard = AddressGuard::default();
+    let metadata: IpAddr = "169.254.169.254".parse().expect("address");
+    let loopback: IpAddr = "127.0.0.1".parse().expect("address");
+    let refused = guard
+        .check_resolved("spec.bmc.address", "bmc.example.com", &[loopback, metadata])
+        .expect_err("one answer is the metadata address");
+    assert_eq!(
+        refused.to_string(),
+        "spec.bmc.address: host bmc.example.com resolves to 169.254.169.254, a link-local address (169.254.0.0/16); bmo does not let Ironic connect there (list the range in BMO_ALLOWED_LINK_LOCAL_CIDRS if this site needs it)"
+    );
+    let mapped: IpAddr = "::ffff:169.254.169.254".parse().expect("address");
+    assert!(
+        guard
+            .check_resolved("spec.image.url", "images", &[mapped])
+            .is_err()
+    );
+    assert_eq!(
+        guard.check_resolved("spec.bmc.address", "bmc", &[loopback]),
+        Ok(())
+    );
+    assert_eq!(
+        guard.check_resolved("spec.bmc.address", "gone", &[]),
+        Ok(())
+    );
+    let allowing = AddressGuard::allowing(vec!["169.254.169.254/32".parse().expect("cidr")]);
+    assert_eq!(
+        allowing.check_resolved("spec.bmc.address", "bmc", &[metadata]),
+        Ok(())
+    );
+}

@@ -26,6 +26,7 @@ pub use store::{DataImageStore, KubeDataImageStore};
 
 use super::Next;
 use crate::api::{BareMetalHost, DataImage, DataImageStatus};
+use crate::bmc::AddressGuard;
 use crate::controller::StoreError;
 use crate::provisioner::{DataImageProvisioner, HostId, NodeRef, ProvisionerError};
 
@@ -119,9 +120,11 @@ async fn save<S: DataImageStore>(
 /// The host controller's power-on step for `host` (provisioned or externally
 /// provisioned, to be powered on): attaches, changes or ejects the DataImage of the
 /// same name. `None` means "power on now"; `Some(next)` holds the power-on until then.
+/// A `spec.url` that `guard` refuses is an attach failure Ironic never hears of.
 pub async fn prepare_power_on<P: DataImageProvisioner, S: DataImageStore>(
     host: &BareMetalHost,
     provisioner: &P,
+    guard: &AddressGuard,
     store: &S,
     max_backoff: Duration,
     now: &Time,
@@ -158,10 +161,15 @@ pub async fn prepare_power_on<P: DataImageProvisioner, S: DataImageStore>(
             requeue,
         } => (status, event, requeue),
         PowerOnStep::Attach => {
-            tracing::info!(url = %image.spec.url, "attaching the DataImage");
-            let refused = provisioner
-                .attach_virtual_cd(&node, &image.spec.url)
-                .await?;
+            let refused = match guard.check_url("spec.url", &image.spec.url).await {
+                Err(refused) => Some(refused.to_string()),
+                Ok(()) => {
+                    tracing::info!(url = %image.spec.url, "attaching the DataImage");
+                    provisioner
+                        .attach_virtual_cd(&node, &image.spec.url)
+                        .await?
+                }
+            };
             let (status, event, requeue) =
                 state_machine::after_attach(&host_name, &image, refused.as_deref(), now);
             (Some(status), event, requeue)
