@@ -293,3 +293,36 @@ async fn names_are_resolved_and_refused_when_an_answer_is() {
         Ok(())
     );
 }
+
+#[derive(Debug, clap::Parser)]
+struct Cli {
+    #[command(flatten)]
+    addresses: AddressSettings,
+}
+
+#[test]
+fn the_setting_is_a_comma_separated_list_of_cidrs_checked_at_parse_time() {
+    use clap::Parser;
+    let cli = Cli::try_parse_from([
+        "bmo",
+        "--allowed-link-local-cidrs",
+        "169.254.10.0/24,fe80::/64",
+    ])
+    .expect("two CIDRs");
+    let guard = cli.addresses.guard();
+    assert_eq!(
+        guard.refused("169.254.10.9".parse().expect("address")),
+        None
+    );
+    assert!(
+        guard
+            .refused("169.254.169.254".parse().expect("address"))
+            .is_some()
+    );
+    let none = Cli::try_parse_from(["bmo"]).expect("no setting");
+    assert_eq!(none.addresses.guard(), AddressGuard::default());
+    let error = Cli::try_parse_from(["bmo", "--allowed-link-local-cidrs", "169.254.0.0"])
+        .expect_err("not a CIDR")
+        .to_string();
+    assert!(error.contains("not a CIDR"), "{error}");
+}
