@@ -292,6 +292,62 @@ mod tests {
         );
     }
 
+    /// A host upstream left in `registering` with a wrong password, as stored (the
+    /// real footprint, tests/controller/controller_upstream_migration.rs), plus a
+    /// field bmo does not know: what bmo would apply back is valid.
+    #[test]
+    fn upstreams_real_status_round_trips_into_a_valid_apply() {
+        use crate::api::BareMetalHostStatus;
+        let upstream = json!({
+            "conditions": [{"lastTransitionTime": "2026-12-05T19:34:41Z", "message": "",
+                "observedGeneration": 1, "reason": "RegistrationFailed", "status": "False",
+                "type": "Manageable"}],
+            "errorCount": 1,
+            "errorMessage": "Failed to get power state for node 19dd81cc: 401",
+            "errorType": "registration error",
+            "goodCredentials": {},
+            "hardwareProfile": "unknown",
+            "lastUpdated": "2026-12-05T19:34:45Z",
+            "operationHistory": {
+                "deprovision": {"end": null, "start": null},
+                "inspect": {"end": null, "start": null},
+                "provision": {"end": null, "start": null},
+                "register": {"end": null, "start": "2026-12-05T19:34:41Z"}
+            },
+            "operationalStatus": "error",
+            "poweredOn": false,
+            "provisioning": {"ID": "19dd81cc", "bootMode": "UEFI", "image": {"url": ""},
+                "rootDeviceHints": {"deviceName": "/dev/sda"}, "state": "registering"},
+            "provisioningFailCount": 0,
+            "triedCredentials": {"credentials": {"name": "bad", "namespace": "up1"},
+                "credentialsVersion": "277"},
+            "someFutureField": {"nested": null}
+        });
+        let status: BareMetalHostStatus =
+            serde_json::from_value(upstream).expect("upstream's status reads");
+        let mut body = serde_json::to_value(&status).expect("serializes");
+        without_empty_objects(&mut body);
+        // Nulls inside objects: the operations never run are left out whole.
+        assert_eq!(
+            body["operationHistory"],
+            json!({"register": {"start": "2026-12-05T19:34:41Z"}})
+        );
+        // An empty object: left out.
+        assert!(body.get("goodCredentials").is_none(), "{body}");
+        // Empty strings are values: kept as they are.
+        assert_eq!(body["provisioning"]["image"], json!({"url": ""}));
+        assert_eq!(body["conditions"][0]["message"], json!(""));
+        assert_eq!(
+            body["provisioning"]["rootDeviceHints"],
+            json!({"deviceName": "/dev/sda"})
+        );
+        assert_eq!(body["hardwareProfile"], json!("unknown"));
+        // A field bmo does not know: not read, so not sent (once bmo owns it, the
+        // apply removes it).
+        assert!(body.get("someFutureField").is_none(), "{body}");
+        assert!(!body.to_string().contains("null"), "{body}");
+    }
+
     #[test]
     fn empty_objects_and_nulls_go_at_any_depth_the_rest_stays() {
         let mut body = json!({
