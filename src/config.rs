@@ -50,7 +50,7 @@ pub struct Config {
     #[arg(long, env = "BMO_START_SETTLE", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=600))]
     pub start_settle_secs: u64,
 
-    /// Apply the CRDs (BareMetalHost, HardwareData) at start-up; needs the right to
+    /// Apply the CRDs of all 13 kinds and the admission policies at start-up; needs the right to
     /// manage CustomResourceDefinitions.
     #[arg(long, env = "BMO_INSTALL_CRDS")]
     pub install_crds: bool,

@@ -24,7 +24,7 @@ struct Cli {
 enum Command {
     /// Run the operator: host controller and provisioning network services.
     Run(Box<Config>),
-    /// Print the CRDs (BareMetalHost, HardwareData) and admission policies as YAML.
+    /// Print the CRDs of all 13 metal3.io kinds and the admission policies as YAML.
     Crds {
         /// Write them as files under this directory (crds/, admission/) instead,
         /// e.g. `bmo crds --out-dir deploy` to refresh the checked-in copies.
