@@ -54,6 +54,16 @@ const SETTLED_FOR_UPSTREAM: [(&str, usize, bool); 7] = [
     ("mid-0", 11, false),
 ];
 
+/// Which build of upstream's operator tests/env/stack made.
+#[derive(Clone, Copy)]
+enum Build {
+    /// The pinned commit with its Ironic provisioner plugin (`BMO_UPSTREAM_DIR`).
+    Pinned,
+    /// The older release, its Ironic provisioner compiled in
+    /// (`BMO_UPSTREAM_RELEASE_DIR`).
+    Release,
+}
+
 /// Upstream's operator, started by the test; stopped (SIGTERM) when dropped.
 struct Upstream {
     child: std::process::Child,
@@ -61,25 +71,32 @@ struct Upstream {
 }
 
 impl Upstream {
-    fn start(ns: &str) -> Upstream {
+    fn start(ns: &str, build: Build) -> Upstream {
         let stack = Stack::get();
-        let dir = PathBuf::from(stack.var("BMO_UPSTREAM_DIR").unwrap_or_else(|| {
+        let var = match build {
+            Build::Pinned => "BMO_UPSTREAM_DIR",
+            Build::Release => "BMO_UPSTREAM_RELEASE_DIR",
+        };
+        let dir = PathBuf::from(stack.var(var).unwrap_or_else(|| {
             panic!(
-                "upstream's baremetal-operator was not built: tests/env/stack builds it from git \
-                 (BMO_UPSTREAM_GIT, or a clone of github.com/metal3-io/baremetal-operator in \
-                 its cache); see its log"
+                "upstream's baremetal-operator was not built ({var} unset): tests/env/stack \
+                 builds it from git (BMO_UPSTREAM_GIT, or a clone of \
+                 github.com/metal3-io/baremetal-operator in its cache); see its log"
             )
         }));
+        let mut args = vec![
+            "-webhook-port=0",
+            "-metrics-addr=127.0.0.1:0",
+            "-health-addr=127.0.0.1:0",
+            "-dev",
+        ];
+        if let Build::Pinned = build {
+            args.push("-provisioner=ironic");
+        }
         let log_path = std::env::temp_dir().join(format!("{}.log", unique_name("upstream-bmo")));
         let log = std::fs::File::create(&log_path).expect("create log file");
         let child = std::process::Command::new(dir.join("baremetal-operator"))
-            .args([
-                "-provisioner=ironic",
-                "-webhook-port=0",
-                "-metrics-addr=127.0.0.1:0",
-                "-health-addr=127.0.0.1:0",
-                "-dev",
-            ])
+            .args(&args)
             .env("KUBECONFIG", &stack.kubeconfig)
             .env("WATCH_NAMESPACE", ns)
             .env("POD_NAMESPACE", ns)
@@ -453,7 +470,7 @@ async fn upstream_to_bmo_and_back_in_place() {
     site.host("badpw", 9, "wrong", json!({})).await;
     site.host("det-0", 10, &password, json!({})).await;
 
-    let mut upstream = Upstream::start(&site.ns);
+    let mut upstream = Upstream::start(&site.ns, Build::Pinned);
     let up_log = || upstream_log_tail(&upstream);
     site.wait_states(
         &[
@@ -593,7 +610,7 @@ async fn upstream_to_bmo_and_back_in_place() {
     // And back to upstream.
     let before = site.nodes().await;
     let power_before = power_of(&site, &SETTLED_FOR_UPSTREAM).await;
-    let mut upstream = Upstream::start(&site.ns);
+    let mut upstream = Upstream::start(&site.ns, Build::Pinned);
     let up_log = || upstream_log_tail(&upstream);
     // Upstream has seen every host once it has written their status again.
     site.wait_states(
@@ -768,4 +785,94 @@ async fn power_follows(site: &Site, name: &str, index: usize, log: &dyn Fn() -> 
         },
     )
     .await;
+}
+
+/// From upstream's older release (as upstream's own upgrade tests start from) to bmo
+/// in place: the same footprint checks, on fewer hosts.
+#[tokio::test]
+async fn from_an_older_upstream_release_to_bmo_in_place() {
+    const SETTLED: [(&str, usize, bool); 2] = [("avail-0", 0, false), ("ext-0", 1, true)];
+    let _shared = crate::support::shared();
+    let (client, ns) = installed_namespace("mig-release").await;
+    let site = Site {
+        ns,
+        client,
+        sushy: PrivateSushy::start("mig-release", 3),
+    };
+    let password = Stack::get()
+        .redfish_credentials
+        .password
+        .expose()
+        .to_owned();
+    site.host("avail-0", 0, &password, json!({})).await;
+    site.host(
+        "ext-0",
+        1,
+        &password,
+        json!({"externallyProvisioned": true, "online": true}),
+    )
+    .await;
+    site.host("badpw", 2, "wrong", json!({})).await;
+    let mut upstream = Upstream::start(&site.ns, Build::Release);
+    let up_log = || upstream_log_tail(&upstream);
+    site.wait_states(
+        &[
+            ("avail-0", "available"),
+            ("ext-0", "externally provisioned"),
+            ("badpw", "registration error"),
+        ],
+        Duration::from_secs(120),
+        &up_log,
+    )
+    .await;
+    wait_at_rest(&site, &SETTLED, &up_log).await;
+    upstream.stop().await;
+    let before = site.nodes().await;
+    let power_before = power_of(&site, &SETTLED).await;
+
+    let bmo = bmo_run(&site.ns, &[("RUST_LOG", "info,bmo=debug")]).0;
+    let bmo_log = || bmo.log_tail(40);
+    let password = json!({"stringData": {"password": password}});
+    site.secrets()
+        .patch(
+            "badpw-bmc",
+            &PatchParams::default(),
+            &Patch::Merge(password),
+        )
+        .await
+        .expect("fix the password");
+    site.wait_states(
+        &[
+            ("avail-0", "available"),
+            ("ext-0", "externally provisioned"),
+            ("badpw", "available"),
+        ],
+        Duration::from_secs(90),
+        &bmo_log,
+    )
+    .await;
+    eventually(
+        "bmo to take every host over",
+        Duration::from_secs(30),
+        || async {
+            let hosts = site
+                .hosts()
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            if hosts.items.iter().all(only_bmo_owns_the_status) {
+                Ok(())
+            } else {
+                Err(bmo_log())
+            }
+        },
+    )
+    .await;
+    let after = site.nodes().await;
+    check_settled(&site, &SETTLED, &before, &after, &power_before, "bmo").await;
+    let refused: Vec<String> = refused_writes(&bmo.log())
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    assert!(refused.is_empty(), "bmo's writes refused: {refused:#?}");
 }
