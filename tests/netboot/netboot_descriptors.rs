@@ -7,6 +7,7 @@
 use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -41,6 +42,87 @@ fn connect_from(source: Ipv4Addr, port: u16) -> Option<TcpStream> {
 fn closed(stream: &mut TcpStream) -> bool {
     let mut buf = [0u8; 512];
     !matches!(stream.read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+/// Stops the connection holders when dropped, also when an assertion fails.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// `bmo run` against the stack, watching `ns`, under `LIMIT` descriptors (soft and
+/// hard, set in the child before it runs bmo), logging to `log`.
+fn start_bmo(ns: &str, dir: &Path, health: u16, http: u16, log: &Path) -> ChildGuard {
+    let stack = Stack::get();
+    let mut command = bmo_run(stack, health, http, dir, dir);
+    command
+        .env("WATCH_NAMESPACE", ns)
+        .env(
+            "METAL3_AUTH_ROOT_DIR",
+            stack.var("METAL3_AUTH_ROOT_DIR").unwrap_or_default(),
+        )
+        .stderr(std::fs::File::create(log).expect("log file"));
+    let limit = libc::rlimit {
+        rlim_cur: LIMIT,
+        rlim_max: LIMIT,
+    };
+    // SAFETY: setrlimit is async-signal-safe and reads only the struct it is given.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    ChildGuard(command.spawn().expect("start bmo run"))
+}
+
+/// What the probes saw: the slowest `/healthz`, how many were timed, the most
+/// descriptors bmo held, and each boot server answer with its time.
+#[derive(Debug, Default)]
+struct Probed {
+    slowest: f64,
+    samples: usize,
+    most_fds: usize,
+    boot: Vec<(Option<u16>, f64)>,
+}
+
+/// Times `/healthz` on both listeners each second until `done` and at least `least`
+/// from now; panics, with bmo's log, on a `/healthz` that is not answered 200.
+async fn probe_until(
+    done: impl Fn() -> bool,
+    least: Duration,
+    (health, http): (u16, u16),
+    pid: u32,
+    log: &Path,
+) -> Probed {
+    let started = Instant::now();
+    let mut probed = Probed::default();
+    while !done() || started.elapsed() < least {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (status, secs) = tokio::task::spawn_blocking(move || {
+            timed_get(&format!("http://127.0.0.1:{health}/healthz"))
+        })
+        .await
+        .expect("probe");
+        let log = std::fs::read_to_string(log).unwrap_or_default();
+        assert_eq!(status, Some(200), "/healthz after {probed:?}:\n{log}");
+        probed.slowest = probed.slowest.max(secs);
+        probed.samples += 1;
+        probed.most_fds = probed.most_fds.max(fds_of(pid));
+        let boot = tokio::task::spawn_blocking(move || {
+            timed_get(&format!("http://127.0.0.1:{http}/healthz"))
+        })
+        .await
+        .expect("boot probe");
+        probed.boot.push(boot);
+    }
+    probed
 }
 
 /// Keeps `count` idle connections to `port` open, spread over `sources`, reopening
@@ -78,38 +160,13 @@ async fn under_1024_descriptors_probes_answer_and_a_host_provisions_while_connec
         want,
         "this test needs {want} descriptors"
     );
-    let stack = Stack::get();
     let (client, ns) = installed_namespace("fds").await;
     let dir = TempDir::new("run-fds");
     let (health, http) = (free_port(), free_port());
     let log = dir.path().join("bmo.log");
-    let mut command = bmo_run(stack, health, http, dir.path(), dir.path());
-    command
-        .env("WATCH_NAMESPACE", &ns)
-        .env(
-            "METAL3_AUTH_ROOT_DIR",
-            stack.var("METAL3_AUTH_ROOT_DIR").unwrap_or_default(),
-        )
-        .stderr(std::fs::File::create(&log).expect("log file"));
-    let limit = libc::rlimit {
-        rlim_cur: LIMIT,
-        rlim_max: LIMIT,
-    };
-    // SAFETY: setrlimit is async-signal-safe and reads only the struct it is given.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        });
-    }
-    let bmo = ChildGuard(command.spawn().expect("start bmo run"));
-    let pid = bmo.0.id();
-    let probe = format!("http://127.0.0.1:{health}");
+    let bmo = start_bmo(&ns, dir.path(), health, http, &log);
     let deadline = Instant::now() + Duration::from_secs(90);
-    while timed_get(&format!("{probe}/readyz")).0 != Some(200) {
+    while timed_get(&format!("http://127.0.0.1:{health}/readyz")).0 != Some(200) {
         assert!(Instant::now() < deadline, "bmo run did not become ready");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -118,86 +175,52 @@ async fn under_1024_descriptors_probes_answer_and_a_host_provisions_while_connec
         .lines()
         .find(|l| l.contains("caps lowered to fit"))
         .map(str::to_owned);
-    let stop = Arc::new(AtomicBool::new(false));
-    let health_holder = hold(
-        health,
-        vec![Ipv4Addr::new(127, 0, 0, 2)],
-        HEALTH_CONNECTIONS,
-        stop.clone(),
-    );
+
+    let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
+    let health_sources = vec![Ipv4Addr::new(127, 0, 0, 2)];
+    let health_holder = hold(health, health_sources, HEALTH_CONNECTIONS, stop.0.clone());
     let boot_sources = (0..BOOT_ADDRESSES)
         .map(|n| Ipv4Addr::new(127, 0, 0, 10 + n))
         .collect();
-    let boot_holder = hold(http, boot_sources, BOOT_CONNECTIONS, stop.clone());
-
+    let boot_holder = hold(http, boot_sources, BOOT_CONNECTIONS, stop.0.clone());
     // The clients' first round of connections, then a host applied meanwhile; the
     // probes are timed while it provisions, and for at least 20 s (the boot server's
     // header timeout twice over, so that closed connections are reopened).
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let started = Instant::now();
     let name = "fds-host";
     create_fake_host(&client, &ns, name).await;
     let hosts = kube::Api::<BareMetalHost>::namespaced(client.clone(), &ns);
     let provisioned = tokio::spawn(async move {
-        wait_for_state(
-            &hosts,
-            name,
-            ProvisioningState::Provisioned,
-            Duration::from_secs(240),
-        )
-        .await
+        let state = ProvisioningState::Provisioned;
+        wait_for_state(&hosts, name, state, Duration::from_secs(240)).await
     });
-    let (mut slowest, mut samples, mut most_fds) = (0.0f64, 0, 0);
-    let mut boot_answers = Vec::new();
-    while !provisioned.is_finished() || started.elapsed() < Duration::from_secs(20) {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let (status, secs) = tokio::task::spawn_blocking({
-            let probe = probe.clone();
-            move || timed_get(&format!("{probe}/healthz"))
-        })
-        .await
-        .expect("probe");
-        assert_eq!(
-            status,
-            Some(200),
-            "/healthz after {samples} samples:\n{}",
-            bmo_log()
-        );
-        slowest = slowest.max(secs);
-        samples += 1;
-        most_fds = most_fds.max(fds_of(pid));
-        let boot = tokio::task::spawn_blocking(move || {
-            timed_get(&format!("http://127.0.0.1:{http}/healthz"))
-        })
-        .await
-        .expect("boot probe");
-        boot_answers.push(boot);
-    }
+    let least = Duration::from_secs(20);
+    let done = || provisioned.is_finished();
+    let probed = probe_until(done, least, (health, http), bmo.0.id(), &log).await;
     let host = provisioned.await;
-    stop.store(true, Ordering::Relaxed);
-    let (most_health, most_boot) = (
-        health_holder.join().expect("health holder"),
-        boot_holder.join().expect("boot holder"),
-    );
-    let slowest_boot = boot_answers.iter().map(|(_, s)| *s).fold(0.0, f64::max);
+    drop(stop);
+    let most_health = health_holder.join().expect("health holder");
+    let most_boot = boot_holder.join().expect("boot holder");
+    let Probed {
+        slowest,
+        samples,
+        most_fds,
+        boot,
+    } = probed;
+    let slowest_boot = boot.iter().map(|(_, s)| *s).fold(0.0, f64::max);
+    let statuses: Vec<Option<u16>> = boot.iter().map(|(s, _)| *s).collect();
     println!(
         "under {LIMIT} descriptors ({}): up to {most_health} health and {most_boot} boot connections open on the client's side; \
          /healthz slowest {slowest:.3} s over {samples} samples; boot /healthz slowest {slowest_boot:.3} s \
-         ({:?}); bmo held {most_fds} descriptors at most",
+         ({statuses:?}); bmo held {most_fds} descriptors at most",
         caps.as_deref().unwrap_or("caps not lowered"),
-        boot_answers.iter().map(|(s, _)| *s).collect::<Vec<_>>()
     );
     assert!(host.is_ok(), "the host provisions: {host:?}\n{}", bmo_log());
-    assert!(
-        samples > 0,
-        "the host provisioned before any probe was timed"
-    );
     assert!(slowest < 1.0, "/healthz took {slowest:.3} s");
     assert!(
-        boot_answers
-            .iter()
+        boot.iter()
             .all(|(status, secs)| matches!(status, Some(200 | 503)) && *secs < 1.0),
-        "the boot server answers within a second: {boot_answers:?}"
+        "the boot server answers within a second: {boot:?}"
     );
     assert!(most_fds < LIMIT as usize, "bmo held {most_fds} descriptors");
 }
