@@ -71,13 +71,16 @@ async fn kill_repeatedly(
     kills: usize,
 ) -> Vec<BTreeMap<String, ProvisioningState>> {
     let mut seen = Vec::new();
-    for _ in 0..kills {
+    for k in 0..kills {
         let mut bmo = start_bmo(ns, ironic);
         // The kill instant itself is what is under test: random, not polled for.
-        // Mostly after the settling, where bmo acts; a few kills before it.
+        // Mostly after the settling, where bmo acts; a few kills before it. The first
+        // kills of a phase come early, while its first steps (registration and
+        // inspection, or the start of deprovisioning) are surely under way.
+        let longest = if k < 3 { 1200 } else { 3500 };
         tokio::time::sleep(random_delay(
             SETTLE - Duration::from_millis(500),
-            SETTLE + Duration::from_millis(3500),
+            SETTLE + Duration::from_millis(longest),
         ))
         .await;
         bmo.signal("KILL");
