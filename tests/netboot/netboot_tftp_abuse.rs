@@ -326,3 +326,21 @@ fn repeated_options_are_refused_with_an_error() {
         assert_eq!((opcode(&got[0]), block(&got[0])), (5, 8), "{got:?}");
     });
 }
+
+#[test]
+fn a_request_without_an_oack_gets_its_first_block_once() {
+    let _shared = crate::support::shared();
+    with_server(0, |_| async move {
+        // An option bmo does not know, and one it refuses: answered as RFC 1350 asks.
+        for options in [[("foo", "1")], [("blksize", "4")]] {
+            let sock = UdpSocket::bind("10.77.0.2:0").await.expect("bind");
+            sock.send_to(&rrq("r", &options), SERVER)
+                .await
+                .expect("send");
+            let got = drain(&sock, Duration::from_secs(3)).await;
+            let blocks: Vec<(u16, u16, usize)> =
+                got.iter().map(|p| (opcode(p), block(p), p.len())).collect();
+            assert_eq!(blocks, [(3, 1, 516)], "{options:?}");
+        }
+    });
+}

@@ -137,8 +137,9 @@ enum TransferError {
 }
 
 /// What bmo may still send to a client that has not acknowledged anything yet:
-/// `PRE_ACK_FACTOR` times its request's size. A request without options may only
-/// be answered with its first block (RFC 1350), which is sent once whatever its size.
+/// `PRE_ACK_FACTOR` times its request's size. A request that gets no OACK (it named
+/// no option bmo acknowledges) may only be answered with its first block (RFC 1350),
+/// which is sent once whatever its size.
 #[derive(Debug)]
 struct Budget {
     /// `None` once the client has acknowledged a packet: no limit then.
@@ -147,11 +148,16 @@ struct Budget {
 }
 
 impl Budget {
-    fn new(request_len: usize, has_options: bool) -> Self {
+    fn new(request_len: usize) -> Self {
         Self {
             left: Some(request_len.saturating_mul(PRE_ACK_FACTOR)),
-            free_first: !has_options,
+            free_first: false,
         }
+    }
+
+    /// The first block may be sent once even if it does not fit: no OACK goes first.
+    fn allow_first_block(&mut self) {
+        self.free_first = true;
     }
 
     fn heard_from_client(&self) -> bool {
@@ -237,7 +243,7 @@ async fn transfer(
     files: &TftpFiles,
 ) -> Result<(), TransferError> {
     let sock = connect(peer, local).await?;
-    let mut budget = Budget::new(request_len, !req.options.is_empty());
+    let mut budget = Budget::new(request_len);
     if let Some(name) = req.duplicate_option() {
         tracing::debug!(%peer, option = name, "TFTP read with a repeated option refused");
         let msg = "each option may be given once";
@@ -263,7 +269,9 @@ async fn transfer(
         .timeout_secs
         .map_or(DEFAULT_TIMEOUT, |s| Duration::from_secs(u64::from(s)));
     let mut buf = vec![0u8; ACK_BUFFER];
-    if !neg.acked.is_empty() {
+    if neg.acked.is_empty() {
+        budget.allow_first_block();
+    } else {
         acknowledge_options(&sock, &neg, timeout, &mut budget, &mut buf).await?;
     }
     tracing::debug!(%peer, file = %req.filename, size, blksize = neg.blksize, windowsize = neg.windowsize, "TFTP transfer");
@@ -482,14 +490,15 @@ mod tests {
 
     #[test]
     fn before_the_first_ack_the_budget_is_three_times_the_request() {
-        let mut with_options = Budget::new(20, true);
+        let mut with_options = Budget::new(20);
         assert!(with_options.take(40));
         assert!(!with_options.take(21));
         assert!(with_options.take(20));
         with_options.heard();
         assert!(with_options.take(1 << 20));
-        // A request without options gets its first block once, nothing more.
-        let mut plain = Budget::new(20, false);
+        // A request answered without an OACK gets its first block once, nothing more.
+        let mut plain = Budget::new(20);
+        plain.allow_first_block();
         assert!(plain.take(516));
         assert!(!plain.take(516));
         assert!(!plain.take(1));
