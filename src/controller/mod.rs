@@ -538,7 +538,11 @@ async fn call<P: Provisioner, S: Store>(
         .start_settle
         .saturating_sub(ctx.started.elapsed());
     if !settling.is_zero() {
-        tracing::debug!(?op, ?settling, "settling after start before changing anything");
+        tracing::debug!(
+            ?op,
+            ?settling,
+            "settling after start before changing anything"
+        );
         return Ok(Next::After(settling));
     }
     if op.is_destructive() {

@@ -221,8 +221,14 @@ async fn sigkilled_bmo_never_repeats_or_undoes_ironic_work() {
     };
     use ProvisioningState as S;
     let spread = [
-        ("registering or inspecting", during(&[S::Registering, S::Inspecting])),
-        ("preparing or provisioning", during(&[S::Preparing, S::Provisioning])),
+        (
+            "registering or inspecting",
+            during(&[S::Registering, S::Inspecting]),
+        ),
+        (
+            "preparing or provisioning",
+            during(&[S::Preparing, S::Provisioning]),
+        ),
         ("deprovisioning", during(&[S::Deprovisioning])),
     ];
     println!("{kills} kills; kills that hit hosts {spread:?}");

@@ -374,7 +374,11 @@ async fn a_boot_port_deleted_behind_bmos_back_is_made_again() {
     let h = fake_host("port");
     let mac = h.boot_mac.clone().unwrap();
     drive("register", Duration::from_secs(60), || p.register(&h)).await;
-    let port = client.find_port_by_mac(&mac).await.unwrap().expect("port made");
+    let port = client
+        .find_port_by_mac(&mac)
+        .await
+        .unwrap()
+        .expect("port made");
     let url = stack
         .ironic_endpoint
         .join(&format!("ports/{}", port.uuid))
@@ -388,7 +392,11 @@ async fn a_boot_port_deleted_behind_bmos_back_is_made_again() {
     assert!(deleted.status().is_success(), "{deleted:?}");
     assert!(client.find_port_by_mac(&mac).await.unwrap().is_none());
     drive("register again", Duration::from_secs(60), || p.register(&h)).await;
-    let again = client.find_port_by_mac(&mac).await.unwrap().expect("port made again");
+    let again = client
+        .find_port_by_mac(&mac)
+        .await
+        .unwrap()
+        .expect("port made again");
     assert_eq!(again.node_uuid, port.node_uuid);
     drive("delete", Duration::from_secs(60), || p.delete(&h)).await;
 }
