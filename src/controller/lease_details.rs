@@ -6,17 +6,26 @@ use crate::netboot::leases::{Lease, LeaseState};
 use crate::netboot::mac::MacAddr;
 
 /// Adds what bmo's DHCP server knows to inspected NICs: each NIC whose MAC has a lease
-/// gets the hostname its DHCP client sent (`dhcpHostname`, invalid UTF-8 shown as
-/// U+FFFD) and, when inspection saw no address on it, the address bmo leased it.
-/// MACs are compared as addresses, so letter case and `-` separators do not matter.
-/// A lease without a hostname leaves an earlier `dhcpHostname` in place. Returns
-/// whether anything changed.
+/// gets the hostname its DHCP client sent (`dhcpHostname`, if a valid host name) and,
+/// when inspection saw no address on it, the address bmo leased it. MACs are compared
+/// as addresses, so letter case and `-` separators do not matter. A lease without a
+/// hostname leaves an earlier `dhcpHostname` in place, unless that is no valid host
+/// name (written before bmo dropped those, issue 36): it goes. Returns whether
+/// anything changed.
 pub fn add(
     details: &mut api::HardwareDetails,
     lease_of: impl Fn(&MacAddr) -> Option<Lease>,
 ) -> bool {
     let mut changed = false;
     for nic in &mut details.nics {
+        if nic
+            .dhcp_hostname
+            .as_deref()
+            .is_some_and(|h| !crate::netboot::hostname::is_valid(h.as_bytes()))
+        {
+            nic.dhcp_hostname = None;
+            changed = true;
+        }
         let Some(lease) = nic
             .mac
             .as_deref()
@@ -25,7 +34,9 @@ pub fn add(
         else {
             continue;
         };
-        if let Some(hostname) = lease.hostname_lossy()
+        if let Some(hostname) = lease
+            .hostname_lossy()
+            .filter(|h| crate::netboot::hostname::is_valid(h.as_bytes()))
             && nic.dhcp_hostname.as_deref() != Some(hostname.as_str())
         {
             nic.dhcp_hostname = Some(hostname);
@@ -79,7 +90,7 @@ mod tests {
                 "52:54:00:aa:bb:01",
                 Some("10.77.0.50"),
                 LeaseState::Bound,
-                Some(b"node-\xff-a"),
+                Some(b"node-a"),
             ),
             lease(
                 "52:54:00:aa:bb:02",
@@ -115,7 +126,7 @@ mod tests {
         assert_eq!(
             got,
             [
-                (Some("node-\u{fffd}-a"), Some("10.77.0.50")),
+                (Some("node-a"), Some("10.77.0.50")),
                 // Inspection's own address wins over the lease.
                 (Some("worker-2"), Some("192.0.2.7")),
                 // A released lease gives no address.
@@ -126,7 +137,7 @@ mod tests {
         );
         assert!(!add(&mut details, lookup), "a second pass changes nothing");
         let json = serde_json::to_value(&details.nics[0]).unwrap();
-        assert_eq!(json["dhcpHostname"], "node-\u{fffd}-a");
+        assert_eq!(json["dhcpHostname"], "node-a");
         assert!(
             serde_json::to_value(&details.nics[3])
                 .unwrap()
@@ -152,5 +163,18 @@ mod tests {
         );
         assert!(!add(&mut details, |_| Some(l.clone())));
         assert_eq!(details.nics[0].dhcp_hostname.as_deref(), Some("earlier"));
+    }
+
+    #[test]
+    fn an_earlier_dhcp_hostname_that_is_no_host_name_goes() {
+        let mut details = api::HardwareDetails {
+            nics: vec![api::Nic {
+                dhcp_hostname: Some("evil\u{1b}[31m\n".into()),
+                ..nic("52:54:00:aa:bb:01", None)
+            }],
+            ..Default::default()
+        };
+        assert!(add(&mut details, |_| None));
+        assert_eq!(details.nics[0].dhcp_hostname, None);
     }
 }
