@@ -170,13 +170,15 @@ impl AddressGuard {
             host: host.to_owned(),
             why,
         };
-        if let Some(ip) = literal.or_else(|| resolver_literal(host)) {
+        // A trailing dot makes a number a name to glibc, but not to every client.
+        let bare = host.trim_end_matches('.');
+        if let Some(ip) = literal.or_else(|| resolver_literal(bare)) {
             return match self.refused(ip) {
                 Some(range) => Err(refuse(format!("is {ip}, {range}"))),
                 None => Ok(()),
             };
         }
-        let name = host.trim_end_matches('.').to_ascii_lowercase();
+        let name = bare.to_ascii_lowercase();
         if METADATA_NAMES.contains(&name.as_str()) {
             return Err(refuse("is the name of a cloud metadata service".into()));
         }

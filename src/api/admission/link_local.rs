@@ -43,18 +43,18 @@ pub fn refused_host() -> String {
         r"2002:a9fe:[0-9a-f:]*".to_owned(),
         // Metadata services at other addresses (Alibaba Cloud, AWS over IPv6).
         r"100\.100\.100\.200|fd00:ec2::254".to_owned(),
-        format!(r"({names})\.?"),
+        format!("({names})"),
     ]
     .map(|alternative| format!("({alternative})"))
     .join("|")
 }
 
 /// The regular expression an address or URL (lower-cased) matches when its host is
-/// refused: optional scheme, optional user info, the host (bracketed or not), then a
-/// port, path, query or fragment, or nothing.
+/// refused: optional scheme, optional user info, the host (bracketed or not, with
+/// or without a trailing dot), then a port, path, query or fragment, or nothing.
 pub fn refused_address() -> String {
     format!(
-        r"^([a-z][a-z0-9+.-]*:(//)?)?([^/?#]*@)?\[?({})\]?(:[0-9]*)?([/?#].*)?$",
+        r"^([a-z][a-z0-9+.-]*:(//)?)?([^/?#]*@)?\[?({})\.?\]?(:[0-9]*)?([/?#].*)?$",
         refused_host()
     )
 }
@@ -226,6 +226,7 @@ mod tests {
             "redfish://0xa9.0xfe.0xa9.0xfe/",
             "redfish://METADATA.google.internal/redfish/v1",
             "http://169.254.169.254/latest/meta-data/",
+            "http://169.254.169.254./latest/meta-data/",
             "http://admin:pw@169.254.169.254/img",
             "http://2852039166/img",
             "http://0251.0376.0251.0376/img",

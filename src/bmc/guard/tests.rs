@@ -184,6 +184,8 @@ async fn image_urls_are_refused_naming_the_field_and_never_the_userinfo() {
         ("oci://0251.0376.0251.0376/repo/image", "spec.image.url"),
         ("http://admin:s3cr3t@169.254.169.254/img", "spec.image.url"),
         ("ftp://metadata.google.internal./img", "spec.image.url"),
+        ("http://169.254.169.254./img", "spec.image.url"),
+        ("http://0xa9fea9fe./img", "spec.image.url"),
     ] {
         let refused = refusal(&host("fake://h", Some((url, Some("abc"))))).await;
         assert_eq!(refused.field, field, "{url}");
