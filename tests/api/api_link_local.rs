@@ -1,15 +1,16 @@
 //! The link-local admission policies against the stack's real kube-apiserver: a
 //! BareMetalHost or DataImage pointing at the metadata service (169.254.169.254) is
 //! refused naming the field, loopback passes, and a namespace carrying the exemption
-//! label may use link-local addresses (bmo's own check then decides). Dry runs only:
-//! nothing is stored, and nothing connects anywhere.
+//! label may use link-local addresses (bmo's own check then decides); a host stored
+//! with one stays updatable as long as the address is left alone. No bmo runs here:
+//! nothing connects anywhere.
 
 use std::time::Duration;
 
 use bmo::api::{BareMetalHost, DataImage};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::support::{eventually, installed_namespace, unique_name};
@@ -190,5 +191,57 @@ async fn admission_refuses_a_firmware_update_at_the_metadata_address() {
     assert!(
         message.contains("spec.updates[].url must not point"),
         "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_host_stored_with_a_link_local_address_stays_updatable_but_cannot_take_another() {
+    let _shared = crate::support::shared();
+    let (client, _) = installed_namespace("api-link-local-ratchet").await;
+    let namespace = exempt_namespace(&client).await;
+    let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &namespace);
+    // Stored while the namespace is exempt (as a host made before the policy was).
+    hosts
+        .create(
+            &PostParams::default(),
+            &host("stored", "169.254.10.5", "http://10.0.0.9/os.qcow2"),
+        )
+        .await
+        .expect("an exempt namespace may store a link-local BMC");
+    let label = bmo::api::admission::LINK_LOCAL_EXEMPTION_LABEL;
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            &namespace,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {label: null}}})),
+        )
+        .await
+        .expect("lift the exemption");
+    let probe = host("probe", "169.254.169.254", "http://10.0.0.9/os.qcow2");
+    refusal(&hosts, &probe).await;
+
+    // Updates that leave the address alone pass (finalizers, annotations, power).
+    hosts
+        .patch(
+            "stored",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"example.com/note": "kept"}}, "spec": {"online": false}})),
+        )
+        .await
+        .expect("an update leaving the address alone is accepted");
+    // A new link-local value is refused.
+    let refused = hosts
+        .patch(
+            "stored",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"image": {"url": "http://169.254.169.254/os.qcow2"}}})),
+        )
+        .await
+        .expect_err("a new link-local image URL is refused");
+    assert!(
+        refused
+            .to_string()
+            .contains("spec.image.url must not point"),
+        "{refused}"
     );
 }

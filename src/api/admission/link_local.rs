@@ -64,16 +64,50 @@ fn cel_string(regex: &str) -> String {
     format!("'{}'", regex.replace('\\', r"\\"))
 }
 
-/// `value` (a CEL string) is refused unless `unless` (a CEL condition) holds.
-fn refuse(value: &str, unless: Option<&str>, message: &str) -> Validation {
-    let check = format!(
-        "!{value}.lowerAscii().matches({})",
+/// CEL: the string at `path` below `root` (`object` or `oldObject`), or `''` when a
+/// step is missing or, for `oldObject`, on CREATE.
+fn value_at(root: &str, path: &[&str]) -> String {
+    let mut present = vec![format!("{root} != null")];
+    for depth in 1..=path.len() {
+        present.push(format!("has({root}.{})", path[..depth].join(".")));
+    }
+    format!("{} ? {root}.{} : ''", present.join(" && "), path.join("."))
+}
+
+/// The variables `name` (the value at `path` of the object) and `oldName` (of the
+/// object before this update).
+fn field_variables(name: &str, path: &[&str]) -> [Variable; 2] {
+    [
+        Variable {
+            name: name.into(),
+            expression: value_at("object", path),
+        },
+        Variable {
+            name: old_name(name),
+            expression: value_at("oldObject", path),
+        },
+    ]
+}
+
+/// `bmc` → `oldBmc`.
+fn old_name(name: &str) -> String {
+    let mut chars = name.chars();
+    let first = chars.next().map(|c| c.to_ascii_uppercase());
+    format!("old{}{}", first.unwrap_or_default(), chars.as_str())
+}
+
+/// The variable `name` (see [`field_variables`]) is refused unless it is unchanged
+/// by this update (objects made before the policy, or in an exempt namespace, stay
+/// updatable; bmo itself still refuses them) or `unless` (a CEL condition) holds.
+fn refuse(name: &str, unless: Option<&str>, message: &str) -> Validation {
+    let mut expression = format!("variables.{name} == variables.{}", old_name(name));
+    if let Some(unless) = unless {
+        expression.push_str(&format!(" || {unless}"));
+    }
+    expression.push_str(&format!(
+        " || !variables.{name}.lowerAscii().matches({})",
         cel_string(&refused_address())
-    );
-    let expression = match unless {
-        Some(unless) => format!("{unless} || {check}"),
-        None => check,
-    };
+    ));
     invalid(expression, message)
 }
 
@@ -81,36 +115,23 @@ const WHY: &str = "bmo does not let Ironic connect there (docs/bmc.md, \"Address
 
 /// BareMetalHost: `spec.bmc.address`, `spec.image.url` and `spec.image.checksum`.
 pub fn host_policy() -> Policy {
-    let variables = vec![
-        Variable {
-            name: "bmc".into(),
-            expression: "has(object.spec) && has(object.spec.bmc) ? object.spec.bmc.address : ''"
-                .into(),
-        },
-        Variable {
-            name: "imageUrl".into(),
-            expression: "has(object.spec) && has(object.spec.image) ? object.spec.image.url : ''"
-                .into(),
-        },
-        Variable {
-            name: "checksum".into(),
-            expression:
-                "has(object.spec) && has(object.spec.image) && has(object.spec.image.checksum) \
-                         ? object.spec.image.checksum : ''"
-                    .into(),
-        },
-    ];
+    let variables = [
+        field_variables("bmc", &["spec", "bmc", "address"]),
+        field_variables("imageUrl", &["spec", "image", "url"]),
+        field_variables("checksum", &["spec", "image", "checksum"]),
+    ]
+    .concat();
     let validations = vec![
         // A fake BMC is only a label: nothing connects to it.
         refuse(
-            "variables.bmc",
+            "bmc",
             Some("variables.bmc.lowerAscii().startsWith('fake:')"),
             &format!(
                 "spec.bmc.address must not point at a link-local or cloud metadata address (169.254.0.0/16, fe80::/10, metadata.google.internal, ...) nor write an IPv4 address other than as four decimal numbers: {WHY}"
             ),
         ),
         refuse(
-            "variables.imageUrl",
+            "imageUrl",
             None,
             &format!(
                 "spec.image.url must not point at a link-local or cloud metadata address (169.254.0.0/16, fe80::/10, metadata.google.internal, ...) nor write an IPv4 address other than as four decimal numbers: {WHY}"
@@ -118,7 +139,7 @@ pub fn host_policy() -> Policy {
         ),
         // A checksum that is not a URL is a digest, which may be all digits.
         refuse(
-            "variables.checksum",
+            "checksum",
             Some("!variables.checksum.contains('://')"),
             &format!(
                 "spec.image.checksum must not be a URL of a link-local or cloud metadata address (169.254.0.0/16, fe80::/10, metadata.google.internal, ...) nor write an IPv4 address other than as four decimal numbers: {WHY}"
@@ -138,12 +159,9 @@ pub fn host_policy() -> Policy {
 
 /// DataImage: `spec.url`, which the BMC downloads.
 pub fn data_image_policy() -> Policy {
-    let variables = vec![Variable {
-        name: "url".into(),
-        expression: "has(object.spec) ? object.spec.url : ''".into(),
-    }];
+    let variables = field_variables("url", &["spec", "url"]).to_vec();
     let validations = vec![refuse(
-        "variables.url",
+        "url",
         None,
         &format!(
             "spec.url must not point at a link-local or cloud metadata address (169.254.0.0/16, fe80::/10, metadata.google.internal, ...) nor write an IPv4 address other than as four decimal numbers: {WHY}"
@@ -165,7 +183,10 @@ pub fn firmware_components_policy() -> Policy {
     let validations = vec![invalid(
         format!(
             "!has(object.spec) || !has(object.spec.updates) \
-             || object.spec.updates.all(u, !u.url.lowerAscii().matches({}))",
+             || object.spec.updates.all(u, \
+                  (oldObject != null && has(oldObject.spec) && has(oldObject.spec.updates) \
+                   && oldObject.spec.updates.exists(o, o.url == u.url)) \
+                  || !u.url.lowerAscii().matches({}))",
             cel_string(&refused_address())
         ),
         &format!(
