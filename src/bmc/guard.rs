@@ -5,9 +5,10 @@
 //! Ironic connects to whatever a host spec names: the BMC, and the image (a HEAD
 //! even with the fake driver). A tenant who may only create BareMetalHosts must not
 //! be able to point those connections at the metadata service of the machine Ironic
-//! runs on. The CRD's admission policy refuses the plain spellings; this check, run
-//! by the controller before anything goes to Ironic, also reads hex, octal, integer
-//! and short IPv4 forms, IPv4 embedded in IPv6, and names, which it resolves.
+//! runs on. bmo's admission policies (`api::admission`, `link_local`) refuse the
+//! plain spellings; this check, run by the host controller before anything goes to
+//! Ironic (and by the DataImage step before an attach), also reads hex, octal,
+//! integer and short IPv4 forms, IPv4 embedded in IPv6, and names, which it resolves.
 //! `BMO_ALLOWED_LINK_LOCAL_CIDRS` lets a site use the link-local ranges it needs.
 //! Loopback stays allowed.
 //!
