@@ -284,7 +284,17 @@ impl Metrics {
         }
     }
 
-    pub fn reconcile(&self, host: &HostLabels) {
+    /// Counts a reconcile of `host`. A host being deleted is counted only while its
+    /// series exists: once its deletion is done ([`Self::forget_host`]) a last wake-up
+    /// (the change to its Secret that the deletion itself makes) must not bring the
+    /// series back.
+    pub fn reconcile(&self, host: &HostLabels, being_deleted: bool) {
+        if being_deleted {
+            if let Some(counter) = self.reconcile.get(host) {
+                counter.inc();
+            }
+            return;
+        }
         self.reconcile.get_or_create(host).inc();
     }
 
@@ -381,7 +391,7 @@ mod tests {
     #[test]
     fn exports_upstream_names_and_labels() {
         let metrics = Metrics::new();
-        metrics.reconcile(&host());
+        metrics.reconcile(&host(), false);
         metrics.host_error("RegistrationError");
         metrics.power_change(&host(), false);
         metrics.delayed(&host(), false);
@@ -411,9 +421,13 @@ mod tests {
     #[test]
     fn forgetting_a_host_drops_its_series() {
         let metrics = Metrics::new();
-        metrics.reconcile(&host());
+        metrics.reconcile(&host(), false);
         metrics.operation_duration(&host(), TimedOperation::Register, 0.2);
+        metrics.reconcile(&host(), true);
         metrics.forget_host(&host());
+        // A reconcile after the deletion is done (a wake-up by the host's Secret)
+        // does not bring the series back.
+        metrics.reconcile(&host(), true);
         let text = metrics.render();
         assert!(!text.contains("node-0"), "{text}");
         assert!(text.contains("metal3_reconcile_error_total 0"), "{text}");

@@ -140,7 +140,10 @@ async fn reconcile<P: Provisioner, S: Store>(
     host: Arc<BareMetalHost>,
     ctx: Arc<Context<P, S>>,
 ) -> Result<Action, ReconcileError> {
-    ctx.metrics.reconcile(&host_labels(&host));
+    ctx.metrics.reconcile(
+        &host_labels(&host),
+        host.metadata.deletion_timestamp.is_some(),
+    );
     let span = tracing::info_span!("host", host = %host.namespaced_name());
     match reconcile_host(&host, &ctx).instrument(span.clone()).await {
         // The watch brings the newer object; look again with it shortly.
