@@ -174,6 +174,8 @@ impl Budget {
             None => true,
             Some(left) if *left >= len => {
                 *left -= len;
+                // The first block went within the budget: no free send is left.
+                self.free_first = false;
                 true
             }
             Some(_) if self.free_first => {
@@ -502,5 +504,11 @@ mod tests {
         assert!(plain.take(516));
         assert!(!plain.take(516));
         assert!(!plain.take(1));
+        // Also when the request is large enough for the first block to fit: it is not
+        // sent again for free once the budget runs short.
+        let mut long = Budget::new(200);
+        long.allow_first_block();
+        assert!(long.take(516));
+        assert!(!long.take(516));
     }
 }
