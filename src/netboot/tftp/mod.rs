@@ -45,6 +45,14 @@ pub const MIN_CLIENTS_TO_FILL: usize = 32;
 /// to take them all.
 pub fn session_slots(max_total: usize, max_per_client: usize) -> Slots {
     let fair = (max_total / MIN_CLIENTS_TO_FILL).max(1);
+    if max_per_client > fair {
+        tracing::info!(
+            asked = max_per_client,
+            per_client = fair,
+            total = max_total,
+            "BMO_TFTP_MAX_SESSIONS_PER_CLIENT lowered to a 32nd of the total sessions, so that a few clients cannot hold them all"
+        );
+    }
     Slots::new(max_total, max_per_client.min(fair))
 }
 
