@@ -1,6 +1,7 @@
-//! The HTTP boot server's accept loop: connection caps (in total and per client IP),
-//! a header-read timeout and an idle timeout, so that clients holding connections
-//! open cannot use up bmo's file descriptors (and with them the health probes).
+//! The accept loop of the HTTP boot server and of the health listener: connection
+//! caps (in total and per client IP), a header-read timeout and an idle timeout, so
+//! that clients holding connections open cannot use up bmo's file descriptors (and
+//! with them the health probes).
 
 use std::io;
 use std::pin::Pin;
@@ -40,12 +41,14 @@ too many connections; try again shortly\n";
 /// Serves `app` on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, app: Router, limits: HttpLimits) {
     let slots = Slots::new(limits.max_connections, limits.max_connections_per_client);
+    // The boot server and the health listener share this loop: logs say which.
+    let addr = listener.local_addr().ok();
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
-                tracing::warn!(error = %e, "HTTP boot server cannot accept a connection");
+                tracing::warn!(?addr, error = %e, "HTTP listener cannot accept a connection");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
@@ -54,7 +57,7 @@ pub async fn serve(listener: TcpListener, app: Router, limits: HttpLimits) {
         let slot = match slots.take(client) {
             Ok(slot) => slot,
             Err(over) => {
-                tracing::debug!(%client, ?over, "HTTP connection over the cap refused with 503");
+                tracing::debug!(?addr, %client, ?over, "HTTP connection over the cap refused with 503");
                 // Best effort: never wait on a client we are turning away.
                 let _ = stream.try_write(BUSY);
                 continue;
