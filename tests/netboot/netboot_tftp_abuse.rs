@@ -143,6 +143,9 @@ fn sessions_held_from_sixteen_addresses_leave_room_for_a_real_client() {
         while held.load(Ordering::Relaxed) < 32 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        // The pattern is in place (2 per address), else the real client proves nothing.
+        let taken = held.load(Ordering::Relaxed);
+        assert!(taken >= 32, "the holders took {taken} sessions");
         let got = std::env::temp_dir().join(format!("bmo-tftp-held-{}", std::process::id()));
         let started = Instant::now();
         let out = tokio::process::Command::new("ip")
