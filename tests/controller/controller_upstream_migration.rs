@@ -791,8 +791,8 @@ async fn power_follows(site: &Site, name: &str, index: usize, log: &dyn Fn() -> 
 /// in place: the same footprint checks, on fewer hosts.
 #[tokio::test]
 async fn from_an_older_upstream_release_to_bmo_in_place() {
-    const SETTLED: [(&str, usize, bool); 2] = [("avail-0", 0, false), ("ext-0", 1, true)];
     let _shared = crate::support::shared();
+    const SETTLED: [(&str, usize, bool); 2] = [("avail-0", 0, false), ("ext-0", 1, true)];
     let (client, ns) = installed_namespace("mig-release").await;
     let site = Site {
         ns,
