@@ -223,4 +223,11 @@ async fn under_1024_descriptors_probes_answer_and_a_host_provisions_while_connec
         "the boot server answers within a second: {boot:?}"
     );
     assert!(most_fds < LIMIT as usize, "bmo held {most_fds} descriptors");
+    // The probe really ran: bmo lowered its caps, and the clients held more connections
+    // than the caps asked for (128 health, 1,024 boot) would admit.
+    assert!(caps.is_some(), "no warning that the caps were lowered");
+    assert!(
+        most_health > 128 && most_boot > 1024,
+        "held {most_health} health and {most_boot} boot connections"
+    );
 }
