@@ -179,7 +179,7 @@ pub fn fit(cfg: &NetbootConfig, limit: usize) -> (NetbootConfig, Caps) {
             http = caps.http.total,
             tftp = caps.tftp.total,
             health = caps.health.total,
-            "descriptor limit too low for the connection caps asked for; caps lowered to fit (give bmo LimitNOFILE=65536, docs/install.md)"
+            "descriptor limit too low for the connection caps asked for; caps lowered to fit (raise bmo's descriptor limit or lower the caps: docs/install.md, \"Descriptor limit\")"
         );
     } else {
         tracing::info!(
