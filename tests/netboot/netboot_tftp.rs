@@ -368,21 +368,8 @@ async fn flood_unacknowledged(
 /// A read request for `file` asking for the largest blocks and window (the most
 /// memory a transfer may hold).
 fn rrq(file: &str) -> Vec<u8> {
-    let mut b = vec![0, 1];
-    for part in [
-        file,
-        "octet",
-        "blksize",
-        "65464",
-        "windowsize",
-        "64",
-        "tsize",
-        "0",
-    ] {
-        b.extend_from_slice(part.as_bytes());
-        b.push(0);
-    }
-    b
+    let options = [("blksize", "65464"), ("windowsize", "64"), ("tsize", "0")];
+    crate::netboot_tftp_abuse::rrq(file, &options)
 }
 
 #[test]

@@ -15,7 +15,7 @@ use crate::support::netboot::{TempDir, TestNet, config, require, write_random};
 const SERVER: &str = "10.77.0.1:69";
 
 /// A read request for `file` with `options` (name, value).
-fn rrq(file: &str, options: &[(&str, &str)]) -> Vec<u8> {
+pub(crate) fn rrq(file: &str, options: &[(&str, &str)]) -> Vec<u8> {
     let mut b = vec![0, 1];
     let mut parts = vec![file, "octet"];
     for (k, v) in options {
