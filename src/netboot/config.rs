@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args, ValueEnum};
 use url::Url;
 
-use super::dhcp::policy::{RANGE_FORM, Range};
+use super::dhcp::range::{RANGE_FORM, Range};
 use super::http::LeasesAccess;
 use super::http_server::HttpLimits;
 use super::leases::LeaseLimits;

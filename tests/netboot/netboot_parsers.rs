@@ -2,7 +2,8 @@
 //! (and, when a DHCP request parses, to the reply policy and encoder) never panic.
 
 use bmo::netboot::dhcp::packet::parse_request;
-use bmo::netboot::dhcp::policy::{Mode, Policy, Range};
+use bmo::netboot::dhcp::policy::{Mode, Policy};
+use bmo::netboot::dhcp::range::Range;
 use bmo::netboot::leases::LeaseTable;
 use bmo::netboot::tftp::packet;
 use dhcproto::{Encodable, Encoder};

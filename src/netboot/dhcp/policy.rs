@@ -8,7 +8,7 @@ use dhcproto::v4::OptionCode;
 use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
 
 use super::packet::ClientRequest;
-pub use super::range::{RANGE_FORM, Range};
+use super::range::Range;
 use crate::netboot::hosts::{HostDirectory, KnownHost, KnownHosts};
 use crate::netboot::leases::{LeaseState, LeaseTable, Sighting};
 
