@@ -89,7 +89,13 @@ pub struct Metrics {
     provision_duration: HistogramFamily,
     deprovision_duration: HistogramFamily,
     events: Vec<(Event, Counter)>,
+    /// UIDs of the hosts whose deletion is done ([`Metrics::forget_host`]), the
+    /// latest [`FORGOTTEN_HOSTS`] of them.
+    forgotten: std::sync::Mutex<std::collections::VecDeque<String>>,
 }
+
+/// How many deleted hosts' UIDs [`Metrics`] keeps to ignore their late wake-ups.
+const FORGOTTEN_HOSTS: usize = 4096;
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -267,6 +273,7 @@ impl Metrics {
             provision_duration,
             deprovision_duration,
             events,
+            forgotten: std::sync::Mutex::default(),
         }
     }
 
@@ -284,11 +291,20 @@ impl Metrics {
         }
     }
 
-    /// Counts a reconcile of `host`. A host being deleted is counted only while its
-    /// series exists: once its deletion is done ([`Self::forget_host`]) a last wake-up
-    /// (the change to its Secret that the deletion itself makes) must not bring the
-    /// series back.
-    pub fn reconcile(&self, host: &HostLabels, being_deleted: bool) {
+    /// Counts a reconcile of `host` (`uid`). A host being deleted is counted only
+    /// while its series exists, and a host whose deletion is done
+    /// ([`Self::forget_host`]) not at all: a last wake-up (the change to its Secret
+    /// that the deletion itself makes) must not bring the series back.
+    pub fn reconcile(&self, host: &HostLabels, uid: &str, being_deleted: bool) {
+        let forgotten = self
+            .forgotten
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .any(|f| f == uid);
+        if forgotten && !uid.is_empty() {
+            return;
+        }
         if being_deleted {
             if let Some(counter) = self.reconcile.get(host) {
                 counter.inc();
@@ -354,8 +370,20 @@ impl Metrics {
         family.get_or_create(host).observe(seconds);
     }
 
-    /// Drops the per-host series of a deleted host, so they do not pile up.
-    pub fn forget_host(&self, host: &HostLabels) {
+    /// Drops the per-host series of a deleted host (`uid`), so they do not pile up.
+    pub fn forget_host(&self, host: &HostLabels, uid: &str) {
+        {
+            let mut forgotten = self
+                .forgotten
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !uid.is_empty() && !forgotten.iter().any(|f| f == uid) {
+                if forgotten.len() >= FORGOTTEN_HOSTS {
+                    forgotten.pop_front();
+                }
+                forgotten.push_back(uid.to_owned());
+            }
+        }
         self.reconcile.remove(host);
         self.delayed_provisioning.remove(host);
         self.delayed_deprovisioning.remove(host);
@@ -391,7 +419,7 @@ mod tests {
     #[test]
     fn exports_upstream_names_and_labels() {
         let metrics = Metrics::new();
-        metrics.reconcile(&host(), false);
+        metrics.reconcile(&host(), "uid-0", false);
         metrics.host_error("RegistrationError");
         metrics.power_change(&host(), false);
         metrics.delayed(&host(), false);
@@ -421,15 +449,24 @@ mod tests {
     #[test]
     fn forgetting_a_host_drops_its_series() {
         let metrics = Metrics::new();
-        metrics.reconcile(&host(), false);
+        metrics.reconcile(&host(), "uid-0", false);
         metrics.operation_duration(&host(), TimedOperation::Register, 0.2);
-        metrics.reconcile(&host(), true);
-        metrics.forget_host(&host());
-        // A reconcile after the deletion is done (a wake-up by the host's Secret)
-        // does not bring the series back.
-        metrics.reconcile(&host(), true);
+        metrics.reconcile(&host(), "uid-0", true);
+        metrics.forget_host(&host(), "uid-0");
+        // A reconcile after the deletion is done (a wake-up by the host's Secret),
+        // even of the host as it was before its deletion, does not bring the series
+        // back.
+        metrics.reconcile(&host(), "uid-0", true);
+        metrics.reconcile(&host(), "uid-0", false);
         let text = metrics.render();
         assert!(!text.contains("node-0"), "{text}");
         assert!(text.contains("metal3_reconcile_error_total 0"), "{text}");
+        // A new host of the same name is counted.
+        metrics.reconcile(&host(), "uid-1", false);
+        assert!(
+            metrics
+                .render()
+                .contains(r#"metal3_reconcile_total{namespace="ns",host="node-0"} 1"#)
+        );
     }
 }

@@ -142,6 +142,7 @@ async fn reconcile<P: Provisioner, S: Store>(
 ) -> Result<Action, ReconcileError> {
     ctx.metrics.reconcile(
         &host_labels(&host),
+        host.metadata.uid.as_deref().unwrap_or_default(),
         host.metadata.deletion_timestamp.is_some(),
     );
     let span = tracing::info_span!("host", host = %host.namespaced_name());

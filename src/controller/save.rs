@@ -238,7 +238,10 @@ async fn release<P: Provisioner, S: Store>(
     update: &Update,
 ) -> Result<Next, ReconcileError> {
     ctx.slots.claim(&host.namespaced_name(), State::Deleting);
-    ctx.metrics.forget_host(&host_labels(host));
+    ctx.metrics.forget_host(
+        &host_labels(host),
+        host.metadata.uid.as_deref().unwrap_or_default(),
+    );
     if let Some(event) = host_event(update) {
         ctx.store.publish(host, event).await;
     }
