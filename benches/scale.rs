@@ -1656,6 +1656,9 @@ async fn run_bmo(
             .env("WATCH_NAMESPACE", &ns)
             .env("BMO_CONCURRENCY", s.concurrency.to_string())
             .env("PROVISIONING_LIMIT", s.limit.to_string())
+            // A fresh Ironic holds no request of a killed predecessor: the settling
+            // after start (10 s by default) is a cost per start, not per host.
+            .env("BMO_START_SETTLE", "0")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
