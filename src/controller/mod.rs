@@ -487,7 +487,7 @@ async fn load<P: Provisioner, S: Store>(
         .as_ref()
         .and_then(|s| s.tried_credentials.as_ref())
         .and_then(|c| c.credentials_version.clone());
-    let credentials_changed = loaded.version.is_some() && loaded.version != previous_version;
+    let credentials_changed = loaded.changed_since(previous_version.as_deref());
     if credentials_changed && previous_version.is_some() {
         ctx.metrics.count(metrics::Event::CredentialsUpdated);
     }

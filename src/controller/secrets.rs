@@ -14,6 +14,9 @@ pub struct LoadedCredentials {
     pub check: CredentialsCheck,
     /// The Secret's resourceVersion, when there is a Secret.
     pub version: Option<String>,
+    /// Its resourceVersion before bmo's own write of its label, owner and finalizer
+    /// in this load: the same credentials.
+    pub claimed_over: Option<String>,
 }
 
 impl LoadedCredentials {
@@ -25,7 +28,18 @@ impl LoadedCredentials {
             },
             check,
             version,
+            claimed_over: None,
         }
+    }
+
+    /// Whether the credentials changed since the version last tried: bmo's own write
+    /// of the Secret's metadata is no change (a Secret another operator left is
+    /// claimed on the first look, and its credentials were tried under that
+    /// operator).
+    pub fn changed_since(&self, tried: Option<&str>) -> bool {
+        self.version.is_some()
+            && self.version.as_deref() != tried
+            && (self.claimed_over.is_none() || self.claimed_over.as_deref() != tried)
     }
 }
 
@@ -58,8 +72,12 @@ pub async fn load_credentials<S: Store>(
     // deleted: the host's release removes it then.
     let hold =
         host.metadata.deletion_timestamp.is_none() && secret.metadata.deletion_timestamp.is_none();
-    if !secret_is_owned(host, &secret) || (hold && !secret_is_held(&secret)) {
-        store.own_secret(host, &secret, hold).await?;
+    let mut version = secret.metadata.resource_version.clone();
+    let mut claimed_over = None;
+    if (!secret_is_owned(host, &secret) || (hold && !secret_is_held(&secret)))
+        && let Some(after) = store.own_secret(host, &secret, hold).await?
+    {
+        claimed_over = version.replace(after);
     }
     if let Some(previous) = previous_credentials_name(host)
         && previous != bmc.credentials_name
@@ -76,7 +94,6 @@ pub async fn load_credentials<S: Store>(
     };
     let username = field("username").unwrap_or_default();
     let password = field("password").unwrap_or_default();
-    let version = secret.metadata.resource_version.clone();
     let fake = bmc.address.starts_with("fake://");
     if !fake && (username.is_empty() || password.is_empty()) {
         let missing = if username.is_empty() {
@@ -97,6 +114,7 @@ pub async fn load_credentials<S: Store>(
         },
         check: CredentialsCheck::Valid,
         version,
+        claimed_over,
     })
 }
 
@@ -157,4 +175,32 @@ pub fn finalized_secret_names(host: &BareMetalHost) -> Vec<&str> {
     let bmc = host.spec.bmc.as_ref().map(|b| b.credentials_name.as_str());
     let network = host.spec.preprovisioning_network_data_name.as_deref();
     bmc.into_iter().chain(network).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loaded(version: Option<&str>, claimed_over: Option<&str>) -> LoadedCredentials {
+        LoadedCredentials {
+            version: version.map(str::to_owned),
+            claimed_over: claimed_over.map(str::to_owned),
+            ..LoadedCredentials::unusable(CredentialsCheck::Valid, None)
+        }
+    }
+
+    #[test]
+    fn bmos_own_write_of_the_secrets_metadata_is_no_credentials_change() {
+        // Upstream tried version 282; bmo's label, owner and finalizer made it 300.
+        assert!(!loaded(Some("300"), Some("282")).changed_since(Some("282")));
+        // Next look: 300 was recorded as tried.
+        assert!(!loaded(Some("300"), None).changed_since(Some("300")));
+        // The user changed the Secret (283), bmo claimed it in the same look.
+        assert!(loaded(Some("301"), Some("283")).changed_since(Some("282")));
+        assert!(loaded(Some("283"), None).changed_since(Some("282")));
+        // A new host: nothing tried yet.
+        assert!(loaded(Some("2"), Some("1")).changed_since(None));
+        // No Secret: nothing to send.
+        assert!(!loaded(None, None).changed_since(Some("282")));
+    }
 }

@@ -186,13 +186,13 @@ pub trait Store: Send + Sync {
 
     /// Labels `secret` as bmo's and adds the host to its owners, if its owners are
     /// still as read; with `hold`, also adds [`SECRET_FINALIZER`], if its finalizers
-    /// are still as read. One write.
+    /// are still as read. One write; the Secret's resourceVersion after it.
     fn own_secret(
         &self,
         host: &BareMetalHost,
         secret: &Secret,
         hold: bool,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
 
     /// Removes upstream's [`SECRET_FINALIZER`] from `secret`, if its finalizers are
     /// still as read.

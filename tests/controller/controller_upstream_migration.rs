@@ -598,6 +598,19 @@ async fn upstream_to_bmo_and_back_in_place() {
         !after.contains_key("det-0"),
         "a node made for the detached host"
     );
+    // The credentials upstream tried are not sent again: bmo's own write of the
+    // Secret's label, owner and finalizer changes no credentials.
+    let log = bmo.log();
+    let resent: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("updated BMC access"))
+        .filter(|l| {
+            SETTLED_FOR_BMO
+                .iter()
+                .any(|(name, _, _)| l.contains(&format!("/{name} ")))
+        })
+        .collect();
+    assert!(resent.is_empty(), "credentials sent again: {resent:#?}");
     let refused: Vec<String> = refused_writes(&bmo.log())
         .into_iter()
         .map(str::to_owned)

@@ -475,7 +475,7 @@ impl Store for KubeStore {
         host: &BareMetalHost,
         secret: &Secret,
         hold: bool,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<String>, StoreError> {
         let mut patch = Vec::new();
         if hold && !secret_is_held(secret) {
             let current: Vec<Value> = secret.finalizers().iter().map(|f| json!(f)).collect();
@@ -525,7 +525,7 @@ impl Store for KubeStore {
         }
         let secrets: Api<Secret> =
             Api::namespaced(self.client.clone(), &secret.namespace().unwrap_or_default());
-        secrets
+        let patched = secrets
             .patch(
                 &secret.name_any(),
                 &PatchParams::default(),
@@ -533,7 +533,7 @@ impl Store for KubeStore {
             )
             .await
             .map_err(conflict_or)?;
-        Ok(())
+        Ok(patched.metadata.resource_version)
     }
 
     async fn release_secret(&self, secret: &Secret) -> Result<(), StoreError> {

@@ -423,7 +423,7 @@ impl Store for MemoryStore {
         host: &BareMetalHost,
         secret: &Secret,
         hold: bool,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<String>, StoreError> {
         let mut objects = self.lock();
         let version = objects.bump();
         let stored = objects
@@ -455,8 +455,8 @@ impl Store for MemoryStore {
             .labels
             .get_or_insert_with(Default::default)
             .insert(SECRET_LABEL.0.into(), SECRET_LABEL.1.into());
-        stored.metadata.resource_version = Some(version);
-        Ok(())
+        stored.metadata.resource_version = Some(version.clone());
+        Ok(Some(version))
     }
 
     async fn release_secret(&self, secret: &Secret) -> Result<(), StoreError> {
