@@ -139,8 +139,8 @@ impl Config {
     }
 
     /// The controller's part of the configuration.
-    pub fn controller_settings(&self) -> crate::controller::ControllerSettings {
-        crate::controller::ControllerSettings {
+    pub fn controller_settings(&self) -> crate::controller::host::ControllerSettings {
+        crate::controller::host::ControllerSettings {
             namespace: self.watch_namespace.clone().filter(|ns| !ns.is_empty()),
             concurrency: self.concurrency,
             provisioning_limit: self.provisioning_limit.max(1),

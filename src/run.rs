@@ -396,14 +396,14 @@ fn start_controllers(
     let max_backoff = ctx.settings.max_backoff;
     // One watch each of hosts, HostFirmwareSettings and HostFirmwareComponents for
     // every controller that reads them (src/controller/shared_watch.rs).
-    let mut watches = controller::shared_watch::Watches::new(kube, namespace.as_deref());
+    let mut watches = controller::runtime::shared_watch::Watches::new(kube, namespace.as_deref());
     let host_feeds = watches.subscribe();
     let firmware_feeds = watches.subscribe();
     let data_image_hosts = watches.hosts.subscribe();
     let (attachment_hosts, attachment_host_events) =
         (watches.hosts.cache(), watches.hosts.events());
     let mut tasks = vec![
-        tokio::spawn(controller::run_with(ctx, host_feeds, stop.stopped())),
+        tokio::spawn(controller::host::run_with(ctx, host_feeds, stop.stopped())),
         tokio::spawn(watches.run(stop.stopped())),
         tokio::spawn(controller::switches::attachments::run(
             kube.clone(),
@@ -467,11 +467,14 @@ fn host_context(
     netboot: Option<&crate::netboot::Netboot>,
     health: &Health,
     data_image_store: controller::dataimage::KubeDataImageStore,
-) -> Arc<controller::Context<IronicProvisioner>> {
-    let store = controller::KubeStore::new(kube.clone(), config.pod_name.clone());
-    let mut ctx = controller::Context::with_store(store, provisioner, config.controller_settings())
-        .with_metrics(health.metrics.clone())
-        .with_data_images(data_image_store);
+) -> Arc<controller::host::Context<IronicProvisioner>> {
+    let store = controller::host::KubeStore::new(kube.clone(), config.pod_name.clone());
+    let mut ctx =
+        controller::host::Context::with_store(store, provisioner, config.controller_settings())
+            .with_metrics(health.metrics.clone())
+            .with_data_images(Arc::new(controller::dataimage::AttachBeforePowerOn(
+                data_image_store,
+            )));
     ctx.address_guard = config.addresses.guard();
     // Without explicit URLs, Ironic boots the IPA images bmo itself serves, on the
     // provisioning IP in use at each reconcile.

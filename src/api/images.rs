@@ -163,3 +163,9 @@ pub struct SecretStatus {
 }
 
 super::spec_may_be_absent!(DataImageSpec, PreprovisioningImageSpec);
+
+/// The CPU architecture of this machine as `uname -m` names it: upstream's default
+/// for hosts that name none.
+pub fn controller_architecture() -> &'static str {
+    std::env::consts::ARCH
+}

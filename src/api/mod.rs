@@ -52,6 +52,7 @@ pub mod claims;
 pub mod crd;
 pub mod events;
 pub mod firmware;
+pub mod firmware_pending;
 pub mod hardware;
 pub mod host;
 pub mod images;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bmo::api::{BareMetalHost, ProvisioningState};
-use bmo::controller::{Context, ControllerSettings};
+use bmo::controller::host::{Context, ControllerSettings};
 use bmo::netboot::DeployImages;
 use bmo::netboot::leases::LeaseTable;
 use bmo::provisioner::{DeployRamdisk, IronicProvisioner, ProvisionerSettings};
@@ -134,14 +134,14 @@ async fn deploy_kernel_and_ramdisk_urls_follow_a_changed_provisioning_ip() {
         concurrency: 4,
         provisioning_limit: 20,
         max_backoff: Duration::from_secs(5),
-        steady_poll: bmo::controller::state_machine::STEADY_POLL,
+        steady_poll: bmo::controller::host::state_machine::STEADY_POLL,
         start_settle: Duration::ZERO,
         deploy_ramdisk: DeployRamdisk::default(),
     };
     let provisioner = IronicProvisioner::new(stack.ironic().await, ProvisionerSettings::default());
     let ctx = Context::new(client.clone(), provisioner, settings).with_deploy_images(images);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let controller = tokio::spawn(bmo::controller::run(Arc::new(ctx), async move {
+    let controller = tokio::spawn(bmo::controller::host::run(Arc::new(ctx), async move {
         let _ = stopped.await;
     }));
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bmo::api::{BareMetalHost, PreprovisioningImage};
-use bmo::controller::{Context, ControllerSettings};
+use bmo::controller::host::{Context, ControllerSettings};
 use bmo::netboot::cpio;
 use bmo::netboot::host_ramdisks::RamdiskServer;
 use bmo::netboot::leases::LeaseTable;
@@ -159,7 +159,7 @@ async fn a_host_boots_its_own_ramdisk_with_its_network_data_appended() {
         provisioning_limit: 20,
         max_backoff: Duration::from_secs(5),
         deploy_ramdisk: DeployRamdisk::default(),
-        steady_poll: bmo::controller::state_machine::STEADY_POLL,
+        steady_poll: bmo::controller::host::state_machine::STEADY_POLL,
         start_settle: Duration::ZERO,
     };
     let provisioner = IronicProvisioner::new(stack.ironic().await, ProvisionerSettings::default());
@@ -173,7 +173,7 @@ async fn a_host_boots_its_own_ramdisk_with_its_network_data_appended() {
             let _ = stopped.wait_for(|s| *s).await;
         }
     };
-    let controller = tokio::spawn(bmo::controller::run(Arc::new(ctx), until_stopped()));
+    let controller = tokio::spawn(bmo::controller::host::run(Arc::new(ctx), until_stopped()));
     let server = RamdiskServer {
         ramdisks: netboot.host_ramdisks.clone(),
         images: netboot.deploy_images(),

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bmo::api::{BareMetalHost, HardwareData, OperationalStatus, ProvisioningState};
 use bmo::controller::discovery::{self, DiscoverySettings};
-use bmo::controller::{Context, ControllerSettings};
+use bmo::controller::host::{Context, ControllerSettings};
 use bmo::ironic::NodeCreate;
 use bmo::netboot::config::{DhcpIgnore, DhcpMode, NetbootConfig};
 use bmo::netboot::hosts::HostDirectory;
@@ -283,7 +283,7 @@ impl Site {
             concurrency: 4,
             provisioning_limit: 20,
             max_backoff: Duration::from_secs(5),
-            steady_poll: bmo::controller::state_machine::STEADY_POLL,
+            steady_poll: bmo::controller::host::state_machine::STEADY_POLL,
             start_settle: Duration::ZERO,
             deploy_ramdisk: DeployRamdisk {
                 kernel_url: stack.var("DEPLOY_KERNEL_URL").map(str::to_owned),
@@ -297,7 +297,7 @@ impl Site {
         }
         let ctx = Arc::new(ctx);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let controller = tokio::spawn(bmo::controller::run(ctx, async move {
+        let controller = tokio::spawn(bmo::controller::host::run(ctx, async move {
             let _ = stopped.await;
         }));
         Site {

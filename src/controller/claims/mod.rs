@@ -25,7 +25,7 @@ use kube::runtime::controller::Action;
 
 use crate::api::claims::{ASSOCIATED_CONDITION, HOST_CLAIM_FINALIZER, SYNCHRONIZED_CONDITION};
 use crate::api::{BareMetalHost, HostClaim, HostClaimStatus};
-use crate::controller::StoreError;
+use crate::controller::runtime::store::StoreError;
 pub use run::run;
 use state_machine::{DataKind, Drive, Release};
 use status::{

@@ -15,8 +15,8 @@ use tracing::Instrument;
 use super::state_machine::{DataKind, HOST_CLAIM_KIND};
 use super::{ClaimContext, ClaimError, ClaimStore, KubeClaimStore, reconcile_claim};
 use crate::api::{BareMetalHost, HostClaim};
-use crate::controller::StoreError;
-use crate::controller::run::WatchBackoff;
+use crate::controller::runtime::store::StoreError;
+use crate::controller::runtime::watch::WatchBackoff;
 
 /// Pause after a failed reconcile (an API call refused or the API server away).
 const ERROR_RETRY: Duration = Duration::from_secs(5);

@@ -38,7 +38,7 @@ pub fn set_condition(
     message: &str,
     now: &Time,
 ) {
-    crate::controller::conditions::set_condition(
+    crate::controller::runtime::conditions::set_condition(
         &mut status.conditions,
         claim.metadata.generation,
         type_,

@@ -18,7 +18,7 @@ use serde_json::json;
 use super::state_machine::Drive;
 use crate::api::claims::HOST_CLAIM_FINALIZER;
 use crate::api::{BareMetalHost, HostClaim, HostClaimStatus, HostDeployPolicy};
-use crate::controller::store::{
+use crate::controller::runtime::store::{
     FIELD_MANAGER, StoreError, conflict_or, found, json_patch, patch_finalizers,
 };
 

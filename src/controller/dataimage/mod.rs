@@ -24,10 +24,13 @@ pub use run::run;
 use state_machine::{CdRead, Facts, PowerOnStep, Requeue, Step};
 pub use store::{DataImageStore, KubeDataImageStore};
 
-use super::Next;
+use futures::future::BoxFuture;
+
 use crate::api::{BareMetalHost, DataImage, DataImageStatus};
 use crate::bmc::AddressGuard;
-use crate::controller::StoreError;
+use crate::controller::runtime::Next;
+use crate::controller::runtime::seams::{BeforePowerOn, SeamError};
+use crate::controller::runtime::store::StoreError;
 use crate::provisioner::{DataImageProvisioner, HostId, NodeRef, ProvisionerError};
 
 /// Steps one reconcile takes at most; more means the object keeps changing under it.
@@ -95,7 +98,10 @@ fn delay(requeue: Requeue, status: Option<&DataImageStatus>, max_backoff: Durati
         Requeue::After(after) => Next::After(after),
         Requeue::Backoff => {
             let count = status.and_then(|s| s.error.as_ref()).map_or(1, |e| e.count);
-            Next::After(super::backoff(count, max_backoff).max(state_machine::MIN_ERROR_BACKOFF))
+            Next::After(
+                crate::controller::runtime::backoff(count, max_backoff)
+                    .max(state_machine::MIN_ERROR_BACKOFF),
+            )
         }
     }
 }
@@ -206,6 +212,30 @@ pub async fn prepare_power_on<P: DataImageProvisioner, S: DataImageStore>(
             .map_err(store_err)?;
     }
     Ok(Some(delay(requeue, status.as_ref(), max_backoff)))
+}
+
+/// The DataImage controller's part of the host's power-on
+/// ([`BeforePowerOn`]): [`prepare_power_on`] on `store`.
+pub struct AttachBeforePowerOn<S>(pub S);
+
+impl<P: DataImageProvisioner, S: DataImageStore> BeforePowerOn<P> for AttachBeforePowerOn<S> {
+    fn before_power_on<'a>(
+        &'a self,
+        host: &'a BareMetalHost,
+        provisioner: &'a P,
+        guard: &'a AddressGuard,
+        max_backoff: Duration,
+    ) -> BoxFuture<'a, Result<Option<Next>, SeamError>> {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        Box::pin(async move {
+            prepare_power_on(host, provisioner, guard, &self.0, max_backoff, &now)
+                .await
+                .map_err(|e| match e {
+                    DataImageError::Store { object, source } => SeamError::Store { object, source },
+                    DataImageError::Provisioner(e) => SeamError::Provisioner(e),
+                })
+        })
+    }
 }
 
 /// One reconcile of `image` by the DataImage controller.

@@ -18,8 +18,8 @@ use tracing::Instrument;
 use super::{DataImageContext, DataImageError, DataImageStore, KubeDataImageStore};
 use crate::api::host::{DETACHED_ANNOTATION, PAUSED_ANNOTATION};
 use crate::api::{BareMetalHost, DataImage};
-use crate::controller::shared_watch::Subscription;
-use crate::controller::store::managed_fields;
+use crate::controller::runtime::shared_watch::Subscription;
+use crate::controller::runtime::store::managed_fields;
 use crate::provisioner::DataImageProvisioner;
 
 /// How soon a reconcile that failed is tried again (upstream's delay).
@@ -90,8 +90,13 @@ pub async fn run<P: DataImageProvisioner + 'static>(
                 tracing::debug!(error = %e, "DataImage reconcile did not finish");
             }
         });
-    crate::controller::run::run_until_shutdown(reconciling, shutdown, &listed, SHUTDOWN_GRACE)
-        .await;
+    crate::controller::runtime::watch::run_until_shutdown(
+        reconciling,
+        shutdown,
+        &listed,
+        SHUTDOWN_GRACE,
+    )
+    .await;
 }
 
 async fn reconcile_image<P: DataImageProvisioner, S: DataImageStore>(

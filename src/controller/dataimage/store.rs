@@ -15,8 +15,8 @@ use serde_json::json;
 
 use crate::api::images::DATA_IMAGE_FINALIZER;
 use crate::api::{BareMetalHost, DataImage, DataImageStatus};
-use crate::controller::store::events::{Reporter, upstream_event};
-use crate::controller::store::{
+use crate::controller::runtime::store::events::{Reporter, upstream_event};
+use crate::controller::runtime::store::{
     FIELD_MANAGER, HostEvent, StoreError, add_owner, cached, owner_reference, patch_finalizers,
     take_over,
 };

@@ -22,10 +22,10 @@ pub use run::run;
 use state_machine::{Facts, Step};
 pub use store::{KubeSubscriptionStore, MemorySubscriptionStore, SubscriptionStore};
 
-use super::Next;
 use crate::api::BMCEventSubscription;
-use crate::controller::StoreError;
-use crate::controller::store::HostEvent;
+use crate::controller::runtime::Next;
+use crate::controller::runtime::store::HostEvent;
+use crate::controller::runtime::store::StoreError;
 use crate::credentials::SecretString;
 use crate::provisioner::{EventSubscriber, HostId, NodeRef, ProvisionerError, SubscriptionRequest};
 

@@ -20,8 +20,8 @@ use super::{
     SubscriptionStore,
 };
 use crate::api::{BMCEventSubscription, BareMetalHost};
-use crate::controller::StoreError;
-use crate::controller::run::WatchBackoff;
+use crate::controller::runtime::store::StoreError;
+use crate::controller::runtime::watch::WatchBackoff;
 use crate::provisioner::EventSubscriber;
 
 /// How long reconciles in flight may take to finish after the shutdown signal.
@@ -95,8 +95,13 @@ pub async fn run<P: EventSubscriber + 'static>(
                 tracing::debug!(error = %e, "BMCEventSubscription reconcile did not finish");
             }
         });
-    crate::controller::run::run_until_shutdown(reconciling, shutdown, &listed, SHUTDOWN_GRACE)
-        .await;
+    crate::controller::runtime::watch::run_until_shutdown(
+        reconciling,
+        shutdown,
+        &listed,
+        SHUTDOWN_GRACE,
+    )
+    .await;
 }
 
 async fn reconcile<P: EventSubscriber, S: SubscriptionStore>(

@@ -14,8 +14,8 @@ use serde_json::json;
 
 use crate::api::events::BMC_EVENT_SUBSCRIPTION_FINALIZER;
 use crate::api::{BMCEventSubscription, BMCEventSubscriptionStatus, BareMetalHost};
-use crate::controller::store::events::{Reporter, upstream_event};
-use crate::controller::store::{
+use crate::controller::runtime::store::events::{Reporter, upstream_event};
+use crate::controller::runtime::store::{
     FIELD_MANAGER, HostEvent, StoreError, conflict_or, patch_finalizers,
 };
 

@@ -12,7 +12,6 @@
 //! loops over them.
 
 pub mod components;
-pub mod legacy;
 pub mod policy;
 mod run;
 pub mod state_machine;
@@ -27,10 +26,10 @@ pub use run::{run, same_name};
 use state_machine::{Facts, Lookup, Step};
 pub use store::{FirmwareStore, KubeFirmwareStore, MemoryFirmwareStore};
 
-use super::Next;
 use crate::api::BareMetalHost;
 use crate::api::firmware::{FirmwareSchema, HostFirmwareSettings};
-use crate::controller::StoreError;
+use crate::controller::runtime::Next;
+use crate::controller::runtime::store::StoreError;
 use crate::provisioner::{FirmwareReader, HostId, NodeRef, ProvisionerError};
 
 /// Look again this soon after the provisioner could not answer (upstream's delay).

@@ -15,8 +15,8 @@ use super::store::{KubeFirmwareStore, MemoryFirmwareStore, key, key_of, unchange
 use super::{FirmwareContext, FirmwareError};
 use crate::api::BareMetalHost;
 use crate::api::firmware::HostUpdatePolicy;
-use crate::controller::Next;
-use crate::controller::store::{StoreError, add_owner, cached, owner_reference};
+use crate::controller::runtime::Next;
+use crate::controller::runtime::store::{StoreError, add_owner, cached, owner_reference};
 
 /// The Kubernetes side of owning HostUpdatePolicies.
 pub trait PolicyStore: Send + Sync {

@@ -31,11 +31,11 @@ use crate::api::firmware::{
     FirmwareSchema, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
 };
 use crate::api::{BareMetalHost, BareMetalHostStatus, OperationalStatus, ProvisioningState};
-use crate::controller::Next;
-use crate::controller::run::{WatchBackoff, watch_failed};
-use crate::controller::shared_watch::Feeds;
-use crate::controller::store::managed_fields;
-use crate::controller::turns::Turns;
+use crate::controller::runtime::Next;
+use crate::controller::runtime::shared_watch::Feeds;
+use crate::controller::runtime::store::managed_fields;
+use crate::controller::runtime::turns::Turns;
+use crate::controller::runtime::watch::{WatchBackoff, watch_failed};
 use crate::provisioner::FirmwareReader;
 
 /// What of a host matters here: its generation, its node, whether it is paused or
@@ -228,8 +228,13 @@ pub async fn run<P: FirmwareReader + 'static>(
                 tracing::debug!(error = %e, "firmware reconcile did not finish");
             }
         });
-    crate::controller::run::run_until_shutdown(reconciling, shutdown, &listed, SHUTDOWN_GRACE)
-        .await;
+    crate::controller::runtime::watch::run_until_shutdown(
+        reconciling,
+        shutdown,
+        &listed,
+        SHUTDOWN_GRACE,
+    )
+    .await;
 }
 
 /// How long firmware reconciles in flight may take to finish after the shutdown signal.

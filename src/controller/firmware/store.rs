@@ -21,8 +21,8 @@ use crate::api::firmware::{
     FirmwareSchema, HostFirmwareComponents, HostFirmwareSettings, HostFirmwareSettingsSpec,
     HostFirmwareSettingsStatus, HostUpdatePolicy,
 };
-use crate::controller::store::events::{Reporter, upstream_event};
-use crate::controller::store::{
+use crate::controller::runtime::store::events::{Reporter, upstream_event};
+use crate::controller::runtime::store::{
     FIELD_MANAGER, HostEvent, StoreError, add_owner, cached, conflict_or, json_patch,
     owner_reference, take_over,
 };

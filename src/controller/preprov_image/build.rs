@@ -15,7 +15,7 @@ use kube::ResourceExt;
 use crate::api::images::SecretStatus;
 use crate::api::images::{IMAGE_ERROR, IMAGE_READY};
 use crate::api::{PreprovisioningImage, PreprovisioningImageFormat, PreprovisioningImageStatus};
-use crate::controller::store::HostEvent;
+use crate::controller::runtime::store::HostEvent;
 use crate::netboot::cpio;
 
 /// Where the network data goes in the ramdisk (see the module's comment).
@@ -245,7 +245,7 @@ fn set_condition(
     message: &str,
     now: &Time,
 ) {
-    crate::controller::conditions::set_condition(
+    crate::controller::runtime::conditions::set_condition(
         &mut status.conditions,
         image.metadata.generation,
         type_,

@@ -4,13 +4,12 @@
 //! - the host controller's (upstream's `-build-preprov-image`): each host that will
 //!   boot the agent gets a PreprovisioningImage of its name (owned by it, with its
 //!   labels, the spec upstream gives it), and its node boots the image's URLs once
-//!   the image is ready ([`host_side`]);
+//!   the image is ready (`crate::controller::host::preprov_image`);
 //! - beyond upstream, bmo fulfils `initrd` images itself ([`build`], [`run`]): bmo's
 //!   IPA ramdisk with the host's network data appended as a small cpio archive,
 //!   served by bmo's HTTP server, so no image-customization service is needed.
 
 pub mod build;
-pub mod host_side;
 pub mod run;
 #[cfg(test)]
 mod tests;
@@ -50,10 +49,4 @@ impl PreprovImageSettings {
         }
         Ok(())
     }
-}
-
-/// The CPU architecture of this machine as `uname -m` names it (upstream's default
-/// for hosts that say none).
-pub fn controller_architecture() -> &'static str {
-    std::env::consts::ARCH
 }

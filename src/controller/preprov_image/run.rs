@@ -24,10 +24,10 @@ use tracing::Instrument;
 
 use super::build::{self, NETWORK_DATA_KEYS, NetworkData};
 use crate::api::PreprovisioningImage;
-use crate::controller::run::WatchBackoff;
-use crate::controller::store::events::{Reporter, upstream_event};
-use crate::controller::store::patch_finalizers;
-use crate::controller::{FIELD_MANAGER, StoreError};
+use crate::controller::runtime::store::events::{Reporter, upstream_event};
+use crate::controller::runtime::store::patch_finalizers;
+use crate::controller::runtime::store::{FIELD_MANAGER, StoreError};
+use crate::controller::runtime::watch::WatchBackoff;
 use crate::netboot::host_ramdisks::RamdiskServer;
 
 /// Who bmo's image events say posted them.
@@ -222,7 +222,7 @@ async fn reconcile_image(
         image,
         &network,
         &server,
-        super::controller_architecture(),
+        crate::api::images::controller_architecture(),
         &now,
     );
     let built = decision.archive.is_some();

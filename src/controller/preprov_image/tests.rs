@@ -2,9 +2,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
 use super::build::{self, NETWORK_DATA_PATH, NetworkData, Server};
-use super::host_side::{self, ImageUse};
 use crate::api::{BareMetalHost, PreprovisioningImage, PreprovisioningImageFormat};
-use crate::controller::store::MemoryStore;
+use crate::controller::host::preprov_image::{self as host_side, ImageUse};
+use crate::controller::host::store::MemoryStore;
 use crate::netboot::cpio;
 use crate::provisioner::DeployRamdisk;
 
@@ -114,7 +114,7 @@ fn the_expected_spec_is_upstreams() {
     );
     assert_eq!(
         spec.architecture.as_deref(),
-        Some(super::controller_architecture())
+        Some(crate::api::images::controller_architecture())
     );
     let image = image_for(&ipmi);
     assert_eq!(image.metadata.labels.as_ref().unwrap()["rack"], "r1");

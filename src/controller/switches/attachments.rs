@@ -21,8 +21,8 @@ use tokio::sync::watch;
 
 use crate::api::network::IN_USE_ANNOTATION;
 use crate::api::{BareMetalHost, HostNetworkAttachment};
-use crate::controller::run::WatchBackoff;
-use crate::controller::store::{StoreError, conflict_or};
+use crate::controller::runtime::store::{StoreError, conflict_or};
+use crate::controller::runtime::watch::WatchBackoff;
 
 use super::store::SWITCH_FIELD_MANAGER;
 

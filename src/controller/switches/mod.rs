@@ -20,8 +20,8 @@ use kube::ResourceExt;
 
 use crate::api::network::SWITCH_VALID;
 use crate::api::{BareMetalSwitch, BareMetalSwitchStatus};
-use crate::controller::StoreError;
-use crate::controller::conditions;
+use crate::controller::runtime::conditions;
+use crate::controller::runtime::store::StoreError;
 pub use render::{CONFIG_KEY, CredentialError, Rendered, credentials_ref, render};
 pub use run::run;
 pub use store::KubeSwitchStore;

@@ -19,7 +19,7 @@ use tracing::Instrument;
 
 use super::{KubeSwitchStore, MISSING_SECRET_RETRY, SwitchTargets, credentials_ref};
 use crate::api::BareMetalSwitch;
-use crate::controller::run::WatchBackoff;
+use crate::controller::runtime::watch::WatchBackoff;
 
 /// Pause before a namespace whose write failed is written again.
 const ERROR_RETRY: Duration = Duration::from_secs(5);

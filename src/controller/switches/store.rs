@@ -9,7 +9,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::api::{BareMetalSwitch, BareMetalSwitchStatus};
-use crate::controller::store::{StoreError, conflict_or, found};
+use crate::controller::runtime::store::{StoreError, conflict_or, found};
 
 /// Field manager of the Secrets bmo writes for the switches and of their status.
 pub const SWITCH_FIELD_MANAGER: &str = "bmo-switches";

@@ -24,7 +24,7 @@ pub use store::ComponentsStore;
 use super::{FirmwareContext, FirmwareError};
 use crate::api::BareMetalHost;
 use crate::api::firmware::HostFirmwareComponents;
-use crate::controller::{Next, StoreError};
+use crate::controller::runtime::{Next, store::StoreError};
 use crate::provisioner::{FirmwareReader, HostId, NodeRef};
 
 /// What of a HostFirmwareComponents the host controller acts on: its conditions

@@ -11,11 +11,12 @@ use crate::api::firmware::{
     COMPONENTS_CHANGE_DETECTED, COMPONENTS_VALID, FirmwareComponentStatus, FirmwareUpdate,
     HostFirmwareComponents, HostFirmwareComponentsStatus, NIC_COMPONENT_PREFIX,
 };
+pub use crate::api::firmware_pending::{PendingUpdates, pending_updates};
 use crate::controller::firmware::state_machine::{
     REQUEUE, REQUEUE_CHANGE_DETECTED, condition_true, has_node, ironic_read_firmware, owned_by,
     set_condition, stamp_transitions,
 };
-use crate::controller::store::managed_fields::has_updates;
+use crate::controller::runtime::store::managed_fields::has_updates;
 
 /// Upstream's condition reason when every update names a known component.
 pub const REASON_OK: &str = "OK";
@@ -166,66 +167,6 @@ pub fn validate(updates: &[FirmwareUpdate]) -> Option<String> {
 
 fn known_component(name: &str) -> bool {
     name == "bios" || name == "bmc" || name.starts_with(NIC_COMPONENT_PREFIX)
-}
-
-/// What a host's HostFirmwareComponents asks of preparing, as upstream's host
-/// controller reads it.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub enum PendingUpdates {
-    /// Nothing to flash: no object, no change, a refused change, or every update
-    /// already recorded as applied.
-    #[default]
-    None,
-    /// The conditions do not describe the current spec yet: wait for the firmware
-    /// controller.
-    NotReady,
-    /// Flash `flash` (the updates in the spec that `status.updates` lacks); once
-    /// cleaning started, `status.updates` records `spec` (the whole list, as
-    /// upstream).
-    Apply {
-        flash: Vec<FirmwareUpdate>,
-        spec: Vec<FirmwareUpdate>,
-    },
-}
-
-/// The updates preparing should flash: only a valid change whose conditions are as
-/// new as the spec, and only those not recorded as applied (upstream's difference
-/// by component and URL).
-pub fn pending_updates(object: Option<&HostFirmwareComponents>) -> PendingUpdates {
-    let Some(object) = object else {
-        return PendingUpdates::None;
-    };
-    let status = object.status.clone().unwrap_or_default();
-    let find = |kind: &str| status.conditions.iter().find(|c| c.type_ == kind);
-    let Some(changed) = find(COMPONENTS_CHANGE_DETECTED) else {
-        return PendingUpdates::None;
-    };
-    if changed.observed_generation != object.metadata.generation {
-        return PendingUpdates::NotReady;
-    }
-    if find(COMPONENTS_VALID).is_none_or(|c| c.status != "True") || changed.status != "True" {
-        return PendingUpdates::None;
-    }
-    let apply: Vec<FirmwareUpdate> = object
-        .spec
-        .updates
-        .iter()
-        .filter(|wanted| {
-            !status
-                .updates
-                .iter()
-                .any(|done| done.component == wanted.component && done.url == wanted.url)
-        })
-        .cloned()
-        .collect();
-    if apply.is_empty() {
-        PendingUpdates::None
-    } else {
-        PendingUpdates::Apply {
-            flash: apply,
-            spec: object.spec.updates.clone(),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -19,8 +19,8 @@ use crate::api::firmware::{
 use crate::controller::firmware::store::{
     KubeFirmwareStore, MemoryFirmwareStore, create_conflict, key, key_of, unchanged,
 };
-use crate::controller::store::events::{Reporter, upstream_event};
-use crate::controller::store::{
+use crate::controller::runtime::store::events::{Reporter, upstream_event};
+use crate::controller::runtime::store::{
     FIELD_MANAGER, HostEvent, StoreError, add_owner, cached, conflict_or, owner_reference,
     take_over,
 };

@@ -20,7 +20,8 @@ use crate::api::firmware::{
     FirmwareSchema, FirmwareSchemaSpec, HostFirmwareSettings, HostFirmwareSettingsStatus,
     SETTINGS_CHANGE_DETECTED, SETTINGS_VALID, SchemaReference, SettingSchema, SettingType,
 };
-use crate::controller::store::managed_fields::has_updates;
+pub use crate::api::firmware_pending::{PendingSettings, pending_settings, value_text};
+use crate::controller::runtime::store::managed_fields::has_updates;
 use crate::provisioner::BiosSettings;
 
 /// Look again this soon while `spec.settings` differs from the BMC's (upstream: so the
@@ -384,72 +385,6 @@ pub(crate) fn stamp_transitions(conditions: &mut [Condition], now: &Time) {
         if condition.last_transition_time == epoch() {
             condition.last_transition_time = now.clone();
         }
-    }
-}
-
-/// What a host's HostFirmwareSettings asks of preparing, as upstream's host
-/// controller reads it.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub enum PendingSettings {
-    /// Nothing to apply: no object, no change, or a change that is not valid.
-    #[default]
-    None,
-    /// The conditions do not describe the current spec yet (or no settings were
-    /// read): wait for the firmware controller.
-    NotReady,
-    /// Apply these settings (name, value), which differ from what the BMC reports.
-    Apply(Vec<(String, serde_json::Value)>),
-    /// What is asked cannot be applied (`spec.firmware` of an unknown vendor, or
-    /// naming a setting HostFirmwareSettings names too): the sentence says why and
-    /// what to do. Only [`super::legacy::pending`] says this.
-    Refused(String),
-}
-
-/// The settings preparing should apply: only a valid change whose conditions are
-/// as new as the spec; values already in place are left out.
-pub fn pending_settings(settings: Option<&HostFirmwareSettings>) -> PendingSettings {
-    let Some(settings) = settings else {
-        return PendingSettings::None;
-    };
-    let status = settings.status.clone().unwrap_or_default();
-    let find = |kind: &str| status.conditions.iter().find(|c| c.type_ == kind);
-    let Some(changed) = find(SETTINGS_CHANGE_DETECTED) else {
-        return PendingSettings::None;
-    };
-    if changed.observed_generation != settings.metadata.generation {
-        return PendingSettings::NotReady;
-    }
-    if find(SETTINGS_VALID).is_none_or(|c| c.status != "True") || changed.status != "True" {
-        return PendingSettings::None;
-    }
-    if status.settings.is_empty() {
-        return PendingSettings::NotReady;
-    }
-    let apply: Vec<(String, serde_json::Value)> = settings
-        .spec
-        .settings
-        .iter()
-        .filter(|(name, wanted)| status.settings.get(*name) != Some(&value_text(wanted)))
-        .map(|(name, wanted)| {
-            let value = match wanted {
-                IntOrString::Int(i) => serde_json::Value::from(*i),
-                IntOrString::String(s) => serde_json::Value::from(s.as_str()),
-            };
-            (name.clone(), value)
-        })
-        .collect();
-    if apply.is_empty() {
-        PendingSettings::None
-    } else {
-        PendingSettings::Apply(apply)
-    }
-}
-
-/// A wanted value as the BMC shows values: integers in decimal.
-pub fn value_text(value: &IntOrString) -> String {
-    match value {
-        IntOrString::Int(i) => i.to_string(),
-        IntOrString::String(s) => s.clone(),
     }
 }
 

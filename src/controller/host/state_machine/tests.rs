@@ -294,7 +294,7 @@ fn after_the_last_attempt_only_a_different_image_provisions_again() {
     let failed = json!({
         "errorType": "provisioning error", "operationalStatus": "error",
         "errorMessage": "image checksum mismatch", "errorCount": 5,
-        "provisioningFailCount": crate::controller::MAX_PROVISIONING_RETRIES,
+        "provisioningFailCount": crate::controller::host::MAX_PROVISIONING_RETRIES,
         "lastAttemptedImage": image(),
     });
     let h = host(json!({"image": image()}), "available", failed.clone());
@@ -974,7 +974,7 @@ fn the_raid_is_recorded_when_its_clean_starts_and_forgotten_when_preparing_fails
     let raid = json!({"raid": {"hardwareRAIDVolumes": [{"level": "1", "sizeGibibytes": 10}]}});
     let h = host(raid, "preparing", json!({}));
     assert!(
-        crate::controller::request::prepare_request(
+        crate::controller::host::request::prepare_request(
             &h,
             &facts().firmware,
             &facts().firmware_updates
@@ -993,7 +993,7 @@ fn the_raid_is_recorded_when_its_clean_starts_and_forgotten_when_preparing_fails
     assert_eq!(status.provisioning.raid, h.spec.raid);
     let mut cleaning = h.clone();
     cleaning.status = Some(status);
-    let request = crate::controller::request::prepare_request(
+    let request = crate::controller::host::request::prepare_request(
         &cleaning,
         &facts().firmware,
         &facts().firmware_updates,

@@ -7,6 +7,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+
+use crate::api::BareMetalHost;
 use crate::api::ProvisioningState as State;
 
 /// A waiting host asks again at least this often (its `Delayed` requeue is 60 s, and
@@ -134,6 +138,35 @@ impl Slots {
     }
 }
 
+/// Where a host's reconcile stands in the host controller's line (see
+/// [`crate::controller::runtime::turns`] for why).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum HostRank {
+    /// Holding a provisioning slot, or next in line for one that is free: a slot
+    /// stays held for the host it is offered to until that host takes it.
+    SlotHolder,
+    /// Never reconciled: no state yet.
+    New,
+    /// Any other host, by creation time, then namespace and name.
+    ByAge(Option<Time>, String, String),
+}
+
+impl HostRank {
+    pub fn of(host: &BareMetalHost, slots: &Slots) -> Self {
+        if holds_slot(host) || slots.offered(&host.namespaced_name()) {
+            return Self::SlotHolder;
+        }
+        if host.provisioning_state() == crate::api::ProvisioningState::None {
+            return Self::New;
+        }
+        Self::ByAge(
+            host.metadata.creation_timestamp.clone(),
+            host.namespace().unwrap_or_default(),
+            host.name_any(),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,5 +211,43 @@ mod tests {
         assert_eq!(freed.try_recv().ok().as_deref(), Some("d"));
         assert!(!slots.has_capacity("e", State::Available));
         assert!(slots.has_capacity("d", State::Available));
+    }
+
+    #[test]
+    fn slot_holders_and_hosts_offered_a_slot_go_first_then_new_hosts_then_the_oldest() {
+        use crate::api::BareMetalHostStatus;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        use k8s_openapi::jiff::Timestamp;
+        use kube::ResourceExt;
+        let in_state = |name: &str, created: i64, state: State| {
+            let mut host = BareMetalHost::new(name, Default::default());
+            host.metadata.namespace = Some("ns".into());
+            host.metadata.creation_timestamp = Timestamp::from_second(created).ok().map(Time);
+            let mut status = BareMetalHostStatus::default();
+            status.provisioning.state = state;
+            host.status = Some(status);
+            host
+        };
+        let mut line = [
+            in_state("young", 20, State::Registering),
+            in_state("old-b", 10, State::Available),
+            in_state("new", 30, State::None),
+            in_state("old-a", 10, State::Preparing),
+            in_state("holder", 40, State::Provisioning),
+        ];
+        let slots = Slots::new(2);
+        slots.claim("ns/holder", State::Provisioning);
+        slots.wait("ns/young");
+        line.sort_by_key(|host| HostRank::of(host, &slots));
+        let order: Vec<_> = line.iter().map(|h| h.name_any()).collect();
+        assert_eq!(
+            order,
+            ["young", "holder", "new", "old-a", "old-b"],
+            "a free slot waits for young, which ranks with the holder (then first come)"
+        );
+        slots.claim("ns/other", State::Inspecting);
+        line.sort_by_key(|host| HostRank::of(host, &slots));
+        let order: Vec<_> = line.iter().map(|h| h.name_any()).collect();
+        assert_eq!(order, ["holder", "new", "old-a", "old-b", "young"]);
     }
 }

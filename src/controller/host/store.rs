@@ -4,71 +4,26 @@
 //! reconciler can be tested without a cluster. Lists that other controllers share
 //! (finalizers, a Secret's ownerReferences) are never written blind: each write carries
 //! a precondition (JSON Patch `test` of the list as read, or of the resourceVersion when
-//! the list is absent), and a lost race comes back as [`StoreError::Conflict`].
+//! the list is absent; [`crate::controller::runtime::store::patches`]), and a lost race
+//! comes back as [`StoreError::Conflict`].
 
-pub mod events;
 mod kube_store;
-pub mod managed_fields;
 mod memory;
 
 use std::future::Future;
-use std::sync::OnceLock;
 
-use futures::FutureExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 
 use crate::api::firmware::{
     FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
 };
 use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails, PreprovisioningImage};
+pub use crate::controller::runtime::store::{HostEvent, StoreError};
 
-pub use kube_store::{FIELD_MANAGER, KubeStore};
-pub(crate) use kube_store::{
-    add_owner, conflict_or, found, json_patch, patch_finalizers, take_over,
-};
-pub use managed_fields::UPSTREAM_FIELD_MANAGER;
+pub use kube_store::KubeStore;
 pub use memory::{MemoryStore, RecordedEvent};
-
-/// `namespace/name` as `cache` holds it (`Some(None)`: it has no such object), or
-/// `None` when there is no cache or it has not listed yet.
-pub(crate) fn cached<K>(
-    cache: &OnceLock<reflector::Store<K>>,
-    namespace: &str,
-    name: &str,
-) -> Option<Option<K>>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    let cache = cache.get()?;
-    cache.wait_until_ready().now_or_never()?.ok()?;
-    Some(
-        cache
-            .get(&ObjectRef::new(name).within(namespace))
-            .map(|object| object.as_ref().clone()),
-    )
-}
-
-/// A Kubernetes call that did not go through.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The object changed since it was read; read it again and retry.
-    #[error("the object changed since it was read (lost a write race); retrying")]
-    Conflict,
-    #[error("Kubernetes API call failed: {0}")]
-    Kube(#[from] kube::Error),
-}
-
-/// An event for a host.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostEvent {
-    pub reason: String,
-    pub message: String,
-    pub warning: bool,
-}
 
 /// The Kubernetes side of the host controller.
 pub trait Store: Send + Sync {
@@ -232,7 +187,6 @@ fn host_owns(host: &BareMetalHost, owner: &OwnerReference) -> bool {
     Some(&owner.uid) == host.metadata.uid.as_ref()
 }
 
-/// The host as an owner: `controller` for objects it alone makes (HardwareData).
 /// Updates are recorded in `object` that the firmware controller has not yet seen
 /// through (`ChangeDetected` still `True`).
 pub fn unconfirmed_updates(object: &HostFirmwareComponents) -> bool {
@@ -242,15 +196,4 @@ pub fn unconfirmed_updates(object: &HostFirmwareComponents) -> bool {
                 c.type_ == crate::api::firmware::COMPONENTS_CHANGE_DETECTED && c.status == "True"
             })
     })
-}
-
-pub fn owner_reference(host: &BareMetalHost, controller: bool) -> OwnerReference {
-    OwnerReference {
-        api_version: "metal3.io/v1alpha1".into(),
-        kind: "BareMetalHost".into(),
-        name: host.name_any(),
-        uid: host.metadata.uid.clone().unwrap_or_default(),
-        controller: Some(controller),
-        block_owner_deletion: None,
-    }
 }

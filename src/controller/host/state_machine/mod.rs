@@ -16,12 +16,12 @@ pub mod servicing;
 
 use std::time::Duration;
 
+pub use crate::api::firmware_pending::PendingSettings;
+pub use crate::api::firmware_pending::PendingUpdates;
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, CustomDeploy, ErrorType, Image, OperationalStatus,
     ProvisioningState as State,
 };
-pub use crate::controller::firmware::components::state_machine::PendingUpdates;
-pub use crate::controller::firmware::state_machine::PendingSettings;
 
 pub use after::after;
 pub use apply::apply;
@@ -661,7 +661,7 @@ fn plan_available(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts)
         // Out of attempts at this image; a different image starts over (apply resets
         // the count when provisioning starts with it).
         if st.error_type == Some(ErrorType::Provisioning)
-            && st.provisioning_fail_count >= crate::controller::MAX_PROVISIONING_RETRIES
+            && st.provisioning_fail_count >= crate::controller::host::MAX_PROVISIONING_RETRIES
             && st.last_attempted_image == host.spec.image
         {
             return Step::Wait(SLOW_POLL);

@@ -7,7 +7,8 @@
 //! again while others waited: at N = 100 the last host got its first reconcile, and
 //! with it any status, 66 s after it was applied. So kube-runtime runs every due
 //! reconcile at once (it still never runs two for one host) and each waits here for
-//! one of `BMO_CONCURRENCY` turns, in the order of its [`HostRank`]:
+//! one of `BMO_CONCURRENCY` turns, in the order of its rank; the host controller's
+//! rank (`HostRank`, in its capacity module) orders them so:
 //! - hosts holding a provisioning slot first: at N = 1000 the twenty slot holders
 //!   otherwise queued behind hundreds of enrolling hosts at every step, and the
 //!   slots, not Ironic, set the pace. A host a freed slot is offered to goes first
@@ -32,16 +33,14 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::future::BoxFuture;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::ResourceExt;
+
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::oneshot;
 
-use super::capacity::Slots;
 use crate::api::BareMetalHost;
 
-pub struct Turns<R = HostRank> {
+pub struct Turns<R> {
     queue: Mutex<Queue<R>>,
     hosts: Store<BareMetalHost>,
     /// Where a host's waiting reconcile stands in line: the lowest rank goes first.
@@ -59,35 +58,6 @@ struct Queue<R> {
 struct Waiter {
     host: ObjectRef<BareMetalHost>,
     hand: oneshot::Sender<()>,
-}
-
-/// Where a host's reconcile stands in the host controller's line (see the module
-/// documentation for why).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum HostRank {
-    /// Holding a provisioning slot, or next in line for one that is free: a slot
-    /// stays held for the host it is offered to until that host takes it.
-    SlotHolder,
-    /// Never reconciled: no state yet.
-    New,
-    /// Any other host, by creation time, then namespace and name.
-    ByAge(Option<Time>, String, String),
-}
-
-impl HostRank {
-    pub fn of(host: &BareMetalHost, slots: &Slots) -> Self {
-        if super::capacity::holds_slot(host) || slots.offered(&host.namespaced_name()) {
-            return Self::SlotHolder;
-        }
-        if host.provisioning_state() == crate::api::ProvisioningState::None {
-            return Self::New;
-        }
-        Self::ByAge(
-            host.metadata.creation_timestamp.clone(),
-            host.namespace().unwrap_or_default(),
-            host.name_any(),
-        )
-    }
 }
 
 /// A turn, given back (to the next waiting reconcile) when dropped.
@@ -382,41 +352,6 @@ mod tests {
         }
         assert_eq!(order.recv().await, Some(("c", Some(1))), "c got the turn");
         assert_eq!(order.recv().await, Some(("b", Some(1))));
-    }
-
-    #[test]
-    fn slot_holders_and_hosts_offered_a_slot_go_first_then_new_hosts_then_the_oldest() {
-        use crate::api::{BareMetalHostStatus, ProvisioningState as State};
-        use k8s_openapi::jiff::Timestamp;
-        let in_state = |name: &str, created: i64, state: State| {
-            let mut host = host(name, 1);
-            host.metadata.creation_timestamp = Timestamp::from_second(created).ok().map(Time);
-            let mut status = BareMetalHostStatus::default();
-            status.provisioning.state = state;
-            host.status = Some(status);
-            host
-        };
-        let mut line = [
-            in_state("young", 20, State::Registering),
-            in_state("old-b", 10, State::Available),
-            in_state("new", 30, State::None),
-            in_state("old-a", 10, State::Preparing),
-            in_state("holder", 40, State::Provisioning),
-        ];
-        let slots = Slots::new(2);
-        slots.claim("ns/holder", State::Provisioning);
-        slots.wait("ns/young");
-        line.sort_by_key(|host| HostRank::of(host, &slots));
-        let order: Vec<_> = line.iter().map(|h| h.name_any()).collect();
-        assert_eq!(
-            order,
-            ["young", "holder", "new", "old-a", "old-b"],
-            "a free slot waits for young, which ranks with the holder (then first come)"
-        );
-        slots.claim("ns/other", State::Inspecting);
-        line.sort_by_key(|host| HostRank::of(host, &slots));
-        let order: Vec<_> = line.iter().map(|h| h.name_any()).collect();
-        assert_eq!(order, ["holder", "new", "old-a", "old-b", "young"]);
     }
 
     #[tokio::test]

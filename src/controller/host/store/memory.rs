@@ -11,14 +11,13 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
-use super::{
-    HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, owner_reference, secret_is_held,
-};
+use super::{HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, secret_is_held};
 use crate::api::firmware::{
     FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
 };
 use crate::api::host::FINALIZER;
 use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails, PreprovisioningImage};
+use crate::controller::runtime::store::owner_reference;
 
 /// An event as [`MemoryStore`] recorded it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -60,8 +60,8 @@ async fn valid_firmware_updates_are_flashed_once_while_preparing() {
         .stored_firmware_components(NS, "h")
         .expect("object");
     assert_eq!(
-        crate::controller::firmware::components::state_machine::pending_updates(Some(&object)),
-        crate::controller::firmware::components::state_machine::PendingUpdates::None
+        crate::api::firmware_pending::pending_updates(Some(&object)),
+        crate::api::firmware_pending::PendingUpdates::None
     );
     step(&ctx, "h").await;
     assert_eq!(

@@ -27,7 +27,7 @@ use crate::api::firmware::HostFirmwareSettings;
 use crate::api::{BareMetalHost, FirmwareConfig, ProvisioningState};
 use crate::bmc::{BmcAddress, BmcType};
 
-use super::state_machine::{PendingSettings, pending_settings};
+use crate::api::firmware_pending::{PendingSettings, pending_settings};
 
 /// A hardware vendor whose BIOS names bmo knows, or knows it does not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use super::{
     needs_registration, plan, release, spec_error, status, with_reported_power,
 };
 use crate::api::{BareMetalHost, ErrorType, ProvisioningState as State};
-use crate::controller::conditions;
+use crate::controller::host::conditions;
 
 /// What the registration check reported.
 #[derive(Debug, Clone, PartialEq, Eq)]

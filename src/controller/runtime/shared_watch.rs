@@ -19,8 +19,8 @@ use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 
-use super::run::{WatchBackoff, watch_failed};
 use super::store::managed_fields;
+use super::watch::{WatchBackoff, watch_failed};
 use crate::api::BareMetalHost;
 use crate::api::firmware::{HostFirmwareComponents, HostFirmwareSettings};
 
@@ -83,7 +83,7 @@ where
     }
 
     /// Watches until `shutdown` resolves; a failed watch is tried again within
-    /// [`super::run::WATCH_RETRY_MAX`].
+    /// [`super::watch::WATCH_RETRY_MAX`].
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         let Self {
             api,

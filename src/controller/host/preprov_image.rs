@@ -5,13 +5,14 @@
 
 use kube::ResourceExt;
 
+use super::store::{Store, StoreError};
 use crate::api::images::{IMAGE_ERROR, IMAGE_READY};
 use crate::api::{
     AutomatedCleaningMode, BareMetalHost, InspectionMode, OperationalStatus, PreprovisioningImage,
     PreprovisioningImageFormat, PreprovisioningImageSpec, ProvisioningState,
 };
 use crate::bmc::BmcAddress;
-use crate::controller::store::{Store, StoreError, owner_reference};
+use crate::controller::runtime::store::owner_reference;
 use crate::provisioner::DeployRamdisk;
 
 /// Whether `host` should have a PreprovisioningImage now: not while registering or
@@ -69,7 +70,7 @@ pub fn host_architecture(host: &BareMetalHost) -> String {
         .clone()
         .filter(|a| !a.is_empty())
         .or(inspected.filter(|a| !a.is_empty()))
-        .unwrap_or_else(|| super::controller_architecture().to_owned())
+        .unwrap_or_else(|| crate::api::images::controller_architecture().to_owned())
 }
 
 /// The spec the host's image must have: its preprovisioning network data, its

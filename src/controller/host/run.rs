@@ -6,24 +6,26 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::utils::Backoff;
 use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
 use kube::{Api, ResourceExt};
 use tokio::sync::broadcast;
 
-use super::firmware::same_name;
+use super::capacity::HostRank;
 use super::known_hosts::ClusterHosts;
 use super::node_owners::HostsOwningNodes;
-use super::shared_watch::{Feeds, Subscription, Watches};
-use super::store::{SECRET_LABEL, Store, managed_fields};
-use super::turns::{HostRank, Turns};
-use super::{Context, ReconcileError, backoff, reconcile, steady};
+use super::store::{SECRET_LABEL, Store};
+use super::{Context, ReconcileError, reconcile, steady};
 use crate::api::BareMetalHost;
 use crate::api::firmware::{HostFirmwareComponents, HostFirmwareSettings};
+use crate::controller::runtime::backoff;
+use crate::controller::runtime::shared_watch::{Feeds, Subscription, Watches};
+use crate::controller::runtime::store::managed_fields;
+use crate::controller::runtime::turns::Turns;
+use crate::controller::runtime::watch::{Stopped, WatchBackoff, run_until_shutdown, watch_failed};
 use crate::metrics;
 use crate::netboot::leases::{LeaseEvent, LeaseTable};
 use crate::netboot::mac::MacAddr;
@@ -31,100 +33,6 @@ use crate::provisioner::Provisioner;
 
 /// How long reconciles in flight may take to finish after the shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-
-/// How the controllers stop: `reconciling` runs until it ends, or until `shutdown`
-/// resolves and then reconciles in flight get `grace` to finish. Before `listed` had
-/// its first list (the CRD not installed yet, the API server away or refusing) none
-/// can be in flight and the controller would wait for that list forever, so it stops
-/// at once. Says which way it stopped.
-pub(crate) async fn run_until_shutdown<K>(
-    reconciling: impl std::future::Future<Output = ()>,
-    shutdown: impl std::future::Future<Output = ()>,
-    listed: &reflector::Store<K>,
-    grace: Duration,
-) -> Stopped
-where
-    K: kube::Resource + Clone + 'static,
-    K::DynamicType: std::hash::Hash + Eq + Clone,
-{
-    let grace = async {
-        shutdown.await;
-        // Not ready, or never to be: the shared watch dropped the cache's writer
-        // at shutdown before its first list.
-        if !matches!(listed.wait_until_ready().now_or_never(), Some(Ok(()))) {
-            return Stopped::BeforeFirstList;
-        }
-        tokio::time::sleep(grace).await;
-        Stopped::GraceRanOut
-    };
-    // The grace first: a controller stopped before its first list also ends its
-    // reconciling at shutdown (the shared watch drops the cache's writer, which
-    // fails the readiness gate), and that must not count as finished.
-    tokio::select! {
-        biased;
-        stopped = grace => stopped,
-        () = reconciling => Stopped::Finished,
-    }
-}
-
-/// How [`run_until_shutdown`] ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Stopped {
-    /// Every reconcile in flight finished.
-    Finished,
-    /// Before the first list: nothing was in flight.
-    BeforeFirstList,
-    /// Reconciles were still in flight when the grace ran out.
-    GraceRanOut,
-}
-
-/// The first pause before a failed watch (or list) of the API server is tried again.
-const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
-/// The longest such pause: the watches come back within this long of the API
-/// server's return. (kube-runtime's default grows to 30 s plus up to as much jitter,
-/// so bmo could stay blind for up to a minute after the API server came back.)
-pub(super) const WATCH_RETRY_MAX: Duration = Duration::from_secs(4);
-
-/// Pauses between attempts to watch again: doubling from [`WATCH_RETRY_MIN`] up to
-/// [`WATCH_RETRY_MAX`], back to the start after a watch event arrives.
-#[derive(Debug, Clone)]
-pub(crate) struct WatchBackoff {
-    next: Duration,
-}
-
-impl Default for WatchBackoff {
-    fn default() -> Self {
-        Self {
-            next: WATCH_RETRY_MIN,
-        }
-    }
-}
-
-impl Iterator for WatchBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        let pause = self.next;
-        self.next = (pause * 2).min(WATCH_RETRY_MAX);
-        Some(pause)
-    }
-}
-
-impl Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.next = WATCH_RETRY_MIN;
-    }
-}
-
-/// Logs that the watch (or list) of `kind` (plural: "Secrets") failed: the API server
-/// is away, or refuses; [`WatchBackoff`] tries it again within [`WATCH_RETRY_MAX`].
-pub(crate) fn watch_failed(kind: &str, error: &watcher::Error) {
-    tracing::warn!(
-        error = %crate::telemetry::with_causes(error),
-        "watch of {kind} failed; trying again in at most {} s",
-        WATCH_RETRY_MAX.as_secs()
-    );
-}
 
 /// Runs the host controller until `shutdown` resolves.
 ///
@@ -279,10 +187,14 @@ fn firmware_judged<P: Provisioner>(
     let _ = ctx.components_cache.set(components.cache());
     futures::stream::select(
         settings
-            .changed(firmware_conditions)
+            .changed(|settings: &HostFirmwareSettings| {
+                conditions_hash(settings.status.iter().flat_map(|s| &s.conditions))
+            })
             .filter_map(|judged| async move { same_name(judged.as_ref()) }),
         components
-            .changed(crate::controller::firmware::components::conditions_hash)
+            .changed(|components: &HostFirmwareComponents| {
+                conditions_hash(components.status.iter().flat_map(|s| &s.conditions))
+            })
             .filter_map(|judged| async move { same_name(judged.as_ref()) }),
     )
 }
@@ -350,15 +262,21 @@ fn hosts_using_secret(
     wake
 }
 
-/// What of a HostFirmwareSettings the host controller acts on: its conditions
-/// (type, status, observed generation).
-fn firmware_conditions(settings: &HostFirmwareSettings) -> Option<u64> {
+/// What of a firmware object the host controller acts on: its conditions (type,
+/// status, observed generation). A change judged valid asks an available host to
+/// prepare again, at once rather than at its next steady poll.
+fn conditions_hash<'a>(conditions: impl Iterator<Item = &'a Condition>) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::hash::DefaultHasher::new();
-    for c in settings.status.iter().flat_map(|s| &s.conditions) {
+    for c in conditions {
         (&c.type_, &c.status, c.observed_generation).hash(&mut hasher);
     }
     Some(hasher.finish())
+}
+
+/// The host of the same name as a firmware object.
+fn same_name<K: ResourceExt>(object: &K) -> Option<ObjectRef<BareMetalHost>> {
+    Some(ObjectRef::<BareMetalHost>::new(&object.name_any()).within(&object.namespace()?))
 }
 
 /// The MACs of DHCP clients as bmo's DHCP server sees them; empty without one.
@@ -413,18 +331,4 @@ fn error_policy<P: Provisioner, S: Store>(
         .unwrap_or(0)
         .max(1);
     Action::requeue(backoff(count, ctx.settings.max_backoff).min(Duration::from_secs(30)))
-}
-
-#[cfg(test)]
-mod watch_backoff_tests {
-    use super::*;
-
-    #[test]
-    fn watch_retries_double_to_a_few_seconds_and_start_over_after_an_event() {
-        let mut backoff = WatchBackoff::default();
-        let secs: Vec<f64> = backoff.by_ref().take(6).map(|d| d.as_secs_f64()).collect();
-        assert_eq!(secs, [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]);
-        backoff.reset();
-        assert_eq!(backoff.next(), Some(WATCH_RETRY_MIN));
-    }
 }

@@ -756,7 +756,7 @@ async fn the_running_clean_step_is_in_the_status_until_the_host_is_prepared() {
 
 #[tokio::test]
 async fn with_preprovisioning_images_a_host_inspects_only_once_its_image_is_ready() {
-    use super::preprov_image::build;
+    use crate::controller::preprov_image::build;
     let mut ctx = site("p", json!({"preprovisioningNetworkDataName": "p-net"}));
     ctx.preprovisioning_images = true;
     let mut network = Secret::default();
@@ -802,7 +802,7 @@ async fn with_preprovisioning_images_a_host_inspects_only_once_its_image_is_read
         &image,
         &network,
         &server,
-        super::preprov_image::controller_architecture(),
+        crate::api::images::controller_architecture(),
         &now,
     );
     image.status = Some(decision.status);

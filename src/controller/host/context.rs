@@ -8,16 +8,16 @@ use kube::ResourceExt;
 use kube::runtime::reflector;
 
 use super::capacity::Slots;
-use super::dataimage::KubeDataImageStore;
 use super::lease_details;
 use super::node_owners::HostsOwningNodes;
 use super::steady::SteadyHosts;
 use super::{ControllerSettings, KubeStore, Store};
 use crate::api::BareMetalHost;
 use crate::api::firmware::{HostFirmwareComponents, HostFirmwareSettings};
+use crate::api::firmware_pending::{PendingUpdates, pending_updates};
 use crate::bmc::AddressGuard;
-use crate::controller::firmware::components::state_machine::{PendingUpdates, pending_updates};
-use crate::controller::store::cached;
+use crate::controller::runtime::seams::BeforePowerOn;
+use crate::controller::runtime::store::cached;
 use crate::metrics::Metrics;
 use crate::netboot::DeployImages;
 use crate::netboot::hosts::HostDirectory;
@@ -52,9 +52,9 @@ pub struct Context<P, S = KubeStore> {
     /// The same for HostFirmwareComponents.
     pub(super) components_cache: OnceLock<reflector::Store<HostFirmwareComponents>>,
     pub(super) slots: Slots,
-    /// Where the DataImages of hosts about to be powered on are read and written;
-    /// without it (tests) DataImages are left alone.
-    pub(super) data_images: Option<KubeDataImageStore>,
+    /// What attaches the DataImage of a host about to be powered on (the DataImage
+    /// controller's part); without it (tests) DataImages are left alone.
+    pub(super) data_images: Option<Arc<dyn BeforePowerOn<P>>>,
     /// Hosts at rest, watched through the list of nodes.
     pub(super) steady: SteadyHosts,
     /// Which host owns which Ironic node, from the watched hosts; without it (tests
@@ -115,9 +115,9 @@ impl<P: Provisioner, S: Store> Context<P, S> {
         self
     }
 
-    /// Attaches DataImages through `store` before provisioned hosts power on.
-    pub fn with_data_images(mut self, store: KubeDataImageStore) -> Self {
-        self.data_images = Some(store);
+    /// Attaches DataImages through `data_images` before provisioned hosts power on.
+    pub fn with_data_images(mut self, data_images: Arc<dyn BeforePowerOn<P>>) -> Self {
+        self.data_images = Some(data_images);
         self
     }
 

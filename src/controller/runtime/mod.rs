@@ -1,0 +1,42 @@
+//! What every controller runs on, and imports no controller: the watches shared
+//! between controllers ([`shared_watch`]), the backoff of a failed watch and the
+//! shutdown grace ([`watch`]), turns in line for reconciles ([`turns`]), the store
+//! helpers every kind's store uses ([`store`]), conditions ([`conditions`]) and the
+//! seams where one controller acts for another kind ([`seams`]).
+
+pub mod conditions;
+pub mod seams;
+pub mod shared_watch;
+pub mod store;
+pub mod turns;
+pub mod watch;
+
+use std::hash::{BuildHasher, Hasher};
+use std::time::Duration;
+
+use kube::runtime::controller::Action;
+
+/// When to look at an object again (unless a watch event comes first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    After(Duration),
+    OnChange,
+}
+
+impl From<Next> for Action {
+    fn from(next: Next) -> Self {
+        match next {
+            Next::After(d) => Action::requeue(d),
+            Next::OnChange => Action::await_change(),
+        }
+    }
+}
+
+/// `2^min(count, 9)` minutes less up to half of it, capped at `max`.
+pub fn backoff(error_count: i64, max: Duration) -> Duration {
+    let exp = u32::try_from(error_count.clamp(0, 9)).unwrap_or(9);
+    let full = Duration::from_secs(60 * (1u64 << exp)).min(max);
+    let random = std::hash::RandomState::new().build_hasher().finish();
+    let fraction = 0.5 + (random % 500) as f64 / 1000.0;
+    full.mul_f64(fraction).max(Duration::from_secs(1))
+}

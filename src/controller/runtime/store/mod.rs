@@ -1,0 +1,71 @@
+//! What every controller's store shares: the error of a Kubernetes call, guarded
+//! list writes ([`patches`]), server-side apply with the take-over of fields written
+//! with Update ([`managed_fields`]) and events ([`events`]).
+
+pub mod events;
+pub mod managed_fields;
+pub mod patches;
+
+use std::sync::OnceLock;
+
+use futures::FutureExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::{Resource, ResourceExt};
+
+use crate::api::BareMetalHost;
+
+pub use patches::{add_owner, conflict_or, found, json_patch, patch_finalizers, take_over};
+
+/// Field manager for everything bmo writes.
+pub const FIELD_MANAGER: &str = "bmo";
+
+/// `namespace/name` as `cache` holds it (`Some(None)`: it has no such object), or
+/// `None` when there is no cache or it has not listed yet.
+pub fn cached<K>(
+    cache: &OnceLock<reflector::Store<K>>,
+    namespace: &str,
+    name: &str,
+) -> Option<Option<K>>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let cache = cache.get()?;
+    cache.wait_until_ready().now_or_never()?.ok()?;
+    Some(
+        cache
+            .get(&ObjectRef::new(name).within(namespace))
+            .map(|object| object.as_ref().clone()),
+    )
+}
+
+/// A Kubernetes call that did not go through.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The object changed since it was read; read it again and retry.
+    #[error("the object changed since it was read (lost a write race); retrying")]
+    Conflict,
+    #[error("Kubernetes API call failed: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// An event to publish about an object (a host, most often).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostEvent {
+    pub reason: String,
+    pub message: String,
+    pub warning: bool,
+}
+
+/// The host as an owner: `controller` for objects it alone makes (HardwareData).
+pub fn owner_reference(host: &BareMetalHost, controller: bool) -> OwnerReference {
+    OwnerReference {
+        api_version: "metal3.io/v1alpha1".into(),
+        kind: "BareMetalHost".into(),
+        name: host.name_any(),
+        uid: host.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(controller),
+        block_owner_deletion: None,
+    }
+}
