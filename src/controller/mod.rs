@@ -16,3 +16,6 @@ pub mod host;
 pub mod preprov_image;
 pub mod runtime;
 pub mod switches;
+
+#[cfg(test)]
+mod layering;
