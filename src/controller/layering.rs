@@ -211,7 +211,7 @@ fn folder_named(module: &[String], path: &[String]) -> Option<String> {
         Some("super") => module.to_vec(),
         _ => return None,
     };
-    let mut rest = &path[..];
+    let mut rest = path;
     if rest.first().map(String::as_str) == Some("crate") {
         rest = &rest[1..];
     } else {
