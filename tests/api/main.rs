@@ -1,7 +1,7 @@
 //! The metal3.io API: the Rust types, the generated CRDs and admission policies, upstream's
 //! schemas, and all of it against the stack's real kube-apiserver.
 //!
-//! One test binary per area (docs/architecture.md, "Test layout"): each module is one former test file,
+//! One test binary per area (docs/testing.md, "Test layout"): each module is one former test file,
 //! so a test's path names where it lives (`api_cluster::...`).
 
 // Tests may panic on what they set up themselves.

@@ -1,7 +1,7 @@
 //! What ships and how users install it: the static executable, the container image, the
 //! offline bundle, the manifests, RBAC, OLM bundle, systemd notify and the user docs.
 //!
-//! One test binary per area (docs/architecture.md, "Test layout"): each module is one former test file,
+//! One test binary per area (docs/testing.md, "Test layout"): each module is one former test file,
 //! so a test's path names where it lives (`appliance_bundle::...`).
 
 // Tests may panic on what they set up themselves.

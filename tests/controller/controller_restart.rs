@@ -3,7 +3,7 @@
 //! read from its own log (every provision-state change it made, per node), not from
 //! bmo: each node is inspected once, cleaned only when its host asked (before the
 //! first deployment and after deprovisioning), deployed once and undeployed once, and
-//! no node is left once the hosts are gone (docs/architecture.md, "Crash safety").
+//! no node is left once the hosts are gone (docs/architecture.md, "Crash safety and node ownership").
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};

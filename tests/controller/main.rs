@@ -2,7 +2,7 @@
 //! kube-apiserver and Ironic: lifecycle, restarts, outages, backoff, leader election,
 //! migration from upstream, and the deploy image URLs following the provisioning IP.
 //!
-//! One test binary per area (docs/architecture.md, "Test layout"): each module is one former test file,
+//! One test binary per area (docs/testing.md, "Test layout"): each module is one former test file,
 //! so a test's path names where it lives (`controller_apiserver_outage::...`).
 
 // Tests may panic on what they set up themselves.

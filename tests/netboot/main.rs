@@ -1,7 +1,7 @@
 //! The network boot services (DHCP, TFTP, HTTP, address detection) against real clients
 //! in network namespaces the tests make, and their seams with the controller.
 //!
-//! One test binary per area (docs/architecture.md, "Test layout"): each module is one former test file,
+//! One test binary per area (docs/testing.md, "Test layout"): each module is one former test file,
 //! so a test's path names where it lives (`netboot_address::...`).
 
 // Tests may panic on what they set up themselves.

@@ -121,7 +121,7 @@ impl Operation {
     /// Whether the operation can destroy what is on the machine or stop it: writing
     /// an image (and the cleaning before it), cleaning, deprovisioning, flashing
     /// firmware, powering off, deleting. These act only on a host read at its newest
-    /// resourceVersion (docs/architecture.md, "Crash safety").
+    /// resourceVersion (docs/architecture.md, "Crash safety and node ownership").
     pub fn is_destructive(self) -> bool {
         matches!(
             self,
