@@ -1,12 +1,13 @@
 //! The claim's status, pure: conditions with upstream's types and reasons, and what
 //! is mirrored from the bound host. The caller passes the time.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
 use super::state_machine::state_reason;
 use crate::api::claims::{ASSOCIATED_CONDITION, NamespacedName, SYNCHRONIZED_CONDITION};
 use crate::api::{BareMetalHost, HostClaim, HostClaimStatus, ProvisioningState};
+use crate::controller::runtime::conditions::HasConditions;
 
 /// Condition type: the bound host is provisioned.
 pub const PROVISIONED_CONDITION: &str = "Provisioned";
@@ -29,24 +30,12 @@ const ISSUES_REPORTED: &str = "IssuesReported";
 
 /// Sets condition `type_` in `status`, keeping its transition time when its status
 /// does not change.
-pub fn set_condition(
-    status: &mut HostClaimStatus,
-    claim: &HostClaim,
-    type_: &str,
-    ok: bool,
-    reason: &str,
-    message: &str,
-    now: &Time,
-) {
-    crate::controller::runtime::conditions::set_condition(
-        &mut status.conditions,
-        claim.metadata.generation,
-        type_,
-        ok,
-        reason,
-        message,
-        now,
-    );
+pub use crate::controller::runtime::conditions::set_in as set_condition;
+
+impl HasConditions for HostClaimStatus {
+    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+        &mut self.conditions
+    }
 }
 
 /// Copies what a tenant may see of its bound host into `status`: the HardwareData

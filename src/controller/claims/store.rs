@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::MutexGuard;
 
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
@@ -18,8 +18,10 @@ use serde_json::json;
 use super::state_machine::Drive;
 use crate::api::claims::HOST_CLAIM_FINALIZER;
 use crate::api::{BareMetalHost, HostClaim, HostClaimStatus, HostDeployPolicy};
+use crate::controller::runtime::store::kube_client::finalizers_with;
+use crate::controller::runtime::store::memory::{Locked, replace_finalizers};
 use crate::controller::runtime::store::{
-    FIELD_MANAGER, StoreError, conflict_or, found, json_patch, patch_finalizers,
+    FIELD_MANAGER, KubeClient, StatusApply, StoreError, conflict_or, found, json_patch,
 };
 
 /// Field manager of the host fields a claim drives (apart from bmo's own status
@@ -99,19 +101,19 @@ pub trait ClaimStore: Send + Sync {
 #[derive(Clone)]
 pub struct KubeClaimStore {
     client: kube::Client,
+    kube: KubeClient,
 }
 
 impl KubeClaimStore {
     pub fn new(client: kube::Client) -> Self {
-        Self { client }
+        Self {
+            kube: KubeClient::new(client.clone(), None),
+            client,
+        }
     }
 
     pub fn client(&self) -> &kube::Client {
         &self.client
-    }
-
-    fn claims(&self, claim: &HostClaim) -> Api<HostClaim> {
-        Api::namespaced(self.client.clone(), &claim.namespace().unwrap_or_default())
     }
 
     fn hosts_in(&self, namespace: &str) -> Api<BareMetalHost> {
@@ -121,19 +123,13 @@ impl KubeClaimStore {
 
 impl ClaimStore for KubeClaimStore {
     async fn add_finalizer(&self, claim: &HostClaim) -> Result<(), StoreError> {
-        let mut wanted = claim.finalizers().to_vec();
-        wanted.push(HOST_CLAIM_FINALIZER.to_owned());
-        patch_finalizers(&self.claims(claim), claim, wanted).await
+        let finalizer = HOST_CLAIM_FINALIZER;
+        self.kube.set_finalizer(claim, finalizer, true).await
     }
 
     async fn remove_finalizer(&self, claim: &HostClaim) -> Result<(), StoreError> {
-        let wanted = claim
-            .finalizers()
-            .iter()
-            .filter(|f| *f != HOST_CLAIM_FINALIZER)
-            .cloned()
-            .collect();
-        patch_finalizers(&self.claims(claim), claim, wanted).await
+        let finalizer = HOST_CLAIM_FINALIZER;
+        self.kube.set_finalizer(claim, finalizer, false).await
     }
 
     async fn apply_status(
@@ -141,20 +137,8 @@ impl ClaimStore for KubeClaimStore {
         claim: &HostClaim,
         status: &HostClaimStatus,
     ) -> Result<(), StoreError> {
-        let patch = json!({
-            "apiVersion": "metal3.io/v1alpha1",
-            "kind": "HostClaim",
-            "status": status,
-        });
-        self.claims(claim)
-            .patch_status(
-                &claim.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await
-            .map_err(conflict_or)?;
-        Ok(())
+        let how = StatusApply::PLAIN;
+        self.kube.apply_status(claim, status, how).await
     }
 
     async fn policies(&self, namespace: Option<&str>) -> Result<Vec<HostDeployPolicy>, StoreError> {
@@ -182,7 +166,7 @@ impl ClaimStore for KubeClaimStore {
     }
 
     async fn host(&self, namespace: &str, name: &str) -> Result<Option<BareMetalHost>, StoreError> {
-        found(self.hosts_in(namespace).get(name).await)
+        self.kube.get(namespace, name).await
     }
 
     async fn set_consumer(
@@ -246,11 +230,7 @@ impl ClaimStore for KubeClaimStore {
     }
 
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, StoreError> {
-        found(
-            Api::<Secret>::namespaced(self.client.clone(), namespace)
-                .get(name)
-                .await,
-        )
+        self.kube.get(namespace, name).await
     }
 
     async fn apply_secret(&self, secret: &Secret) -> Result<(), StoreError> {
@@ -303,12 +283,12 @@ fn key(namespace: Option<String>, name: &str) -> String {
 /// [`ClaimStore`] in memory, with the same preconditions as the API server.
 #[derive(Default)]
 pub struct MemoryClaimStore {
-    objects: Mutex<Objects>,
+    objects: Locked<Objects>,
 }
 
 impl MemoryClaimStore {
     fn lock(&self) -> MutexGuard<'_, Objects> {
-        self.objects.lock().unwrap_or_else(PoisonError::into_inner)
+        self.objects.lock()
     }
 
     /// Adds or replaces a claim (new resourceVersion).
@@ -370,31 +350,18 @@ impl MemoryClaimStore {
         let version = objects.bump();
         let stored = objects
             .claims
-            .get_mut(&key(claim.namespace(), &claim.name_any()))
-            .ok_or(StoreError::Conflict)?;
-        if stored.finalizers() != claim.finalizers() {
-            return Err(StoreError::Conflict);
-        }
-        stored.metadata.finalizers = Some(wanted);
-        stored.metadata.resource_version = version;
-        Ok(())
+            .get_mut(&key(claim.namespace(), &claim.name_any()));
+        replace_finalizers(stored, claim, wanted, version)
     }
 }
 
 impl ClaimStore for MemoryClaimStore {
     async fn add_finalizer(&self, claim: &HostClaim) -> Result<(), StoreError> {
-        let mut wanted = claim.finalizers().to_vec();
-        wanted.push(HOST_CLAIM_FINALIZER.to_owned());
-        self.set_finalizers(claim, wanted)
+        self.set_finalizers(claim, finalizers_with(claim, HOST_CLAIM_FINALIZER, true))
     }
 
     async fn remove_finalizer(&self, claim: &HostClaim) -> Result<(), StoreError> {
-        let wanted: Vec<String> = claim
-            .finalizers()
-            .iter()
-            .filter(|f| *f != HOST_CLAIM_FINALIZER)
-            .cloned()
-            .collect();
+        let wanted = finalizers_with(claim, HOST_CLAIM_FINALIZER, false);
         let gone = wanted.is_empty() && claim.metadata.deletion_timestamp.is_some();
         self.set_finalizers(claim, wanted)?;
         if gone {

@@ -30,7 +30,7 @@ use crate::api::{BareMetalHost, DataImage, DataImageStatus};
 use crate::bmc::AddressGuard;
 use crate::controller::runtime::Next;
 use crate::controller::runtime::seams::{BeforePowerOn, SeamError};
-use crate::controller::runtime::store::StoreError;
+use crate::controller::runtime::store::{ObjectError, StoreError, name_of as namespaced};
 use crate::provisioner::{DataImageProvisioner, HostId, NodeRef, ProvisionerError};
 
 /// Steps one reconcile takes at most; more means the object keeps changing under it.
@@ -47,24 +47,11 @@ pub struct DataImageContext<P, S = KubeDataImageStore> {
 }
 
 /// Why a reconcile could not finish.
-#[derive(Debug, thiserror::Error)]
-pub enum DataImageError {
-    #[error("DataImage {object}: {source}")]
-    Store {
-        object: String,
-        #[source]
-        source: StoreError,
-    },
-    #[error(transparent)]
-    Provisioner(#[from] ProvisionerError),
-}
+pub type DataImageError = ObjectError;
 
+/// The DataImage's `namespace/name`.
 fn name_of(image: &DataImage) -> String {
-    format!(
-        "{}/{}",
-        image.namespace().unwrap_or_default(),
-        image.name_any()
-    )
+    namespaced(image)
 }
 
 fn node_of(host: &BareMetalHost) -> NodeRef {
@@ -135,23 +122,17 @@ pub async fn prepare_power_on<P: DataImageProvisioner, S: DataImageStore>(
     max_backoff: Duration,
     now: &Time,
 ) -> Result<Option<Next>, DataImageError> {
+    let host_name = namespaced(host);
+    let object = format!("DataImage {host_name}");
+    let store_err = ObjectError::store(&object);
     let namespace = host.namespace().unwrap_or_default();
-    let host_name = format!("{namespace}/{}", host.name_any());
-    let store_err = |source| DataImageError::Store {
-        object: host_name.clone(),
-        source,
-    };
-    let Some(image) = store
-        .data_image(&namespace, &host.name_any())
-        .await
-        .map_err(store_err)?
-    else {
+    let found = store.data_image(&namespace, &host.name_any()).await;
+    let Some(image) = found.map_err(store_err)? else {
         return Ok(None);
     };
     let cd = read_cd(provisioner, host).await?;
     let step = state_machine::before_power_on(&host_name, &image, &cd, now);
     tracing::debug!(?step, "DataImage before power-on");
-    let node = node_of(host);
     let (status, event, requeue) = match step {
         PowerOnStep::Proceed(status) => {
             if let Some(status) = status {
@@ -167,42 +148,24 @@ pub async fn prepare_power_on<P: DataImageProvisioner, S: DataImageStore>(
             requeue,
         } => (status, event, requeue),
         PowerOnStep::Attach => {
-            let refused = match guard.check_url("spec.url", &image.spec.url).await {
-                Err(refused) => Some(refused.to_string()),
-                Ok(()) => {
-                    tracing::info!(url = %image.spec.url, "attaching the DataImage");
-                    provisioner
-                        .attach_virtual_cd(&node, &image.spec.url)
-                        .await?
-                }
-            };
+            let refused = attach(provisioner, guard, host, &image).await?;
             let (status, event, requeue) =
                 state_machine::after_attach(&host_name, &image, refused.as_deref(), now);
             (Some(status), event, requeue)
         }
         PowerOnStep::Detach { failed } => {
             let mut image = image.clone();
-            if let Some(message) = &failed {
-                let status = state_machine::failed(&image, message, now);
-                save(store, &image, &status, Some(message))
-                    .await
-                    .map_err(store_err)?;
-                image.status = Some(status);
-            }
-            tracing::info!("ejecting the DataImage's virtual media");
-            let refused = provisioner.detach_virtual_cd(&node).await?;
-            let (status, event, requeue) =
-                state_machine::after_detach(&host_name, &image, refused.as_deref(), now);
-            let requeue = if failed.is_some() {
-                Requeue::Backoff
-            } else {
-                requeue
+            let failed =
+                failed.map(|message| (state_machine::failed(&image, &message, now), message));
+            let ejected = Eject {
+                provisioner,
+                store,
+                host,
+                object: &object,
+                now,
+                saying: "ejecting the DataImage's virtual media",
             };
-            if let Some(status) = &status {
-                save(store, &image, status, event.as_deref())
-                    .await
-                    .map_err(store_err)?;
-            }
+            let (_, requeue) = ejected.run(&mut image, failed).await?;
             return Ok(Some(delay(requeue, image.status.as_ref(), max_backoff)));
         }
     };
@@ -212,6 +175,76 @@ pub async fn prepare_power_on<P: DataImageProvisioner, S: DataImageStore>(
             .map_err(store_err)?;
     }
     Ok(Some(delay(requeue, status.as_ref(), max_backoff)))
+}
+
+/// Attaches `image` to `host`'s virtual CD unless `guard` refuses its URL: why it
+/// was not attached, if it was not.
+async fn attach<P: DataImageProvisioner>(
+    provisioner: &P,
+    guard: &AddressGuard,
+    host: &BareMetalHost,
+    image: &DataImage,
+) -> Result<Option<String>, ProvisionerError> {
+    match guard.check_url("spec.url", &image.spec.url).await {
+        Err(refused) => Ok(Some(refused.to_string())),
+        Ok(()) => {
+            tracing::info!(url = %image.spec.url, "attaching the DataImage");
+            provisioner
+                .attach_virtual_cd(&node_of(host), &image.spec.url)
+                .await
+        }
+    }
+}
+
+/// Ejecting a DataImage's virtual media from its host, and saving what came of it.
+struct Eject<'a, P, S> {
+    provisioner: &'a P,
+    store: &'a S,
+    host: &'a BareMetalHost,
+    /// The DataImage, as its errors name it.
+    object: &'a str,
+    now: &'a Time,
+    /// What the log says when ejecting.
+    saying: &'static str,
+}
+
+impl<P: DataImageProvisioner, S: DataImageStore> Eject<'_, P, S> {
+    /// Saves `failed` (the status of a failed try, and its message) first, then
+    /// ejects and saves the status the eject comes to: that status, and when to look
+    /// again (after a failed try, the backoff).
+    async fn run(
+        &self,
+        image: &mut DataImage,
+        failed: Option<(DataImageStatus, String)>,
+    ) -> Result<(Option<DataImageStatus>, Requeue), DataImageError> {
+        let store_err = ObjectError::store(self.object);
+        let was_failed = failed.is_some();
+        if let Some((status, message)) = failed {
+            save(self.store, image, &status, Some(&message))
+                .await
+                .map_err(store_err)?;
+            image.status = Some(status);
+        }
+        tracing::info!("{}", self.saying);
+        let refused = self
+            .provisioner
+            .detach_virtual_cd(&node_of(self.host))
+            .await?;
+        let host_name = namespaced(self.host);
+        let (status, event, requeue) =
+            state_machine::after_detach(&host_name, image, refused.as_deref(), self.now);
+        let requeue = if was_failed {
+            Requeue::Backoff
+        } else {
+            requeue
+        };
+        if let Some(status) = &status {
+            save(self.store, image, status, event.as_deref())
+                .await
+                .map_err(store_err)?;
+        }
+        Ok((status, requeue))
+    }
 }
 
 /// The DataImage controller's part of the host's power-on
@@ -228,12 +261,7 @@ impl<P: DataImageProvisioner, S: DataImageStore> BeforePowerOn<P> for AttachBefo
     ) -> BoxFuture<'a, Result<Option<Next>, SeamError>> {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         Box::pin(async move {
-            prepare_power_on(host, provisioner, guard, &self.0, max_backoff, &now)
-                .await
-                .map_err(|e| match e {
-                    DataImageError::Store { object, source } => SeamError::Store { object, source },
-                    DataImageError::Provisioner(e) => SeamError::Provisioner(e),
-                })
+            prepare_power_on(host, provisioner, guard, &self.0, max_backoff, &now).await
         })
     }
 }
@@ -243,98 +271,105 @@ pub async fn reconcile<P: DataImageProvisioner, S: DataImageStore>(
     image: &DataImage,
     ctx: &DataImageContext<P, S>,
 ) -> Result<Next, DataImageError> {
+    let object = format!("DataImage {}", name_of(image));
+    let store_err = ObjectError::store(&object);
     let namespace = image.namespace().unwrap_or_default();
-    let name = image.name_any();
-    let store_err = |source| DataImageError::Store {
-        object: format!("{namespace}/{name}"),
-        source,
-    };
-    let host = ctx.store.host(&namespace, &name).await.map_err(store_err)?;
+    let host = ctx.store.host(&namespace, &image.name_any()).await;
     let mut facts = Facts {
         image: image.clone(),
-        host,
+        host: host.map_err(store_err)?,
         cd: None,
     };
     for _ in 0..MAX_STEPS {
         let step = state_machine::next(&facts);
         tracing::debug!(?step, "DataImage step");
-        let requeue = match step {
-            Step::Wait(requeue) => requeue,
-            Step::AddOwner => {
-                let Some(host) = &facts.host else {
-                    return Ok(Next::OnChange);
-                };
-                ctx.store
-                    .add_owner(&facts.image, host)
-                    .await
-                    .map_err(store_err)?;
-                if !reread(&mut facts, ctx).await.map_err(store_err)? {
-                    return Ok(Next::OnChange);
-                }
-                continue;
-            }
-            Step::SetFinalizer(present) => {
-                ctx.store
-                    .set_finalizer(&facts.image, present)
-                    .await
-                    .map_err(store_err)?;
-                if !present {
-                    tracing::info!("DataImage released");
-                    return Ok(Next::OnChange);
-                }
-                if !reread(&mut facts, ctx).await.map_err(store_err)? {
-                    return Ok(Next::OnChange);
-                }
-                continue;
-            }
-            Step::ReadCd => {
-                let Some(host) = &facts.host else {
-                    return Ok(Next::OnChange);
-                };
-                facts.cd = Some(read_cd(&ctx.provisioner, host).await?);
-                continue;
-            }
-            Step::Detach { status } => {
-                let Some(host) = facts.host.clone() else {
-                    return Ok(Next::OnChange);
-                };
-                let failed = status.is_some();
-                if let Some((status, message)) = status {
-                    save(&ctx.store, &facts.image, &status, Some(&message))
-                        .await
-                        .map_err(store_err)?;
-                    facts.image.status = Some(status);
-                }
-                tracing::info!("DataImage deleted; ejecting its virtual media");
-                let refused = ctx.provisioner.detach_virtual_cd(&node_of(&host)).await?;
-                let now = Time(k8s_openapi::jiff::Timestamp::now());
-                let host_name = format!("{namespace}/{name}");
-                let (status, event, requeue) =
-                    state_machine::after_detach(&host_name, &facts.image, refused.as_deref(), &now);
-                // After a failed try the next one waits for the backoff.
-                let requeue = if failed { Requeue::Backoff } else { requeue };
-                if let Some(status) = &status {
-                    save(&ctx.store, &facts.image, status, event.as_deref())
-                        .await
-                        .map_err(store_err)?;
-                    facts.image.status = Some(status.clone());
-                }
-                return Ok(delay(requeue, facts.image.status.as_ref(), ctx.max_backoff));
-            }
-            Step::Save {
-                status,
-                event,
-                requeue,
-            } => {
-                save(&ctx.store, &facts.image, &status, event.as_deref())
-                    .await
-                    .map_err(store_err)?;
-                return Ok(delay(requeue, Some(&status), ctx.max_backoff));
-            }
-        };
-        return Ok(delay(requeue, None, ctx.max_backoff));
+        match take(step, &mut facts, ctx, &object).await? {
+            Taken::Requeue(requeue) => return Ok(delay(requeue, None, ctx.max_backoff)),
+            Taken::Next(next) => return Ok(next),
+            Taken::Step => {}
+        }
     }
     Ok(Next::After(Duration::from_secs(1)))
+}
+
+/// What taking a step came to.
+enum Taken {
+    /// On to the next step.
+    Step,
+    /// Look again as this says (no status saved).
+    Requeue(Requeue),
+    /// The reconcile ends.
+    Next(Next),
+}
+
+/// Takes `step` for the DataImage `object`.
+async fn take<P: DataImageProvisioner, S: DataImageStore>(
+    step: Step,
+    facts: &mut Facts,
+    ctx: &DataImageContext<P, S>,
+    object: &str,
+) -> Result<Taken, DataImageError> {
+    let store_err = ObjectError::store(object);
+    match step {
+        Step::Wait(requeue) => return Ok(Taken::Requeue(requeue)),
+        Step::AddOwner => {
+            let Some(host) = &facts.host else {
+                return Ok(Taken::Next(Next::OnChange));
+            };
+            let added = ctx.store.add_owner(&facts.image, host).await;
+            added.map_err(store_err)?;
+        }
+        Step::SetFinalizer(present) => {
+            let set = ctx.store.set_finalizer(&facts.image, present).await;
+            set.map_err(store_err)?;
+            if !present {
+                tracing::info!("DataImage released");
+                return Ok(Taken::Next(Next::OnChange));
+            }
+        }
+        Step::ReadCd => {
+            let Some(host) = &facts.host else {
+                return Ok(Taken::Next(Next::OnChange));
+            };
+            facts.cd = Some(read_cd(&ctx.provisioner, host).await?);
+            return Ok(Taken::Step);
+        }
+        Step::Detach { status } => {
+            let Some(host) = facts.host.clone() else {
+                return Ok(Taken::Next(Next::OnChange));
+            };
+            let now = Time(k8s_openapi::jiff::Timestamp::now());
+            let ejected = Eject {
+                provisioner: &ctx.provisioner,
+                store: &ctx.store,
+                host: &host,
+                object,
+                now: &now,
+                saying: "DataImage deleted; ejecting its virtual media",
+            };
+            let (status, requeue) = ejected.run(&mut facts.image, status).await?;
+            if status.is_some() {
+                facts.image.status = status;
+            }
+            let next = delay(requeue, facts.image.status.as_ref(), ctx.max_backoff);
+            return Ok(Taken::Next(next));
+        }
+        Step::Save {
+            status,
+            event,
+            requeue,
+        } => {
+            save(&ctx.store, &facts.image, &status, event.as_deref())
+                .await
+                .map_err(store_err)?;
+            return Ok(Taken::Next(delay(requeue, Some(&status), ctx.max_backoff)));
+        }
+    }
+    // After a write: read the DataImage again, unless it is gone.
+    if !reread(facts, ctx).await.map_err(store_err)? {
+        return Ok(Taken::Next(Next::OnChange));
+    }
+    Ok(Taken::Step)
 }
 
 /// Reads the DataImage again after a write; `false` when it is gone.

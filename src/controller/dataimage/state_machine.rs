@@ -235,17 +235,16 @@ pub fn before_power_on(host_name: &str, image: &DataImage, cd: &CdRead, now: &Ti
             return PowerOnStep::Attach;
         }
     }
+    proceed(image, status)
+}
+
+/// Power on now, saving `status` (without an error) if the error goes or the image
+/// was never reconciled.
+fn proceed(image: &DataImage, mut status: DataImageStatus) -> PowerOnStep {
     status.error = None;
-    let changed = image
-        .status
-        .as_ref()
-        .and_then(|s| s.error.as_ref())
-        .is_some()
-        || image
-            .status
-            .as_ref()
-            .and_then(|s| s.last_reconciled.as_ref())
-            .is_none();
+    let before = image.status.as_ref();
+    let changed = before.and_then(|s| s.error.as_ref()).is_some()
+        || before.and_then(|s| s.last_reconciled.as_ref()).is_none();
     PowerOnStep::Proceed(changed.then_some(status))
 }
 

@@ -6,25 +6,24 @@
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
-use k8s_openapi::api::core::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector;
-use kube::{Api, Resource, ResourceExt};
-use serde_json::json;
 
 use crate::api::images::DATA_IMAGE_FINALIZER;
 use crate::api::{BareMetalHost, DataImage, DataImageStatus};
-use crate::controller::runtime::store::events::{Reporter, upstream_event};
+use crate::controller::runtime::store::events::Reporter;
 use crate::controller::runtime::store::{
-    FIELD_MANAGER, HostEvent, StoreError, add_owner, cached, owner_reference, patch_finalizers,
-    take_over,
+    HostEvent, KubeClient, StatusApply, StoreError, cached, owner_reference,
 };
 
 /// Upstream's `source.component` on DataImage events.
 pub const SOURCE_COMPONENT: &str = "metal3-dataimage-controller";
 /// Upstream's `reportingController` on DataImage events.
 pub const REPORTING_CONTROLLER: &str = "metal3.io/dataimage-controller";
+/// Who posts the DataImage events, as upstream.
+pub const REPORTER: Reporter = Reporter {
+    component: SOURCE_COMPONENT,
+    controller: REPORTING_CONTROLLER,
+};
 
 /// The Kubernetes side of DataImages.
 pub trait DataImageStore: Send + Sync {
@@ -71,31 +70,10 @@ pub trait DataImageStore: Send + Sync {
     ) -> impl Future<Output = ()> + Send;
 }
 
-/// The core/v1 Event upstream's DataImage controller would post about `image`.
-pub fn data_image_event(
-    image: &DataImage,
-    reason: &str,
-    message: &str,
-    instance: Option<&str>,
-    now: &Time,
-) -> Event {
-    let event = HostEvent {
-        reason: reason.to_owned(),
-        message: message.to_owned(),
-        warning: true,
-    };
-    let reporter = Reporter {
-        component: SOURCE_COMPONENT,
-        controller: REPORTING_CONTROLLER,
-    };
-    upstream_event(image, reporter, &event, None, instance, now)
-}
-
 /// [`DataImageStore`] on a Kubernetes client.
 #[derive(Clone)]
 pub struct KubeDataImageStore {
-    client: kube::Client,
-    instance: Option<String>,
+    kube: KubeClient,
     /// The DataImage controller's watch, shared by every clone of the store (the
     /// host controller holds one): a host without a DataImage, the usual case, is
     /// answered from it; one the cache holds is read from the API server, since the
@@ -107,22 +85,13 @@ impl KubeDataImageStore {
     /// `instance` names this bmo in the events it publishes (`POD_NAME`).
     pub fn new(client: kube::Client, instance: Option<String>) -> Self {
         Self {
-            client,
-            instance,
+            kube: KubeClient::new(client, instance),
             cache: Arc::default(),
         }
     }
 
     pub fn client(&self) -> &kube::Client {
-        &self.client
-    }
-
-    fn api<K>(&self, namespace: &str) -> Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        K::DynamicType: Default,
-    {
-        Api::namespaced(self.client.clone(), namespace)
+        self.kube.client()
     }
 }
 
@@ -135,31 +104,23 @@ impl DataImageStore for KubeDataImageStore {
         if let Some(None) = cached(&self.cache, namespace, name) {
             return Ok(None);
         }
-        Ok(self.api::<DataImage>(namespace).get_opt(name).await?)
+        self.kube.get(namespace, name).await
     }
 
     async fn host(&self, namespace: &str, name: &str) -> Result<Option<BareMetalHost>, StoreError> {
-        Ok(self.api::<BareMetalHost>(namespace).get_opt(name).await?)
+        self.kube.get(namespace, name).await
     }
 
     async fn add_owner(&self, image: &DataImage, host: &BareMetalHost) -> Result<(), StoreError> {
-        let api = self.api::<DataImage>(&image.namespace().unwrap_or_default());
-        add_owner(&api, image, owner_reference(host, false)).await?;
+        self.kube
+            .add_owner(image, owner_reference(host, false))
+            .await?;
         Ok(())
     }
 
     async fn set_finalizer(&self, image: &DataImage, present: bool) -> Result<(), StoreError> {
-        let mut wanted: Vec<String> = image
-            .finalizers()
-            .iter()
-            .filter(|f| *f != DATA_IMAGE_FINALIZER)
-            .cloned()
-            .collect();
-        if present {
-            wanted.push(DATA_IMAGE_FINALIZER.to_owned());
-        }
-        let api = self.api::<DataImage>(&image.namespace().unwrap_or_default());
-        patch_finalizers(&api, image, wanted).await
+        let finalizer = DATA_IMAGE_FINALIZER;
+        self.kube.set_finalizer(image, finalizer, present).await
     }
 
     async fn apply_status(
@@ -167,33 +128,18 @@ impl DataImageStore for KubeDataImageStore {
         image: &DataImage,
         status: &DataImageStatus,
     ) -> Result<(), StoreError> {
-        let patch = json!({
-            "apiVersion": "metal3.io/v1alpha1",
-            "kind": "DataImage",
-            "status": status,
-        });
-        let api = self.api::<DataImage>(&image.namespace().unwrap_or_default());
         // Status fields upstream's operator wrote with Update become bmo's first, so
         // that the apply clears what it leaves out (an old error, say).
-        take_over(&api, image, "status").await?;
-        api.patch_status(
-            &image.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
-        Ok(())
+        let how = StatusApply {
+            take_over: true,
+            refusal_is_conflict: false,
+            ..StatusApply::PLAIN
+        };
+        self.kube.apply_status(image, status, how).await
     }
 
     async fn publish(&self, image: &DataImage, reason: &str, message: &str) {
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let event = data_image_event(image, reason, message, self.instance.as_deref(), &now);
-        if let Err(e) = self
-            .api::<Event>(&image.namespace().unwrap_or_default())
-            .create(&PostParams::default(), &event)
-            .await
-        {
-            tracing::debug!(error = %e, reason, "could not publish event");
-        }
+        let event = HostEvent::warning(reason, message);
+        self.kube.publish(image, REPORTER, &event).await;
     }
 }

@@ -22,12 +22,11 @@ pub use run::run;
 use state_machine::{Facts, Step};
 pub use store::{KubeSubscriptionStore, MemorySubscriptionStore, SubscriptionStore};
 
-use crate::api::BMCEventSubscription;
+use crate::api::{BMCEventSubscription, BMCEventSubscriptionStatus};
 use crate::controller::runtime::Next;
-use crate::controller::runtime::store::HostEvent;
-use crate::controller::runtime::store::StoreError;
+use crate::controller::runtime::store::{HostEvent, ObjectError, StoreError, name_of};
 use crate::credentials::SecretString;
-use crate::provisioner::{EventSubscriber, HostId, NodeRef, ProvisionerError, SubscriptionRequest};
+use crate::provisioner::{EventSubscriber, HostId, NodeRef, SubscriptionRequest};
 
 /// Look again this soon after the provisioner could not answer.
 pub const PROVISIONER_RETRY: Duration = Duration::from_secs(30);
@@ -44,17 +43,7 @@ pub struct SubscriptionContext<P, S = KubeSubscriptionStore> {
 }
 
 /// Why a reconcile could not finish; retried after [`PROVISIONER_RETRY`].
-#[derive(Debug, thiserror::Error)]
-pub enum SubscriptionError {
-    #[error("BMCEventSubscription {object}: {source}")]
-    Store {
-        object: String,
-        #[source]
-        source: StoreError,
-    },
-    #[error(transparent)]
-    Provisioner(#[from] ProvisionerError),
-}
+pub type SubscriptionError = ObjectError;
 
 /// One reconcile of `subscription`.
 pub async fn reconcile<P: EventSubscriber, S: SubscriptionStore>(
@@ -62,10 +51,8 @@ pub async fn reconcile<P: EventSubscriber, S: SubscriptionStore>(
     ctx: &SubscriptionContext<P, S>,
 ) -> Result<Next, SubscriptionError> {
     let namespace = subscription.namespace().unwrap_or_default();
-    let store_err = |source| SubscriptionError::Store {
-        object: format!("{namespace}/{}", subscription.name_any()),
-        source,
-    };
+    let object = format!("BMCEventSubscription {}", name_of(subscription));
+    let store_err = ObjectError::store(&object);
     let host_name = subscription.spec.host_name.clone().unwrap_or_default();
     let mut facts = Facts::new(subscription.clone());
     for _ in 0..MAX_STEPS {
@@ -129,30 +116,39 @@ pub async fn reconcile<P: EventSubscriber, S: SubscriptionStore>(
                 event,
                 retry,
             } => {
-                ctx.store
-                    .apply_status(subscription, &status)
+                save(subscription, &ctx.store, &status, event)
                     .await
                     .map_err(store_err)?;
-                if let Some((reason, message, warning)) = event {
-                    match (&status.subscription_id, &status.error) {
-                        (_, Some(error)) => tracing::warn!(%error, "event subscription refused"),
-                        (Some(id), None) => {
-                            tracing::info!(subscription = %id, "created the event subscription")
-                        }
-                        (None, None) => {}
-                    }
-                    let event = HostEvent {
-                        reason,
-                        message,
-                        warning,
-                    };
-                    ctx.store.publish(subscription, &event).await;
-                }
                 return Ok(retry.map_or(Next::OnChange, Next::After));
             }
         }
     }
     Ok(Next::After(Duration::from_secs(1)))
+}
+
+/// Saves `status`, and publishes `event` (reason, message, warning) if any.
+async fn save<S: SubscriptionStore>(
+    subscription: &BMCEventSubscription,
+    store: &S,
+    status: &BMCEventSubscriptionStatus,
+    event: Option<(String, String, bool)>,
+) -> Result<(), StoreError> {
+    store.apply_status(subscription, status).await?;
+    let Some((reason, message, warning)) = event else {
+        return Ok(());
+    };
+    match (&status.subscription_id, &status.error) {
+        (_, Some(error)) => tracing::warn!(%error, "event subscription refused"),
+        (Some(id), None) => tracing::info!(subscription = %id, "created the event subscription"),
+        (None, None) => {}
+    }
+    let event = HostEvent {
+        reason,
+        message,
+        warning,
+    };
+    store.publish(subscription, &event).await;
+    Ok(())
 }
 
 /// The step's name for the debug log (a step's fields may hold a request).

@@ -4,25 +4,24 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Mutex, MutexGuard, PoisonError};
-
-use k8s_openapi::api::core::v1::{Event, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, ResourceExt};
-use serde_json::json;
 
 use crate::api::events::BMC_EVENT_SUBSCRIPTION_FINALIZER;
 use crate::api::{BMCEventSubscription, BMCEventSubscriptionStatus, BareMetalHost};
-use crate::controller::runtime::store::events::{Reporter, upstream_event};
-use crate::controller::runtime::store::{
-    FIELD_MANAGER, HostEvent, StoreError, conflict_or, patch_finalizers,
-};
+use crate::controller::runtime::store::events::Reporter;
+use crate::controller::runtime::store::kube_client::finalizers_with;
+use crate::controller::runtime::store::memory::{Locked, key, key_of, replace_finalizers};
+use crate::controller::runtime::store::{HostEvent, KubeClient, StatusApply, StoreError};
+use k8s_openapi::api::core::v1::Secret;
 
 /// `source.component` of the events, as upstream names its controller.
 pub const SOURCE_COMPONENT: &str = "metal3-bmceventsubscription-controller";
 /// `reportingComponent` of the events.
 pub const REPORTING_CONTROLLER: &str = "metal3.io/bmceventsubscription-controller";
+/// Who posts the events, as upstream.
+pub const REPORTER: Reporter = Reporter {
+    component: SOURCE_COMPONENT,
+    controller: REPORTING_CONTROLLER,
+};
 
 /// The Kubernetes side of the BMCEventSubscription controller.
 pub trait SubscriptionStore: Send + Sync {
@@ -62,91 +61,47 @@ pub trait SubscriptionStore: Send + Sync {
     ) -> impl Future<Output = ()> + Send;
 }
 
-fn without_finalizer(subscription: &BMCEventSubscription) -> Vec<String> {
-    subscription
-        .finalizers()
-        .iter()
-        .filter(|f| *f != BMC_EVENT_SUBSCRIPTION_FINALIZER)
-        .cloned()
-        .collect()
-}
-
-fn with_finalizer(subscription: &BMCEventSubscription) -> Vec<String> {
-    let mut wanted = subscription.finalizers().to_vec();
-    wanted.push(BMC_EVENT_SUBSCRIPTION_FINALIZER.to_owned());
-    wanted
-}
-
 /// [`SubscriptionStore`] on a Kubernetes client.
 #[derive(Clone)]
 pub struct KubeSubscriptionStore {
-    client: kube::Client,
-    instance: Option<String>,
+    kube: KubeClient,
 }
 
 impl KubeSubscriptionStore {
     /// `instance` names this bmo in the events it publishes (`POD_NAME`).
     pub fn new(client: kube::Client, instance: Option<String>) -> Self {
-        Self { client, instance }
+        Self {
+            kube: KubeClient::new(client, instance),
+        }
     }
 
     pub fn client(&self) -> &kube::Client {
-        &self.client
-    }
-
-    fn subscriptions(&self, subscription: &BMCEventSubscription) -> Api<BMCEventSubscription> {
-        Api::namespaced(
-            self.client.clone(),
-            &subscription.namespace().unwrap_or_default(),
-        )
-    }
-}
-
-/// The object, or `None` on 404.
-fn found<T>(result: Result<T, kube::Error>) -> Result<Option<T>, StoreError> {
-    match result {
-        Ok(object) => Ok(Some(object)),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
-        Err(e) => Err(StoreError::Kube(e)),
+        self.kube.client()
     }
 }
 
 impl SubscriptionStore for KubeSubscriptionStore {
     async fn host(&self, namespace: &str, name: &str) -> Result<Option<BareMetalHost>, StoreError> {
-        found(
-            Api::<BareMetalHost>::namespaced(self.client.clone(), namespace)
-                .get(name)
-                .await,
-        )
+        self.kube.get(namespace, name).await
     }
 
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, StoreError> {
-        found(
-            Api::<Secret>::namespaced(self.client.clone(), namespace)
-                .get(name)
-                .await,
-        )
+        self.kube.get(namespace, name).await
     }
 
     async fn add_finalizer(&self, subscription: &BMCEventSubscription) -> Result<(), StoreError> {
-        patch_finalizers(
-            &self.subscriptions(subscription),
-            subscription,
-            with_finalizer(subscription),
-        )
-        .await
+        let finalizer = BMC_EVENT_SUBSCRIPTION_FINALIZER;
+        self.kube.set_finalizer(subscription, finalizer, true).await
     }
 
     async fn remove_finalizer(
         &self,
         subscription: &BMCEventSubscription,
     ) -> Result<(), StoreError> {
-        patch_finalizers(
-            &self.subscriptions(subscription),
-            subscription,
-            without_finalizer(subscription),
-        )
-        .await
+        let finalizer = BMC_EVENT_SUBSCRIPTION_FINALIZER;
+        self.kube
+            .set_finalizer(subscription, finalizer, false)
+            .await
     }
 
     async fn apply_status(
@@ -154,45 +109,12 @@ impl SubscriptionStore for KubeSubscriptionStore {
         subscription: &BMCEventSubscription,
         status: &BMCEventSubscriptionStatus,
     ) -> Result<(), StoreError> {
-        let patch = json!({
-            "apiVersion": "metal3.io/v1alpha1",
-            "kind": "BMCEventSubscription",
-            "status": status,
-        });
-        self.subscriptions(subscription)
-            .patch_status(
-                &subscription.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await
-            .map_err(conflict_or)?;
-        Ok(())
+        let how = StatusApply::PLAIN;
+        self.kube.apply_status(subscription, status, how).await
     }
 
     async fn publish(&self, subscription: &BMCEventSubscription, event: &HostEvent) {
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let reporter = Reporter {
-            component: SOURCE_COMPONENT,
-            controller: REPORTING_CONTROLLER,
-        };
-        let event: Event = upstream_event(
-            subscription,
-            reporter,
-            event,
-            None,
-            self.instance.as_deref(),
-            &now,
-        );
-        if let Err(e) = Api::<Event>::namespaced(
-            self.client.clone(),
-            &subscription.namespace().unwrap_or_default(),
-        )
-        .create(&PostParams::default(), &event)
-        .await
-        {
-            tracing::debug!(error = %e, "could not publish event");
-        }
+        self.kube.publish(subscription, REPORTER, event).await;
     }
 }
 
@@ -205,37 +127,28 @@ struct Objects {
     version: u64,
 }
 
-fn key(namespace: &str, name: &str) -> String {
-    format!("{namespace}/{name}")
-}
-
 /// [`SubscriptionStore`] in memory, with every event recorded.
 #[derive(Default)]
 pub struct MemorySubscriptionStore {
-    objects: Mutex<Objects>,
+    objects: Locked<Objects>,
 }
 
 impl MemorySubscriptionStore {
-    fn lock(&self) -> MutexGuard<'_, Objects> {
-        self.objects.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Objects> {
+        self.objects.lock()
     }
 
     pub fn put_subscription(&self, subscription: BMCEventSubscription) {
-        let key = key(
-            &subscription.namespace().unwrap_or_default(),
-            &subscription.name_any(),
-        );
+        let key = key_of(&subscription);
         self.lock().subscriptions.insert(key, subscription);
     }
 
     pub fn put_host(&self, host: BareMetalHost) {
-        let key = key(&host.namespace().unwrap_or_default(), &host.name_any());
-        self.lock().hosts.insert(key, host);
+        self.lock().hosts.insert(key_of(&host), host);
     }
 
     pub fn put_secret(&self, secret: Secret) {
-        let key = key(&secret.namespace().unwrap_or_default(), &secret.name_any());
-        self.lock().secrets.insert(key, secret);
+        self.lock().secrets.insert(key_of(&secret), secret);
     }
 
     /// The stored subscription; `None` once deleted.
@@ -250,27 +163,23 @@ impl MemorySubscriptionStore {
         self.lock().events.clone()
     }
 
-    fn set_finalizers(
+    fn set_finalizer(
         &self,
         subscription: &BMCEventSubscription,
-        wanted: Vec<String>,
+        present: bool,
     ) -> Result<(), StoreError> {
+        let wanted = finalizers_with(subscription, BMC_EVENT_SUBSCRIPTION_FINALIZER, present);
         let mut objects = self.lock();
         objects.version += 1;
         let version = objects.version.to_string();
-        let key = key(
-            &subscription.namespace().unwrap_or_default(),
-            &subscription.name_any(),
-        );
-        let Some(stored) = objects.subscriptions.get_mut(&key) else {
-            return Err(StoreError::Conflict);
-        };
-        if stored.finalizers() != subscription.finalizers() {
-            return Err(StoreError::Conflict);
-        }
-        let gone = wanted.is_empty() && stored.metadata.deletion_timestamp.is_some();
-        stored.metadata.finalizers = Some(wanted);
-        stored.metadata.resource_version = Some(version);
+        let key = key_of(subscription);
+        let gone = wanted.is_empty()
+            && objects
+                .subscriptions
+                .get(&key)
+                .is_some_and(|s| s.metadata.deletion_timestamp.is_some());
+        let stored = objects.subscriptions.get_mut(&key);
+        replace_finalizers(stored, subscription, wanted, Some(version))?;
         if gone {
             objects.subscriptions.remove(&key);
         }
@@ -288,14 +197,14 @@ impl SubscriptionStore for MemorySubscriptionStore {
     }
 
     async fn add_finalizer(&self, subscription: &BMCEventSubscription) -> Result<(), StoreError> {
-        self.set_finalizers(subscription, with_finalizer(subscription))
+        self.set_finalizer(subscription, true)
     }
 
     async fn remove_finalizer(
         &self,
         subscription: &BMCEventSubscription,
     ) -> Result<(), StoreError> {
-        self.set_finalizers(subscription, without_finalizer(subscription))
+        self.set_finalizer(subscription, false)
     }
 
     async fn apply_status(
@@ -304,11 +213,7 @@ impl SubscriptionStore for MemorySubscriptionStore {
         status: &BMCEventSubscriptionStatus,
     ) -> Result<(), StoreError> {
         let mut objects = self.lock();
-        let key = key(
-            &subscription.namespace().unwrap_or_default(),
-            &subscription.name_any(),
-        );
-        let Some(stored) = objects.subscriptions.get_mut(&key) else {
+        let Some(stored) = objects.subscriptions.get_mut(&key_of(subscription)) else {
             return Err(StoreError::Conflict);
         };
         stored.status = Some(status.clone());

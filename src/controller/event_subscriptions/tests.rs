@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::*;
 use crate::api::events::BMC_EVENT_SUBSCRIPTION_FINALIZER;
 use crate::api::{BMCEventSubscriptionSpec, BareMetalHost};
+use crate::provisioner::ProvisionerError;
 use crate::provisioner::SubscriptionAnswer;
 
 const SECRET_VALUE: &str = "Bearer s3cr3t-t0ken";

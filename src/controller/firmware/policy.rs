@@ -10,13 +10,13 @@ use std::future::Future;
 
 use kube::ResourceExt;
 
+use super::context::{FirmwareContext, FirmwareError};
 use super::state_machine::has_node;
 use super::store::{KubeFirmwareStore, MemoryFirmwareStore, key, key_of, unchanged};
-use super::{FirmwareContext, FirmwareError};
 use crate::api::BareMetalHost;
 use crate::api::firmware::HostUpdatePolicy;
 use crate::controller::runtime::Next;
-use crate::controller::runtime::store::{StoreError, add_owner, cached, owner_reference};
+use crate::controller::runtime::store::{ObjectError, StoreError, cached, owner_reference};
 
 /// The Kubernetes side of owning HostUpdatePolicies.
 pub trait PolicyStore: Send + Sync {
@@ -69,10 +69,8 @@ pub async fn reconcile<P, S: PolicyStore>(
     }
     let namespace = host.namespace().unwrap_or_default();
     let name = host.name_any();
-    let store_err = |source| FirmwareError::Store {
-        object: format!("HostUpdatePolicy {namespace}/{name}"),
-        source,
-    };
+    let object = format!("HostUpdatePolicy {namespace}/{name}");
+    let store_err = ObjectError::store(&object);
     let Some(policy) = ctx
         .store
         .policy(&namespace, &name)
@@ -118,10 +116,7 @@ impl PolicyStore for KubeFirmwareStore {
         if let Some(policy) = cached(&self.caches.policies, namespace, name) {
             return Ok(policy);
         }
-        Ok(self
-            .api::<HostUpdatePolicy>(namespace)
-            .get_opt(name)
-            .await?)
+        self.kube.get(namespace, name).await
     }
 
     async fn own_policy(
@@ -129,8 +124,9 @@ impl PolicyStore for KubeFirmwareStore {
         host: &BareMetalHost,
         policy: &HostUpdatePolicy,
     ) -> Result<(), StoreError> {
-        let api = self.api::<HostUpdatePolicy>(&policy.namespace().unwrap_or_default());
-        add_owner(&api, policy, owner_reference(host, false)).await?;
+        self.kube
+            .add_owner(policy, owner_reference(host, false))
+            .await?;
         Ok(())
     }
 }

@@ -9,11 +9,10 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
-use kube::api::{Patch, PatchParams, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::api::BareMetalHost;
@@ -21,16 +20,23 @@ use crate::api::firmware::{
     FirmwareSchema, HostFirmwareComponents, HostFirmwareSettings, HostFirmwareSettingsSpec,
     HostFirmwareSettingsStatus, HostUpdatePolicy,
 };
-use crate::controller::runtime::store::events::{Reporter, upstream_event};
+use crate::controller::runtime::store::events::Reporter;
+use crate::controller::runtime::store::memory::Locked;
+pub(super) use crate::controller::runtime::store::memory::{key, key_of, unchanged};
 use crate::controller::runtime::store::{
-    FIELD_MANAGER, HostEvent, StoreError, add_owner, cached, conflict_or, json_patch,
-    owner_reference, take_over,
+    HostEvent, KubeClient, StatusApply, StoreError, cached, conflict_or, json_patch,
+    owner_reference,
 };
 
 /// Upstream's `source.component` on HostFirmwareSettings events.
 pub const SOURCE_COMPONENT: &str = "metal3-hostfirmwaresettings-controller";
 /// Upstream's `reportingController` on HostFirmwareSettings events.
 pub const REPORTING_CONTROLLER: &str = "metal3.io/hostfirmwaresettings-controller";
+/// Who posts the HostFirmwareSettings events, as upstream.
+pub const REPORTER: Reporter = Reporter {
+    component: SOURCE_COMPONENT,
+    controller: REPORTING_CONTROLLER,
+};
 
 /// The Kubernetes side of the HostFirmwareSettings controller.
 pub trait FirmwareStore: Send + Sync {
@@ -138,32 +144,10 @@ fn new_settings(host: &BareMetalHost) -> HostFirmwareSettings {
     settings
 }
 
-/// The core/v1 Event upstream's controller posts about `settings`. Upstream says
-/// Normal for everything; bmo marks refusals as warnings, as it does for hosts.
-pub fn settings_event(
-    settings: &HostFirmwareSettings,
-    reason: &str,
-    message: &str,
-    instance: Option<&str>,
-    now: &Time,
-) -> Event {
-    let event = HostEvent {
-        reason: reason.to_owned(),
-        message: message.to_owned(),
-        warning: true,
-    };
-    let reporter = Reporter {
-        component: SOURCE_COMPONENT,
-        controller: REPORTING_CONTROLLER,
-    };
-    upstream_event(settings, reporter, &event, None, instance, now)
-}
-
 /// [`FirmwareStore`] on a Kubernetes client.
 #[derive(Clone)]
 pub struct KubeFirmwareStore {
-    client: kube::Client,
-    pub(super) instance: Option<String>,
+    pub(super) kube: KubeClient,
     pub(super) caches: Arc<FirmwareCaches>,
     /// Owners this bmo appended to a FirmwareSchema lately, by (schema, owner uid):
     /// the schema cache may not show them yet, and an append is not sent twice.
@@ -191,36 +175,20 @@ impl KubeFirmwareStore {
     /// `instance` names this bmo in the events it publishes (`POD_NAME`).
     pub fn new(client: kube::Client, instance: Option<String>) -> Self {
         Self {
-            client,
-            instance,
+            kube: KubeClient::new(client, instance),
             caches: Arc::default(),
             appended_owners: Arc::default(),
         }
     }
 
     pub fn client(&self) -> &kube::Client {
-        &self.client
-    }
-
-    pub(super) fn api<K>(&self, namespace: &str) -> Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        K::DynamicType: Default,
-    {
-        Api::namespaced(self.client.clone(), namespace)
-    }
-}
-
-pub(super) fn create_conflict(e: kube::Error) -> StoreError {
-    match &e {
-        kube::Error::Api(status) if status.code == 409 => StoreError::Conflict,
-        _ => StoreError::Kube(e),
+        self.kube.client()
     }
 }
 
 impl FirmwareStore for KubeFirmwareStore {
     async fn host(&self, namespace: &str, name: &str) -> Result<Option<BareMetalHost>, StoreError> {
-        Ok(self.api::<BareMetalHost>(namespace).get_opt(name).await?)
+        self.kube.get(namespace, name).await
     }
 
     async fn settings(
@@ -239,24 +207,14 @@ impl FirmwareStore for KubeFirmwareStore {
         namespace: &str,
         name: &str,
     ) -> Result<Option<HostFirmwareSettings>, StoreError> {
-        Ok(self
-            .api::<HostFirmwareSettings>(namespace)
-            .get_opt(name)
-            .await?)
+        self.kube.get(namespace, name).await
     }
 
     async fn create_settings(
         &self,
         host: &BareMetalHost,
     ) -> Result<HostFirmwareSettings, StoreError> {
-        let api = self.api::<HostFirmwareSettings>(&host.namespace().unwrap_or_default());
-        let params = PostParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..PostParams::default()
-        };
-        api.create(&params, &new_settings(host))
-            .await
-            .map_err(create_conflict)
+        self.kube.create(&new_settings(host)).await
     }
 
     async fn adopt_settings(
@@ -264,17 +222,12 @@ impl FirmwareStore for KubeFirmwareStore {
         host: &BareMetalHost,
         settings: &HostFirmwareSettings,
     ) -> Result<HostFirmwareSettings, StoreError> {
-        let api = self.api::<HostFirmwareSettings>(&settings.namespace().unwrap_or_default());
-        let uid = host.metadata.uid.as_deref().unwrap_or_default();
-        let mut current = settings.clone();
-        if !current.owner_references().iter().any(|o| o.uid == uid) {
-            current = add_owner(&api, &current, owner_reference(host, false)).await?;
-        }
-        if let Some(newer) = take_over(&api, &current, "status").await? {
-            current = newer;
-        }
+        let (adopted, _) = self
+            .kube
+            .adopt(settings, owner_reference(host, false))
+            .await?;
         tracing::info!("adopted the host's HostFirmwareSettings");
-        Ok(current)
+        Ok(adopted)
     }
 
     async fn schema(
@@ -293,7 +246,7 @@ impl FirmwareStore for KubeFirmwareStore {
         namespace: &str,
         name: &str,
     ) -> Result<Option<FirmwareSchema>, StoreError> {
-        Ok(self.api::<FirmwareSchema>(namespace).get_opt(name).await?)
+        self.kube.get(namespace, name).await
     }
 
     async fn create_schema(
@@ -302,15 +255,9 @@ impl FirmwareStore for KubeFirmwareStore {
         schema: &FirmwareSchema,
     ) -> Result<FirmwareSchema, StoreError> {
         let mut schema = schema.clone();
+        schema.metadata.namespace = settings.namespace();
         schema.metadata.owner_references = Some(vec![settings_owner(settings)]);
-        let params = PostParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..PostParams::default()
-        };
-        self.api::<FirmwareSchema>(&settings.namespace().unwrap_or_default())
-            .create(&params, &schema)
-            .await
-            .map_err(create_conflict)
+        self.kube.create(&schema).await
     }
 
     /// The schema of a model is shared by every host of it, and carries one owner per
@@ -356,7 +303,7 @@ impl FirmwareStore for KubeFirmwareStore {
                 &Patch::Json::<()>(json_patch(operations)?),
             )
             .map_err(|e| StoreError::Kube(kube::Error::BuildRequest(e)))?;
-        self.client
+        self.client()
             .request::<serde::de::IgnoredAny>(request)
             .await
             .map_err(conflict_or)?;
@@ -372,31 +319,18 @@ impl FirmwareStore for KubeFirmwareStore {
         settings: &HostFirmwareSettings,
         status: &HostFirmwareSettingsStatus,
     ) -> Result<(), StoreError> {
-        let patch = json!({
-            "apiVersion": "metal3.io/v1alpha1",
-            "kind": "HostFirmwareSettings",
-            "status": status,
-        });
-        self.api::<HostFirmwareSettings>(&settings.namespace().unwrap_or_default())
-            .patch_status(
-                &settings.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await?;
-        Ok(())
+        let how = StatusApply {
+            refusal_is_conflict: false,
+            ..StatusApply::PLAIN
+        };
+        self.kube.apply_status(settings, status, how).await
     }
 
+    /// Upstream says Normal for everything; bmo marks refusals as warnings, as it
+    /// does for hosts.
     async fn publish(&self, settings: &HostFirmwareSettings, reason: &str, message: &str) {
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let event = settings_event(settings, reason, message, self.instance.as_deref(), &now);
-        if let Err(e) = self
-            .api::<Event>(&settings.namespace().unwrap_or_default())
-            .create(&PostParams::default(), &event)
-            .await
-        {
-            tracing::debug!(error = %e, reason, "could not publish event");
-        }
+        let event = HostEvent::warning(reason, message);
+        self.kube.publish(settings, REPORTER, &event).await;
     }
 }
 
@@ -418,23 +352,12 @@ pub(super) struct Objects {
 /// uid per write, every status write and event recorded.
 #[derive(Default)]
 pub struct MemoryFirmwareStore {
-    objects: Mutex<Objects>,
-}
-
-pub(super) fn key(namespace: &str, name: &str) -> String {
-    format!("{namespace}/{name}")
-}
-
-pub(super) fn key_of<K: Resource>(object: &K) -> String {
-    key(
-        object.meta().namespace.as_deref().unwrap_or_default(),
-        object.meta().name.as_deref().unwrap_or_default(),
-    )
+    objects: Locked<Objects>,
 }
 
 impl MemoryFirmwareStore {
     pub(super) fn lock(&self) -> MutexGuard<'_, Objects> {
-        self.objects.lock().unwrap_or_else(PoisonError::into_inner)
+        self.objects.lock()
     }
 
     /// Puts (or replaces) a host, as a user would.
@@ -494,6 +417,27 @@ impl MemoryFirmwareStore {
 }
 
 impl Objects {
+    /// `object` with `host` among its owners and bmo owning its status fields, as on
+    /// the API server, if `stored` is still as read.
+    pub(super) fn adopted<K: Resource + Clone>(
+        &mut self,
+        stored: Option<&K>,
+        object: &K,
+        host: &BareMetalHost,
+    ) -> Result<K, StoreError> {
+        unchanged(stored, object)?;
+        let mut adopted = object.clone();
+        let uid = host.metadata.uid.clone().unwrap_or_default();
+        if !adopted.owner_references().iter().any(|o| o.uid == uid) {
+            adopted
+                .owner_references_mut()
+                .push(owner_reference(host, false));
+        }
+        adopted.meta_mut().managed_fields = None;
+        self.stamp(&mut adopted);
+        Ok(adopted)
+    }
+
     pub(super) fn stamp<K: Resource>(&mut self, object: &mut K) {
         self.version += 1;
         let meta = object.meta_mut();
@@ -504,13 +448,6 @@ impl Objects {
         if meta.generation.is_none() {
             meta.generation = Some(1);
         }
-    }
-}
-
-pub(super) fn unchanged<K: Resource>(stored: Option<&K>, read: &K) -> Result<(), StoreError> {
-    match stored {
-        Some(s) if s.meta().resource_version == read.meta().resource_version => Ok(()),
-        _ => Err(StoreError::Conflict),
     }
 }
 
@@ -547,16 +484,8 @@ impl FirmwareStore for MemoryFirmwareStore {
         settings: &HostFirmwareSettings,
     ) -> Result<HostFirmwareSettings, StoreError> {
         let mut objects = self.lock();
-        unchanged(objects.settings.get(&key_of(settings)), settings)?;
-        let mut adopted = settings.clone();
-        let uid = host.metadata.uid.clone().unwrap_or_default();
-        if !adopted.owner_references().iter().any(|o| o.uid == uid) {
-            adopted
-                .owner_references_mut()
-                .push(owner_reference(host, false));
-        }
-        adopted.metadata.managed_fields = None;
-        objects.stamp(&mut adopted);
+        let stored = objects.settings.get(&key_of(settings)).cloned();
+        let adopted = objects.adopted(stored.as_ref(), settings, host)?;
         objects.settings.insert(key_of(&adopted), adopted.clone());
         Ok(adopted)
     }

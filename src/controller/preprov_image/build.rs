@@ -9,12 +9,13 @@
 //! config drive. It is the file Ironic itself puts on the virtual media config drive
 //! of a ramdisk, so the agent reads it the same way whichever way it came.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
 use crate::api::images::SecretStatus;
 use crate::api::images::{IMAGE_ERROR, IMAGE_READY};
 use crate::api::{PreprovisioningImage, PreprovisioningImageFormat, PreprovisioningImageStatus};
+use crate::controller::runtime::conditions::{HasConditions, set_in as set_condition};
 use crate::controller::runtime::store::HostEvent;
 use crate::netboot::cpio;
 
@@ -96,74 +97,10 @@ pub fn decide(
     architecture: &str,
     now: &Time,
 ) -> Decision {
-    let wanted_arch = image.spec.architecture.clone().filter(|a| !a.is_empty());
-    let secret = image.spec.network_data_name.clone().unwrap_or_default();
-    let namespace = image.namespace().unwrap_or_default();
-    let fail = |reason: &str, message: String| failed(image, reason, message, now);
-    if wanted_arch.as_deref().is_some_and(|a| a != architecture) {
-        return fail(
-            REASON_CONFIGURATION_ERROR,
-            format!(
-                "Architecture not supported: bmo's IPA ramdisk is for {architecture}; set the host's spec.architecture to {architecture} or build this image elsewhere"
-            ),
-        );
-    }
-    if !image
-        .spec
-        .accept_formats
-        .contains(&PreprovisioningImageFormat::Initrd)
-    {
-        return fail(
-            REASON_CONFIGURATION_ERROR,
-            "No acceptable image format supported: bmo builds initrd images only".into(),
-        );
-    }
-    let (status_network, data) = match network {
-        NetworkData::None => (None, None),
-        NetworkData::Missing { name } => {
-            return fail(
-                REASON_MISSING_NETWORK_DATA,
-                format!(
-                    "NetworkData secret not found: host {host} names Secret {namespace}/{name} in spec.preprovisioningNetworkDataName, which does not exist; create it with the network data under the key networkData, or clear the field",
-                    host = host_of(image)
-                ),
-            );
-        }
-        NetworkData::Found {
-            name,
-            version,
-            data,
-        } => (
-            Some(SecretStatus {
-                name: Some(name.clone()),
-                version: Some(version.clone()),
-            }),
-            data.as_deref(),
-        ),
+    let (status_network, json) = match inputs(image, network, server, architecture) {
+        Ok(inputs) => inputs,
+        Err((reason, message)) => return failed(image, reason, message, now),
     };
-    let json = match data.map(network_data_json) {
-        None => None,
-        Some(Ok(json)) => Some(json),
-        Some(Err(problem)) => {
-            return fail(
-                REASON_BUILD_INVALID,
-                format!(
-                    "the network data in Secret {namespace}/{secret} (host {host}) {problem}; fix the Secret",
-                    host = host_of(image)
-                ),
-            );
-        }
-    };
-    if !server.base_ramdisk {
-        return fail(
-            REASON_BUILD_INVALID,
-            format!(
-                "bmo's IPA ramdisk is not at {}; put it there (BMO_IMAGES_DIR) to build host {}'s image",
-                server.base_ramdisk_path,
-                host_of(image)
-            ),
-        );
-    }
     let entries: Vec<cpio::Entry> = json
         .map(|data| cpio::Entry {
             path: NETWORK_DATA_PATH.into(),
@@ -176,7 +113,7 @@ pub fn decide(
     status.kernel_url = Some(server.kernel_url.clone());
     status.extra_kernel_params = None;
     status.format = Some(PreprovisioningImageFormat::Initrd);
-    status.architecture = wanted_arch;
+    status.architecture = image.spec.architecture.clone().filter(|a| !a.is_empty());
     status.network_data = status_network;
     set_condition(
         &mut status,
@@ -201,6 +138,87 @@ pub fn decide(
         archive: Some((version_of(network).to_owned(), cpio::archive(&entries))),
         event: None,
     }
+}
+
+/// The network data Secret for the status, and the network data as JSON.
+type Inputs = (Option<SecretStatus>, Option<Vec<u8>>);
+
+/// What building `image` takes (the network data Secret for the status, and the
+/// network data as JSON), or why it cannot be built (reason, message).
+fn inputs(
+    image: &PreprovisioningImage,
+    network: &NetworkData,
+    server: &Server,
+    architecture: &str,
+) -> Result<Inputs, (&'static str, String)> {
+    let wanted_arch = image.spec.architecture.as_deref().filter(|a| !a.is_empty());
+    let secret = image.spec.network_data_name.clone().unwrap_or_default();
+    let namespace = image.namespace().unwrap_or_default();
+    if wanted_arch.is_some_and(|a| a != architecture) {
+        return Err((
+            REASON_CONFIGURATION_ERROR,
+            format!(
+                "Architecture not supported: bmo's IPA ramdisk is for {architecture}; set the host's spec.architecture to {architecture} or build this image elsewhere"
+            ),
+        ));
+    }
+    if !image
+        .spec
+        .accept_formats
+        .contains(&PreprovisioningImageFormat::Initrd)
+    {
+        return Err((
+            REASON_CONFIGURATION_ERROR,
+            "No acceptable image format supported: bmo builds initrd images only".into(),
+        ));
+    }
+    let (status_network, data) = match network {
+        NetworkData::None => (None, None),
+        NetworkData::Missing { name } => {
+            return Err((
+                REASON_MISSING_NETWORK_DATA,
+                format!(
+                    "NetworkData secret not found: host {host} names Secret {namespace}/{name} in spec.preprovisioningNetworkDataName, which does not exist; create it with the network data under the key networkData, or clear the field",
+                    host = host_of(image)
+                ),
+            ));
+        }
+        NetworkData::Found {
+            name,
+            version,
+            data,
+        } => (
+            Some(SecretStatus {
+                name: Some(name.clone()),
+                version: Some(version.clone()),
+            }),
+            data.as_deref(),
+        ),
+    };
+    let json = match data.map(network_data_json) {
+        None => None,
+        Some(Ok(json)) => Some(json),
+        Some(Err(problem)) => {
+            return Err((
+                REASON_BUILD_INVALID,
+                format!(
+                    "the network data in Secret {namespace}/{secret} (host {host}) {problem}; fix the Secret",
+                    host = host_of(image)
+                ),
+            ));
+        }
+    };
+    if !server.base_ramdisk {
+        return Err((
+            REASON_BUILD_INVALID,
+            format!(
+                "bmo's IPA ramdisk is not at {}; put it there (BMO_IMAGES_DIR) to build host {}'s image",
+                server.base_ramdisk_path,
+                host_of(image)
+            ),
+        ));
+    }
+    Ok((status_network, json))
 }
 
 /// The network data as JSON text: JSON is kept as written, YAML converted.
@@ -228,30 +246,12 @@ fn failed(image: &PreprovisioningImage, reason: &str, message: String, now: &Tim
     Decision {
         status,
         archive: None,
-        event: news.then(|| HostEvent {
-            reason: reason.to_owned(),
-            message,
-            warning: true,
-        }),
+        event: news.then(|| HostEvent::warning(reason, &message)),
     }
 }
 
-fn set_condition(
-    status: &mut PreprovisioningImageStatus,
-    image: &PreprovisioningImage,
-    type_: &str,
-    ok: bool,
-    reason: &str,
-    message: &str,
-    now: &Time,
-) {
-    crate::controller::runtime::conditions::set_condition(
-        &mut status.conditions,
-        image.metadata.generation,
-        type_,
-        ok,
-        reason,
-        message,
-        now,
-    );
+impl HasConditions for PreprovisioningImageStatus {
+    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+        &mut self.conditions
+    }
 }

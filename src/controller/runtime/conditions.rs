@@ -35,3 +35,30 @@ pub fn set_condition(
         }),
     }
 }
+
+/// A status whose conditions are set one by one.
+pub trait HasConditions {
+    fn conditions_mut(&mut self) -> &mut Vec<Condition>;
+}
+
+/// [`set_condition`] in `object`'s `status`, observed at the object's generation.
+pub fn set_in<S: HasConditions, K: kube::Resource>(
+    status: &mut S,
+    object: &K,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    now: &Time,
+) {
+    let generation = object.meta().generation;
+    set_condition(
+        status.conditions_mut(),
+        generation,
+        type_,
+        ok,
+        reason,
+        message,
+        now,
+    );
+}

@@ -6,10 +6,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use super::Next;
-use super::store::StoreError;
 use crate::api::BareMetalHost;
 use crate::bmc::AddressGuard;
-use crate::provisioner::ProvisionerError;
 
 /// What must happen before a provisioned host powers on: the DataImage controller
 /// attaches, changes or ejects the host's DataImage, so the host boots with it.
@@ -26,15 +24,4 @@ pub trait BeforePowerOn<P>: Send + Sync {
 }
 
 /// Why the other controller's part could not finish.
-#[derive(Debug, thiserror::Error)]
-pub enum SeamError {
-    #[error("{object}: {source}")]
-    Store {
-        /// The object being written (`namespace/name`).
-        object: String,
-        #[source]
-        source: StoreError,
-    },
-    #[error(transparent)]
-    Provisioner(#[from] ProvisionerError),
-}
+pub use super::store::ObjectError as SeamError;

@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use serde_json::json;
 
 use crate::api::{BareMetalSwitch, BareMetalSwitchStatus};
-use crate::controller::runtime::store::{StoreError, conflict_or, found};
+use crate::controller::runtime::store::{KubeClient, StatusApply, StoreError, conflict_or, found};
 
 /// Field manager of the Secrets bmo writes for the switches and of their status.
 pub const SWITCH_FIELD_MANAGER: &str = "bmo-switches";
@@ -86,23 +86,13 @@ impl KubeSwitchStore {
         switch: &BareMetalSwitch,
         status: &BareMetalSwitchStatus,
     ) -> Result<(), StoreError> {
-        let body = json!({
-            "apiVersion": "metal3.io/v1alpha1",
-            "kind": "BareMetalSwitch",
-            "metadata": {"name": switch.name_any()},
-            "status": status,
-        });
-        Api::<BareMetalSwitch>::namespaced(
-            self.client.clone(),
-            &switch.namespace().unwrap_or_default(),
-        )
-        .patch_status(
-            &switch.name_any(),
-            &PatchParams::apply(SWITCH_FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await
-        .map_err(conflict_or)?;
-        Ok(())
+        let how = StatusApply {
+            manager: SWITCH_FIELD_MANAGER,
+            named: true,
+            ..StatusApply::PLAIN
+        };
+        KubeClient::new(self.client.clone(), None)
+            .apply_status(switch, status, how)
+            .await
     }
 }

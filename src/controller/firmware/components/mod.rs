@@ -21,11 +21,12 @@ use kube::ResourceExt;
 use state_machine::{Facts, Step};
 pub use store::ComponentsStore;
 
-use super::{FirmwareContext, FirmwareError};
+use super::context::{FirmwareContext, FirmwareError, MAX_STEPS, node_of};
 use crate::api::BareMetalHost;
 use crate::api::firmware::HostFirmwareComponents;
-use crate::controller::runtime::{Next, store::StoreError};
-use crate::provisioner::{FirmwareReader, HostId, NodeRef};
+use crate::controller::runtime::Next;
+use crate::controller::runtime::store::{ObjectError, StoreError};
+use crate::provisioner::FirmwareReader;
 
 /// What of a HostFirmwareComponents the host controller acts on: its conditions
 /// (type, status, observed generation). A change judged valid asks an available
@@ -38,10 +39,6 @@ pub fn conditions_hash(object: &HostFirmwareComponents) -> Option<u64> {
     Some(hasher.finish())
 }
 
-/// Steps one reconcile takes at most; more means the object keeps changing under
-/// it, and it looks again shortly.
-const MAX_STEPS: usize = 10;
-
 /// One reconcile of `host`'s HostFirmwareComponents, as of `now`.
 pub async fn reconcile<P: FirmwareReader, S: ComponentsStore>(
     host: &BareMetalHost,
@@ -49,11 +46,7 @@ pub async fn reconcile<P: FirmwareReader, S: ComponentsStore>(
     now: Time,
 ) -> Result<Next, FirmwareError> {
     let namespace = host.namespace().unwrap_or_default();
-    let name = host.name_any();
-    let store_err = |source| FirmwareError::Store {
-        object: format!("HostFirmwareComponents {namespace}/{name}"),
-        source,
-    };
+    let object = format!("HostFirmwareComponents {namespace}/{}", host.name_any());
     let mut facts = Facts {
         host: Some(host.clone()),
         now: Some(now),
@@ -65,83 +58,106 @@ pub async fn reconcile<P: FirmwareReader, S: ComponentsStore>(
     for _ in 0..MAX_STEPS {
         let step = state_machine::next(&facts);
         tracing::debug!(?step, "firmware components step");
-        let object = facts.object.clone().flatten();
-        match step {
-            Step::Idle => return Ok(Next::OnChange),
-            Step::Done(after) => return Ok(Next::After(after)),
-            Step::LookUp => {
-                let found = if lost_race {
-                    ctx.store.current_components(&namespace, &name).await
-                } else {
-                    ctx.store.components(&namespace, &name).await
-                };
-                facts.object = Some(found.map_err(store_err)?);
-            }
-            Step::ReadComponents => {
-                let node = NodeRef {
-                    id: HostId::new(&namespace, &name),
-                    provisioning_id: host.status.as_ref().map(|s| s.provisioning.id.clone()),
-                };
-                match ctx.provisioner.firmware_components(&node).await? {
-                    Some(read) => facts.components = Some(read),
-                    // The node is gone: the host controller registers it again, and
-                    // its status write wakes this one.
-                    None => return Ok(Next::OnChange),
-                }
-            }
-            Step::Create => match ctx.store.create_components(host).await {
-                Ok(created) => {
-                    tracing::info!("created the host's HostFirmwareComponents");
-                    facts.object = Some(Some(created));
-                }
-                Err(StoreError::Conflict) => {
-                    lost_race = true;
-                    facts.object = None;
-                }
-                Err(e) => return Err(store_err(e)),
-            },
-            Step::Adopt => {
-                let Some(object) = object else {
-                    return Ok(Next::After(Duration::from_secs(1)));
-                };
-                match ctx.store.adopt_components(host, &object).await {
-                    Ok(adopted) => facts.object = Some(Some(adopted)),
-                    Err(StoreError::Conflict) => {
-                        lost_race = true;
-                        facts.object = None;
-                    }
-                    Err(e) => return Err(store_err(e)),
-                }
-            }
-            Step::SaveStatus {
-                status,
-                events,
-                requeue,
-            } => {
-                let Some(object) = object else {
-                    return Ok(Next::After(Duration::from_secs(1)));
-                };
-                match ctx.store.apply_components_status(&object, &status).await {
-                    Ok(()) => {}
-                    // Written meanwhile (the host controller recorded updates): read
-                    // it again and decide anew.
-                    Err(StoreError::Conflict) => {
-                        lost_race = true;
-                        facts.object = None;
-                        continue;
-                    }
-                    Err(e) => return Err(store_err(e)),
-                }
-                for (reason, message) in events {
-                    ctx.store
-                        .publish_components(&object, &reason, &message)
-                        .await;
-                }
-                return Ok(Next::After(requeue));
+        match take(step, host, ctx, &mut facts, (lost_race, &object)).await? {
+            Taken::Next(next) => return Ok(next),
+            Taken::Step => {}
+            Taken::LostRace => {
+                lost_race = true;
+                facts.object = None;
             }
         }
     }
     Ok(Next::After(Duration::from_secs(1)))
+}
+
+/// What taking a step came to.
+enum Taken {
+    /// The reconcile ends.
+    Next(Next),
+    /// On to the next step.
+    Step,
+    /// A write was refused because the object changed: read it again.
+    LostRace,
+}
+
+/// A store call's answer, a refusal because the object changed as [`Taken::LostRace`].
+fn raced<T>(
+    result: Result<T, StoreError>,
+    object: &str,
+) -> Result<Result<T, Taken>, FirmwareError> {
+    match result {
+        Ok(value) => Ok(Ok(value)),
+        Err(StoreError::Conflict) => Ok(Err(Taken::LostRace)),
+        Err(source) => Err(ObjectError::store(object)(source)),
+    }
+}
+
+/// Takes `step` for `object` (`lost_race`: read it from the API server).
+async fn take<P: FirmwareReader, S: ComponentsStore>(
+    step: Step,
+    host: &BareMetalHost,
+    ctx: &FirmwareContext<P, S>,
+    facts: &mut Facts,
+    (lost_race, object_name): (bool, &str),
+) -> Result<Taken, FirmwareError> {
+    let (namespace, name) = (host.namespace().unwrap_or_default(), host.name_any());
+    let object = facts.object.clone().flatten();
+    match step {
+        Step::Idle => return Ok(Taken::Next(Next::OnChange)),
+        Step::Done(after) => return Ok(Taken::Next(Next::After(after))),
+        Step::LookUp => {
+            let found = if lost_race {
+                ctx.store.current_components(&namespace, &name).await
+            } else {
+                ctx.store.components(&namespace, &name).await
+            };
+            facts.object = Some(found.map_err(ObjectError::store(object_name))?);
+        }
+        Step::ReadComponents => match ctx.provisioner.firmware_components(&node_of(host)).await? {
+            Some(read) => facts.components = Some(read),
+            // The node is gone: the host controller registers it again, and its
+            // status write wakes this one.
+            None => return Ok(Taken::Next(Next::OnChange)),
+        },
+        Step::Create => match raced(ctx.store.create_components(host).await, object_name)? {
+            Ok(created) => {
+                tracing::info!("created the host's HostFirmwareComponents");
+                facts.object = Some(Some(created));
+            }
+            Err(taken) => return Ok(taken),
+        },
+        Step::Adopt => {
+            let Some(object) = object else {
+                return Ok(Taken::Next(Next::After(Duration::from_secs(1))));
+            };
+            match raced(ctx.store.adopt_components(host, &object).await, object_name)? {
+                Ok(adopted) => facts.object = Some(Some(adopted)),
+                Err(taken) => return Ok(taken),
+            }
+        }
+        Step::SaveStatus {
+            status,
+            events,
+            requeue,
+        } => {
+            let Some(object) = object else {
+                return Ok(Taken::Next(Next::After(Duration::from_secs(1))));
+            };
+            // Written meanwhile (the host controller recorded updates): read it
+            // again and decide anew.
+            let saved = ctx.store.apply_components_status(&object, &status).await;
+            if let Err(taken) = raced(saved, object_name)? {
+                return Ok(taken);
+            }
+            for (reason, message) in events {
+                ctx.store
+                    .publish_components(&object, &reason, &message)
+                    .await;
+            }
+            return Ok(Taken::Next(Next::After(requeue)));
+        }
+    }
+    Ok(Taken::Step)
 }
 
 #[cfg(test)]

@@ -6,29 +6,29 @@
 
 use std::future::Future;
 
-use k8s_openapi::api::core::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, ResourceExt};
-use serde_json::json;
+use kube::ResourceExt;
 
 use crate::api::BareMetalHost;
 use crate::api::firmware::{
     HostFirmwareComponents, HostFirmwareComponentsSpec, HostFirmwareComponentsStatus,
 };
 use crate::controller::firmware::store::{
-    KubeFirmwareStore, MemoryFirmwareStore, create_conflict, key, key_of, unchanged,
+    KubeFirmwareStore, MemoryFirmwareStore, key, key_of, unchanged,
 };
-use crate::controller::runtime::store::events::{Reporter, upstream_event};
+use crate::controller::runtime::store::events::Reporter;
 use crate::controller::runtime::store::{
-    FIELD_MANAGER, HostEvent, StoreError, add_owner, cached, conflict_or, owner_reference,
-    take_over,
+    HostEvent, StatusApply, StoreError, cached, owner_reference,
 };
 
 /// Upstream's `source.component` on HostFirmwareComponents events.
 pub const SOURCE_COMPONENT: &str = "metal3-hostfirmwarecomponents-controller";
 /// Upstream's `reportingController` on HostFirmwareComponents events.
 pub const REPORTING_CONTROLLER: &str = "metal3.io/hostfirmwarecomponents-controller";
+/// Who posts the HostFirmwareComponents events, as upstream.
+pub const REPORTER: Reporter = Reporter {
+    component: SOURCE_COMPONENT,
+    controller: REPORTING_CONTROLLER,
+};
 
 /// The Kubernetes side of the HostFirmwareComponents controller.
 pub trait ComponentsStore: Send + Sync {
@@ -79,27 +79,6 @@ pub trait ComponentsStore: Send + Sync {
     ) -> impl Future<Output = ()> + Send;
 }
 
-/// The core/v1 Event upstream's controller posts about a HostFirmwareComponents.
-/// Upstream says Normal; bmo marks refusals as warnings, as for hosts.
-pub fn components_event(
-    object: &HostFirmwareComponents,
-    reason: &str,
-    message: &str,
-    instance: Option<&str>,
-    now: &Time,
-) -> Event {
-    let event = HostEvent {
-        reason: reason.to_owned(),
-        message: message.to_owned(),
-        warning: true,
-    };
-    let reporter = Reporter {
-        component: SOURCE_COMPONENT,
-        controller: REPORTING_CONTROLLER,
-    };
-    upstream_event(object, reporter, &event, None, instance, now)
-}
-
 /// The empty HostFirmwareComponents of `host`, owned by it.
 fn new_components(host: &BareMetalHost) -> HostFirmwareComponents {
     let mut object =
@@ -126,25 +105,14 @@ impl ComponentsStore for KubeFirmwareStore {
         namespace: &str,
         name: &str,
     ) -> Result<Option<HostFirmwareComponents>, StoreError> {
-        Ok(self
-            .api::<HostFirmwareComponents>(namespace)
-            .get_opt(name)
-            .await?)
+        self.kube.get(namespace, name).await
     }
 
     async fn create_components(
         &self,
         host: &BareMetalHost,
     ) -> Result<HostFirmwareComponents, StoreError> {
-        let object = new_components(host);
-        let params = PostParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..PostParams::default()
-        };
-        self.api::<HostFirmwareComponents>(&host.namespace().unwrap_or_default())
-            .create(&params, &object)
-            .await
-            .map_err(create_conflict)
+        self.kube.create(&new_components(host)).await
     }
 
     async fn adopt_components(
@@ -152,17 +120,14 @@ impl ComponentsStore for KubeFirmwareStore {
         host: &BareMetalHost,
         object: &HostFirmwareComponents,
     ) -> Result<HostFirmwareComponents, StoreError> {
-        let api: Api<HostFirmwareComponents> = self.api(&object.namespace().unwrap_or_default());
-        let uid = host.metadata.uid.as_deref().unwrap_or_default();
-        let mut current = object.clone();
-        if !current.owner_references().iter().any(|o| o.uid == uid) {
-            current = add_owner(&api, &current, owner_reference(host, false)).await?;
+        let (adopted, added) = self
+            .kube
+            .adopt(object, owner_reference(host, false))
+            .await?;
+        if added {
             tracing::info!("adopted the host's HostFirmwareComponents");
         }
-        if let Some(newer) = take_over(&api, &current, "status").await? {
-            current = newer;
-        }
-        Ok(current)
+        Ok(adopted)
     }
 
     async fn apply_components_status(
@@ -170,21 +135,11 @@ impl ComponentsStore for KubeFirmwareStore {
         object: &HostFirmwareComponents,
         status: &HostFirmwareComponentsStatus,
     ) -> Result<(), StoreError> {
-        let patch = json!({
-            "apiVersion": "metal3.io/v1alpha1",
-            "kind": "HostFirmwareComponents",
-            "metadata": {"resourceVersion": object.resource_version()},
-            "status": status,
-        });
-        self.api::<HostFirmwareComponents>(&object.namespace().unwrap_or_default())
-            .patch_status(
-                &object.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await
-            .map_err(conflict_or)?;
-        Ok(())
+        let how = StatusApply {
+            if_unchanged: true,
+            ..StatusApply::PLAIN
+        };
+        self.kube.apply_status(object, status, how).await
     }
 
     async fn publish_components(
@@ -193,15 +148,9 @@ impl ComponentsStore for KubeFirmwareStore {
         reason: &str,
         message: &str,
     ) {
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let event = components_event(object, reason, message, self.instance.as_deref(), &now);
-        if let Err(e) = self
-            .api::<Event>(&object.namespace().unwrap_or_default())
-            .create(&PostParams::default(), &event)
-            .await
-        {
-            tracing::debug!(error = %e, reason, "could not publish event");
-        }
+        // Upstream says Normal; bmo marks refusals as warnings, as for hosts.
+        let event = HostEvent::warning(reason, message);
+        self.kube.publish(object, REPORTER, &event).await;
     }
 }
 
@@ -236,16 +185,8 @@ impl ComponentsStore for MemoryFirmwareStore {
         object: &HostFirmwareComponents,
     ) -> Result<HostFirmwareComponents, StoreError> {
         let mut objects = self.lock();
-        unchanged(objects.components.get(&key_of(object)), object)?;
-        let mut adopted = object.clone();
-        let uid = host.metadata.uid.clone().unwrap_or_default();
-        if !adopted.owner_references().iter().any(|o| o.uid == uid) {
-            adopted
-                .owner_references_mut()
-                .push(owner_reference(host, false));
-        }
-        adopted.metadata.managed_fields = None;
-        objects.stamp(&mut adopted);
+        let stored = objects.components.get(&key_of(object)).cloned();
+        let adopted = objects.adopted(stored.as_ref(), object, host)?;
         objects.components.insert(key_of(&adopted), adopted.clone());
         Ok(adopted)
     }

@@ -1,9 +1,13 @@
 //! What every controller's store shares: the error of a Kubernetes call, guarded
 //! list writes ([`patches`]), server-side apply with the take-over of fields written
-//! with Update ([`managed_fields`]) and events ([`events`]).
+//! with Update ([`managed_fields`]), events ([`events`]), the writes a kind's store
+//! makes of its own objects ([`kube_client`]) and what the in-memory stores share
+//! ([`memory`]).
 
 pub mod events;
+pub mod kube_client;
 pub mod managed_fields;
+pub mod memory;
 pub mod patches;
 
 use std::sync::OnceLock;
@@ -14,7 +18,9 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::{Resource, ResourceExt};
 
 use crate::api::BareMetalHost;
+use crate::provisioner::ProvisionerError;
 
+pub use kube_client::{KubeClient, Object, StatusApply, name_of};
 pub use patches::{add_owner, conflict_or, found, json_patch, patch_finalizers, take_over};
 
 /// Field manager for everything bmo writes.
@@ -50,12 +56,48 @@ pub enum StoreError {
     Kube(#[from] kube::Error),
 }
 
+/// Why a reconcile of an object could not finish: a Kubernetes call about `object`
+/// (its kind and `namespace/name`), or the provisioner.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectError {
+    #[error("{object}: {source}")]
+    Store {
+        /// What was being read or written, e.g. `DataImage ns/name`.
+        object: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error(transparent)]
+    Provisioner(#[from] ProvisionerError),
+}
+
+impl ObjectError {
+    /// The error of a Kubernetes call about `object`, for `map_err`.
+    pub fn store(object: &str) -> impl Fn(StoreError) -> ObjectError + Copy + '_ {
+        move |source| ObjectError::Store {
+            object: object.to_owned(),
+            source,
+        }
+    }
+}
+
 /// An event to publish about an object (a host, most often).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostEvent {
     pub reason: String,
     pub message: String,
     pub warning: bool,
+}
+
+impl HostEvent {
+    /// A Warning event.
+    pub fn warning(reason: &str, message: &str) -> Self {
+        HostEvent {
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+            warning: true,
+        }
+    }
 }
 
 /// The host as an owner: `controller` for objects it alone makes (HardwareData).

@@ -6,10 +6,11 @@ use serde_json::json;
 use super::state_machine::{REQUEUE, schema_name};
 use super::*;
 use crate::api::firmware::{FirmwareSchema, FirmwareSchemaSpec, SETTINGS_VALID, SettingSchema};
+use crate::controller::firmware::MemoryFirmwareStore;
 use crate::provisioner::{BiosSettings, FixtureProvisioner};
 
 fn host(name: &str, node: &str) -> BareMetalHost {
-    super::state_machine::tests::test_host(name, node)
+    crate::controller::firmware::state_machine::tests::test_host(name, node)
 }
 
 fn bios() -> BiosSettings {

@@ -1,0 +1,37 @@
+//! What the firmware controllers (settings, components, policy) share: their
+//! context, their error, and how far one reconcile goes.
+
+use std::time::Duration;
+
+use kube::ResourceExt;
+
+use super::store::KubeFirmwareStore;
+use crate::api::BareMetalHost;
+use crate::controller::runtime::store::ObjectError;
+use crate::provisioner::{HostId, NodeRef};
+
+/// Look again this soon after the provisioner could not answer (upstream's delay).
+pub const PROVISIONER_RETRY: Duration = Duration::from_secs(30);
+
+/// Steps one reconcile takes at most (each a read or a write); more means objects
+/// keep changing under it, and it looks again shortly.
+pub const MAX_STEPS: usize = 10;
+
+/// What the firmware controllers share.
+pub struct FirmwareContext<P, S = KubeFirmwareStore> {
+    pub provisioner: P,
+    pub store: S,
+    /// `WATCH_NAMESPACE`: only hosts in this namespace; all when `None`.
+    pub namespace: Option<String>,
+}
+
+/// Why a reconcile could not finish; retried after [`PROVISIONER_RETRY`].
+pub type FirmwareError = ObjectError;
+
+/// The host's node, as the provisioner reads it.
+pub fn node_of(host: &BareMetalHost) -> NodeRef {
+    NodeRef {
+        id: HostId::new(host.namespace().unwrap_or_default(), host.name_any()),
+        provisioning_id: host.status.as_ref().map(|s| s.provisioning.id.clone()),
+    }
+}

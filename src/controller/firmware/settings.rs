@@ -1,0 +1,198 @@
+//! One reconcile of a host's HostFirmwareSettings: [`super::state_machine`] decides,
+//! the provisioner reads the BIOS, [`super::store`] writes.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+
+use super::context::{FirmwareContext, FirmwareError, MAX_STEPS, PROVISIONER_RETRY, node_of};
+use super::state_machine::{self, Facts, Lookup, Step};
+use super::store::{self, FirmwareStore};
+use crate::api::BareMetalHost;
+use crate::api::firmware::{FirmwareSchema, HostFirmwareSettings};
+use crate::controller::runtime::Next;
+use crate::controller::runtime::store::{ObjectError, StoreError};
+use crate::provisioner::FirmwareReader;
+
+/// One reconcile of `host`'s HostFirmwareSettings, as of `now`.
+pub async fn reconcile<P: FirmwareReader, S: FirmwareStore>(
+    host: &BareMetalHost,
+    ctx: &FirmwareContext<P, S>,
+    now: Time,
+) -> Result<Next, FirmwareError> {
+    let (namespace, name) = (host.namespace().unwrap_or_default(), host.name_any());
+    let object = format!("HostFirmwareSettings {namespace}/{name}");
+    let mut facts = Facts {
+        host: Some(host.clone()),
+        now: Some(now),
+        ..Facts::default()
+    };
+    if state_machine::next(&facts) == Step::Idle {
+        return Ok(Next::OnChange);
+    }
+    facts.settings = ctx
+        .store
+        .settings(&namespace, &name)
+        .await
+        .map_err(ObjectError::store(&object))?;
+    for _ in 0..MAX_STEPS {
+        let step = state_machine::next(&facts);
+        tracing::debug!(?step, "firmware settings step");
+        if let Some(next) = take(step, host, ctx, &mut facts, &object).await? {
+            return Ok(next);
+        }
+    }
+    Ok(Next::After(Duration::from_secs(1)))
+}
+
+/// Takes `step`; `Some` ends the reconcile.
+async fn take<P: FirmwareReader, S: FirmwareStore>(
+    step: Step,
+    host: &BareMetalHost,
+    ctx: &FirmwareContext<P, S>,
+    facts: &mut Facts,
+    object: &str,
+) -> Result<Option<Next>, FirmwareError> {
+    let namespace = host.namespace().unwrap_or_default();
+    let store_err = ObjectError::store(object);
+    // Every step past CreateSettings has the settings object.
+    let settings = facts
+        .settings
+        .clone()
+        .unwrap_or_else(|| HostFirmwareSettings::new(&host.name_any(), Default::default()));
+    match step {
+        Step::Idle => return Ok(Some(Next::OnChange)),
+        Step::Done(after) => return Ok(Some(Next::After(after))),
+        Step::CreateSettings => {
+            facts.settings = create_settings(host, ctx).await.map_err(store_err)?;
+        }
+        Step::AdoptSettings => {
+            let adopted = ctx.store.adopt_settings(host, &settings).await;
+            facts.settings = Some(adopted.map_err(store_err)?);
+        }
+        Step::ReadBios => match ctx.provisioner.bios_settings(&node_of(host)).await? {
+            Some(bios) => facts.bios = Some(bios),
+            // The node is gone: the host controller registers it again, and its
+            // status write wakes this one.
+            None => return Ok(Some(Next::OnChange)),
+        },
+        Step::LookUpSchema(schema) => {
+            let found = ctx.store.schema(&namespace, &schema).await;
+            let found = found.map_err(store_err)?;
+            facts.schema = Some(lookup(found, &settings));
+        }
+        Step::CreateSchema(schema) => {
+            let created = create_schema(ctx, &settings, &schema).await;
+            facts.schema = Some(created.map_err(store_err)?);
+        }
+        Step::OwnSchema => {
+            let Some(Lookup::Found(schema)) = &facts.schema else {
+                return Ok(Some(Next::After(PROVISIONER_RETRY)));
+            };
+            let owned = own_schema(ctx, &settings, schema).await;
+            facts.schema = Some(owned.map_err(store_err)?);
+        }
+        Step::SaveStatus {
+            status,
+            events,
+            requeue,
+        } => {
+            let saved = ctx.store.apply_status(&settings, &status).await;
+            saved.map_err(store_err)?;
+            for (reason, message) in events {
+                ctx.store.publish(&settings, &reason, &message).await;
+            }
+            return Ok(Some(Next::After(requeue)));
+        }
+    }
+    Ok(None)
+}
+
+/// Makes the host's HostFirmwareSettings, or reads the one made meanwhile (or that
+/// the cache had not seen yet).
+async fn create_settings<P, S: FirmwareStore>(
+    host: &BareMetalHost,
+    ctx: &FirmwareContext<P, S>,
+) -> Result<Option<HostFirmwareSettings>, StoreError> {
+    match ctx.store.create_settings(host).await {
+        Ok(created) => {
+            tracing::info!("created the host's HostFirmwareSettings");
+            Ok(Some(created))
+        }
+        Err(StoreError::Conflict) => {
+            let namespace = host.namespace().unwrap_or_default();
+            ctx.store
+                .current_settings(&namespace, &host.name_any())
+                .await
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Makes `schema`, or reads the one a host of the same model made meanwhile.
+async fn create_schema<P, S: FirmwareStore>(
+    ctx: &FirmwareContext<P, S>,
+    settings: &HostFirmwareSettings,
+    schema: &FirmwareSchema,
+) -> Result<Lookup<FirmwareSchema>, StoreError> {
+    match ctx.store.create_schema(settings, schema).await {
+        Ok(created) => {
+            tracing::info!(schema = %created.name_any(), "created a FirmwareSchema");
+            Ok(Lookup::Found(created))
+        }
+        Err(StoreError::Conflict) => current_schema(ctx, settings, &schema.name_any()).await,
+        Err(e) => Err(e),
+    }
+}
+
+/// Adds `settings` to `schema`'s owners. Hosts of one model share the schema and add
+/// themselves to its owners at once: the loser reads it again and tries again in
+/// the next step, rather than a whole reconcile (and a BIOS read) later.
+async fn own_schema<P, S: FirmwareStore>(
+    ctx: &FirmwareContext<P, S>,
+    settings: &HostFirmwareSettings,
+    schema: &FirmwareSchema,
+) -> Result<Lookup<FirmwareSchema>, StoreError> {
+    match ctx.store.own_schema(settings, schema).await {
+        Ok(()) => {
+            let mut owned = schema.clone();
+            owned
+                .owner_references_mut()
+                .push(store::settings_owner(settings));
+            Ok(Lookup::Found(owned))
+        }
+        Err(StoreError::Conflict) => current_schema(ctx, settings, &schema.name_any()).await,
+        Err(e) => Err(e),
+    }
+}
+
+/// The FirmwareSchema `name` as the API server holds it now (after a write lost a race).
+async fn current_schema<P, S: FirmwareStore>(
+    ctx: &FirmwareContext<P, S>,
+    settings: &HostFirmwareSettings,
+    name: &str,
+) -> Result<Lookup<FirmwareSchema>, StoreError> {
+    let namespace = settings.namespace().unwrap_or_default();
+    let found = ctx.store.current_schema(&namespace, name).await?;
+    Ok(lookup(found, settings))
+}
+
+/// A schema as the state machine needs it: its spec, and `settings` among its owners
+/// or not. The other owners are dropped: a schema shared by a thousand hosts carries a
+/// thousand, and every reconcile in flight holds its copy.
+fn lookup(
+    found: Option<FirmwareSchema>,
+    settings: &HostFirmwareSettings,
+) -> Lookup<FirmwareSchema> {
+    let Some(mut schema) = found else {
+        return Lookup::Missing;
+    };
+    if let Some(owners) = schema.metadata.owner_references.as_mut() {
+        owners.retain(|o| Some(o.uid.as_str()) == settings.metadata.uid.as_deref());
+    }
+    Lookup::Found(schema)
+}
+
+#[cfg(test)]
+mod tests;
