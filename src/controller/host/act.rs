@@ -6,11 +6,12 @@ use crate::api::{BareMetalHost, CurrentStep};
 use crate::metrics::Metrics;
 use crate::provisioner::{self, InspectStatus, Outcome, PowerMode, Progress, Provisioner};
 
+use super::context::{Context, host_labels};
+use super::errors::{ReconcileError, store_err};
 use super::request::{prepare_request, provision_request, service_request};
 use super::save::Extras;
 use super::state_machine::{CallResult, Facts, Operation, PendingUpdates};
 use super::store::Store;
-use super::{Context, ReconcileError, host_labels, store_err};
 
 /// A provisioner outcome as the state machine sees it.
 pub fn call_result<T>(outcome: &Outcome<T>) -> CallResult {

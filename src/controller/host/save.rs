@@ -7,14 +7,17 @@ use k8s_openapi::api::core::v1::SecretReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
+use super::context::{Context, host_labels};
+use super::errors::{ReconcileError, store_err};
 use super::state_machine::{self, ErrorChange, Requeue, Update};
 use super::store::{HostEvent, Store};
-use super::{Context, Next, ReconcileError, backoff, conditions, host_labels, secrets, store_err};
+use super::{conditions, secrets};
 use crate::api::host::{INSPECT_ANNOTATION, REBOOT_ANNOTATION_PREFIX};
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, CredentialsStatus, CurrentStep, HardwareDetails,
     OperationalStatus, ProvisioningState as State,
 };
+use crate::controller::runtime::{Next, backoff};
 use crate::ironic::IronicError;
 use crate::metrics::{self, TimedOperation};
 use crate::provisioner::Provisioner;
