@@ -163,3 +163,14 @@ fn settled(h: Option<&BareMetalHost>) -> bool {
         state_of(h) == State::Provisioned && h.status.as_ref().is_some_and(|s| s.powered_on)
     })
 }
+
+/// The conditions of a firmware object the firmware controller judged valid at
+/// `generation`, with `ChangeDetected` as `change_detected` and both for `reason`.
+fn judged(change_detected: &str, reason: &str, generation: i64) -> serde_json::Value {
+    json!([
+        {"type": "ChangeDetected", "status": change_detected, "reason": reason, "message": "",
+         "observedGeneration": generation, "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        {"type": "Valid", "status": "True", "reason": reason, "message": "",
+         "observedGeneration": generation, "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    ])
+}

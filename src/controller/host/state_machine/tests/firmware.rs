@@ -4,26 +4,32 @@
 use super::*;
 use serde_json::json;
 
+/// `apply` prepares an available host again and is applied by preparing; `not_ready`
+/// (not judged yet) leaves an available host as it is and holds preparing.
+fn assert_prepares_again(apply: &Facts, not_ready: &Facts) {
+    let h = host(json!({}), "available", json!({}));
+    match plan(&h, apply) {
+        Step::Transition(u) => assert_eq!(u.state, Some(State::Preparing)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(plan(&h, not_ready), plan(&h, &facts()));
+    let p = host(json!({}), "preparing", json!({}));
+    assert_eq!(plan(&p, not_ready), Step::Wait(FIRMWARE_WAIT));
+    assert_eq!(plan(&p, apply), Step::Call(Operation::Prepare));
+}
+
 #[test]
 fn changed_bios_settings_prepare_an_available_host_again() {
     let apply = Facts {
         firmware: PendingSettings::Apply(vec![("ProcTurboMode".into(), json!("Disabled"))]),
         ..facts()
     };
-    let h = host(json!({}), "available", json!({}));
-    match plan(&h, &apply) {
-        Step::Transition(u) => assert_eq!(u.state, Some(State::Preparing)),
-        other => panic!("{other:?}"),
-    }
     // Not judged yet: an available host goes on as it is; preparing waits.
     let not_ready = Facts {
         firmware: PendingSettings::NotReady,
         ..facts()
     };
-    assert_eq!(plan(&h, &not_ready), plan(&h, &facts()));
-    let p = host(json!({}), "preparing", json!({}));
-    assert_eq!(plan(&p, &not_ready), Step::Wait(FIRMWARE_WAIT));
-    assert_eq!(plan(&p, &apply), Step::Call(Operation::Prepare));
+    assert_prepares_again(&apply, &not_ready);
 }
 
 #[test]
@@ -38,19 +44,11 @@ fn requested_firmware_updates_prepare_an_available_host_again() {
         },
         ..facts()
     };
-    let h = host(json!({}), "available", json!({}));
-    match plan(&h, &apply) {
-        Step::Transition(u) => assert_eq!(u.state, Some(State::Preparing)),
-        other => panic!("{other:?}"),
-    }
     let not_ready = Facts {
         firmware_updates: PendingUpdates::NotReady,
         ..facts()
     };
-    assert_eq!(plan(&h, &not_ready), plan(&h, &facts()));
-    let p = host(json!({}), "preparing", json!({}));
-    assert_eq!(plan(&p, &not_ready), Step::Wait(FIRMWARE_WAIT));
-    assert_eq!(plan(&p, &apply), Step::Call(Operation::Prepare));
+    assert_prepares_again(&apply, &not_ready);
 }
 
 #[test]
