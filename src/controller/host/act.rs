@@ -6,11 +6,12 @@ use crate::api::{BareMetalHost, CurrentStep};
 use crate::metrics::Metrics;
 use crate::provisioner::{self, InspectStatus, Outcome, PowerMode, Progress, Provisioner};
 
+use super::context::{Context, host_labels};
+use super::errors::{ReconcileError, store_err};
 use super::request::{prepare_request, provision_request, service_request};
 use super::save::Extras;
 use super::state_machine::{CallResult, Facts, Operation, PendingUpdates};
 use super::store::Store;
-use super::{Context, ReconcileError, host_labels, store_err};
 
 /// A provisioner outcome as the state machine sees it.
 pub fn call_result<T>(outcome: &Outcome<T>) -> CallResult {
@@ -45,57 +46,8 @@ pub async fn call<P: Provisioner, S: Store>(
     let mut extras = Extras::default();
     let result = match op {
         Operation::Register => call_result(&p.register(phost).await?),
-        Operation::Inspect { refresh } => {
-            let outcome = p.inspect(phost, refresh).await?;
-            if let InspectStatus::Complete(details) = &outcome.value {
-                let mut details = details.as_ref().clone();
-                ctx.add_lease_details(&mut details);
-                extras.hardware = Some(details);
-            }
-            let after = outcome.requeue_after.unwrap_or(Duration::from_secs(10));
-            let running = matches!(
-                outcome.value,
-                InspectStatus::Started | InspectStatus::InProgress
-            );
-            // The Progressing condition's message stays the state's own ("host is
-            // inspecting"): once inspection started, saying it again in other
-            // words would be a status write that tells nothing new.
-            if running && outcome.error.is_none() {
-                if matches!(outcome.value, InspectStatus::Started) {
-                    CallResult::Started { after }
-                } else {
-                    CallResult::InProgress {
-                        after,
-                        changed: outcome.changed,
-                    }
-                }
-            } else {
-                call_result(&outcome)
-            }
-        }
-        Operation::Prepare => {
-            let request = prepare_request(host, &facts.firmware, &facts.firmware_updates);
-            let outcome = p.prepare(phost, &request).await?;
-            // Recorded once the clean steps run, as upstream, so that they are not
-            // started again once cleaning is over.
-            if let PendingUpdates::Apply { spec, .. } = &facts.firmware_updates
-                && outcome.value.started
-                && !request.firmware_updates.is_empty()
-            {
-                ctx.store
-                    .record_firmware_updates(host, spec)
-                    .await
-                    .map_err(store_err(host))?;
-            }
-            if outcome.error.is_some() {
-                ctx.store
-                    .forget_firmware_updates(host)
-                    .await
-                    .map_err(store_err(host))?;
-            }
-            running(&mut extras, outcome.value.current_step.as_ref());
-            started_or_result(&outcome)
-        }
+        Operation::Inspect { refresh } => inspect(ctx, phost, refresh, &mut extras).await?,
+        Operation::Prepare => prepare(host, ctx, phost, facts, &mut extras).await?,
         Operation::Service => service(host, ctx, phost, facts, &mut extras).await?,
         Operation::Provision => {
             let request = provision_request(host, &ctx.store, &ctx.metrics)
@@ -132,6 +84,88 @@ pub async fn call<P: Provisioner, S: Store>(
     Ok((result, extras))
 }
 
+/// Inspects the host; the hardware details, with the lease table's NIC details, go
+/// into `extras` once inspection is complete.
+async fn inspect<P: Provisioner, S: Store>(
+    ctx: &Context<P, S>,
+    phost: &provisioner::Host,
+    refresh: bool,
+    extras: &mut Extras,
+) -> Result<CallResult, ReconcileError> {
+    let outcome = ctx.provisioner.inspect(phost, refresh).await?;
+    if let InspectStatus::Complete(details) = &outcome.value {
+        let mut details = details.as_ref().clone();
+        ctx.add_lease_details(&mut details);
+        extras.hardware = Some(details);
+    }
+    let after = outcome.requeue_after.unwrap_or(Duration::from_secs(10));
+    let running = matches!(
+        outcome.value,
+        InspectStatus::Started | InspectStatus::InProgress
+    );
+    // The Progressing condition's message stays the state's own ("host is
+    // inspecting"): once inspection started, saying it again in other
+    // words would be a status write that tells nothing new.
+    Ok(if running && outcome.error.is_none() {
+        if matches!(outcome.value, InspectStatus::Started) {
+            CallResult::Started { after }
+        } else {
+            CallResult::InProgress {
+                after,
+                changed: outcome.changed,
+            }
+        }
+    } else {
+        call_result(&outcome)
+    })
+}
+
+/// Prepares the host with the RAID, BIOS settings and firmware updates it asks for;
+/// the firmware updates are recorded once the clean steps start.
+async fn prepare<P: Provisioner, S: Store>(
+    host: &BareMetalHost,
+    ctx: &Context<P, S>,
+    phost: &provisioner::Host,
+    facts: &Facts,
+    extras: &mut Extras,
+) -> Result<CallResult, ReconcileError> {
+    let request = prepare_request(host, &facts.firmware, &facts.firmware_updates);
+    let outcome = ctx.provisioner.prepare(phost, &request).await?;
+    // Recorded once the clean steps run, as upstream, so that they are not
+    // started again once cleaning is over.
+    let started = outcome.value.started && !request.firmware_updates.is_empty();
+    let forget = outcome.error.is_some();
+    track_firmware_updates(host, ctx, &facts.firmware_updates, started, forget).await?;
+    running(extras, outcome.value.current_step.as_ref());
+    Ok(started_or_result(&outcome))
+}
+
+/// Records the firmware updates `updates` applies once the steps flashing them
+/// `started`, and forgets the recorded ones when told to (a failed call).
+async fn track_firmware_updates<P: Provisioner, S: Store>(
+    host: &BareMetalHost,
+    ctx: &Context<P, S>,
+    updates: &PendingUpdates,
+    started: bool,
+    forget: bool,
+) -> Result<(), ReconcileError> {
+    if let PendingUpdates::Apply { spec, .. } = updates
+        && started
+    {
+        ctx.store
+            .record_firmware_updates(host, spec)
+            .await
+            .map_err(store_err(host))?;
+    }
+    if forget {
+        ctx.store
+            .forget_firmware_updates(host)
+            .await
+            .map_err(store_err(host))?;
+    }
+    Ok(())
+}
+
 /// Services a provisioned host with what its policy allows; the firmware updates
 /// are recorded once the service steps start, as when preparing.
 async fn service<P: Provisioner, S: Store>(
@@ -144,21 +178,16 @@ async fn service<P: Provisioner, S: Store>(
     let (settings, updates) = super::state_machine::servicing::allowed_changes(facts);
     let request = service_request(&settings, &updates, facts.firmware_spec_set);
     let outcome = ctx.provisioner.service(phost, &request).await?;
-    if let PendingUpdates::Apply { spec, .. } = &updates
-        && outcome.value.started
-        && !request.firmware_updates.is_empty()
-    {
-        ctx.store
-            .record_firmware_updates(host, spec)
-            .await
-            .map_err(store_err(host))?;
-    }
-    if outcome.error.is_some() && !request.firmware_updates.is_empty() {
-        ctx.store
-            .forget_firmware_updates(host)
-            .await
-            .map_err(store_err(host))?;
-    }
+    let flashing = !request.firmware_updates.is_empty();
+    let forget = outcome.error.is_some() && flashing;
+    track_firmware_updates(
+        host,
+        ctx,
+        &updates,
+        outcome.value.started && flashing,
+        forget,
+    )
+    .await?;
     running(extras, outcome.value.current_step.as_ref());
     Ok(started_or_result(&outcome))
 }

@@ -10,15 +10,16 @@ use kube::runtime::reflector;
 use super::capacity::Slots;
 use super::lease_details;
 use super::node_owners::HostsOwningNodes;
+use super::settings::ControllerSettings;
 use super::steady::SteadyHosts;
-use super::{ControllerSettings, KubeStore, Store};
+use super::store::{KubeStore, Store, StoreError};
 use crate::api::BareMetalHost;
 use crate::api::firmware::{HostFirmwareComponents, HostFirmwareSettings};
 use crate::api::firmware_pending::{PendingUpdates, pending_updates};
 use crate::bmc::AddressGuard;
 use crate::controller::runtime::seams::BeforePowerOn;
 use crate::controller::runtime::store::cached;
-use crate::metrics::Metrics;
+use crate::metrics::{HostLabels, Metrics};
 use crate::netboot::DeployImages;
 use crate::netboot::hosts::HostDirectory;
 use crate::netboot::leases::LeaseTable;
@@ -155,7 +156,7 @@ impl<P: Provisioner, S: Store> Context<P, S> {
     pub(super) async fn firmware_settings(
         &self,
         host: &BareMetalHost,
-    ) -> Result<Option<HostFirmwareSettings>, super::StoreError> {
+    ) -> Result<Option<HostFirmwareSettings>, StoreError> {
         let namespace = host.namespace().unwrap_or_default();
         if let Some(settings) = cached(&self.firmware_cache, &namespace, &host.name_any()) {
             return Ok(settings);
@@ -170,7 +171,7 @@ impl<P: Provisioner, S: Store> Context<P, S> {
     pub(super) async fn firmware_components(
         &self,
         host: &BareMetalHost,
-    ) -> Result<Option<HostFirmwareComponents>, super::StoreError> {
+    ) -> Result<Option<HostFirmwareComponents>, StoreError> {
         let namespace = host.namespace().unwrap_or_default();
         if let Some(components) = cached(&self.components_cache, &namespace, &host.name_any())
             && !matches!(
@@ -190,5 +191,13 @@ impl<P: Provisioner, S: Store> Context<P, S> {
             Some(leases) => lease_details::add(details, |mac| leases.get(mac)),
             None => false,
         }
+    }
+}
+
+/// The labels of `host`'s metrics.
+pub(super) fn host_labels(host: &BareMetalHost) -> HostLabels {
+    HostLabels {
+        namespace: host.namespace().unwrap_or_default(),
+        host: host.name_any(),
     }
 }

@@ -7,14 +7,17 @@ use k8s_openapi::api::core::v1::SecretReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
+use super::context::{Context, host_labels};
+use super::errors::{ReconcileError, store_err};
 use super::state_machine::{self, ErrorChange, Requeue, Update};
 use super::store::{HostEvent, Store};
-use super::{Context, Next, ReconcileError, backoff, conditions, host_labels, secrets, store_err};
+use super::{conditions, secrets};
 use crate::api::host::{INSPECT_ANNOTATION, REBOOT_ANNOTATION_PREFIX};
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, CredentialsStatus, CurrentStep, HardwareDetails,
     OperationalStatus, ProvisioningState as State,
 };
+use crate::controller::runtime::{Next, backoff};
 use crate::ironic::IronicError;
 use crate::metrics::{self, TimedOperation};
 use crate::provisioner::Provisioner;
@@ -48,9 +51,45 @@ pub async fn save<P: Provisioner, S: Store>(
         return release(host, ctx, &update).await;
     }
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let mut status: BareMetalHostStatus = host.status.clone().unwrap_or_default();
-    let before = status.clone();
-    state_machine::apply(host, &mut status, &update, &now);
+    let before: BareMetalHostStatus = host.status.clone().unwrap_or_default();
+    let mut status = updated_status(host, &before, &update, extras, &now);
+    // An unchanged status is not written: the write would wake nobody usefully and
+    // costs the API server a watch event.
+    if status != before {
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            tracing::debug!(fields = ?changed_fields(&before, &status), "writing the status");
+        }
+        status.last_updated = Some(now.clone());
+        ctx.store
+            .apply_status(host, &status)
+            .await
+            .map_err(store_err(host))?;
+    }
+    if status.provisioning.state != before.provisioning.state {
+        tracing::info!(from = %before.provisioning.state, to = %status.provisioning.state, "state changed");
+    }
+    record_metrics(host, ctx, &update, &before, &status, &now);
+    publish_events(host, ctx, &update, &before, &status).await;
+    remove_consumed_annotations(host, ctx, &update).await?;
+    Ok(match update.requeue {
+        Requeue::Now => Next::After(Duration::from_millis(200)),
+        Requeue::After(d) => Next::After(d),
+        Requeue::Backoff => Next::After(backoff(status.error_count, ctx.settings.max_backoff)),
+        Requeue::OnChange => Next::OnChange,
+    })
+}
+
+/// The status `before` with `update` applied, what `extras` records, and the
+/// conditions computed again.
+fn updated_status(
+    host: &BareMetalHost,
+    before: &BareMetalHostStatus,
+    update: &Update,
+    extras: Extras,
+    now: &Time,
+) -> BareMetalHostStatus {
+    let mut status = before.clone();
+    state_machine::apply(host, &mut status, update, now);
     if let Some(id) = extras.provisioning_id.filter(|id| !id.is_empty()) {
         status.provisioning.id = id;
     }
@@ -76,24 +115,19 @@ pub async fn save<P: Provisioner, S: Store>(
         host.metadata.generation,
         extras.progress.as_deref(),
         extras.provisioner_reached,
-        &now,
+        now,
     );
-    // An unchanged status is not written: the write would wake nobody usefully and
-    // costs the API server a watch event.
-    if status != before {
-        if tracing::enabled!(tracing::Level::DEBUG) {
-            tracing::debug!(fields = ?changed_fields(&before, &status), "writing the status");
-        }
-        status.last_updated = Some(now.clone());
-        ctx.store
-            .apply_status(host, &status)
-            .await
-            .map_err(store_err(host))?;
-    }
-    if status.provisioning.state != before.provisioning.state {
-        tracing::info!(from = %before.provisioning.state, to = %status.provisioning.state, "state changed");
-    }
-    record_metrics(host, ctx, &update, &before, &status, &now);
+    status
+}
+
+/// Publishes the update's event, and announces newly accepted credentials.
+async fn publish_events<P: Provisioner, S: Store>(
+    host: &BareMetalHost,
+    ctx: &Context<P, S>,
+    update: &Update,
+    before: &BareMetalHostStatus,
+    status: &BareMetalHostStatus,
+) {
     // Upstream announces each credentials version the BMC accepted.
     if status.good_credentials.is_some() && status.good_credentials != before.good_credentials {
         let event = HostEvent {
@@ -103,9 +137,17 @@ pub async fn save<P: Provisioner, S: Store>(
         };
         ctx.store.publish(host, event).await;
     }
-    if let Some(event) = host_event(&update) {
+    if let Some(event) = host_event(update) {
         ctx.store.publish(host, event).await;
     }
+}
+
+/// Removes the annotations the update consumed (a one-shot reboot, a re-inspection).
+async fn remove_consumed_annotations<P: Provisioner, S: Store>(
+    host: &BareMetalHost,
+    ctx: &Context<P, S>,
+    update: &Update,
+) -> Result<(), ReconcileError> {
     let mut consumed = Vec::new();
     let annotations = host.annotations();
     if update.clear_reboot && annotations.contains_key(REBOOT_ANNOTATION_PREFIX) {
@@ -117,13 +159,7 @@ pub async fn save<P: Provisioner, S: Store>(
     ctx.store
         .remove_annotations(host, &consumed)
         .await
-        .map_err(store_err(host))?;
-    Ok(match update.requeue {
-        Requeue::Now => Next::After(Duration::from_millis(200)),
-        Requeue::After(d) => Next::After(d),
-        Requeue::Backoff => Next::After(backoff(status.error_count, ctx.settings.max_backoff)),
-        Requeue::OnChange => Next::OnChange,
-    })
+        .map_err(store_err(host))
 }
 
 /// The status fields that differ between `before` and `after`, by JSON name, one

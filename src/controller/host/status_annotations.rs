@@ -63,79 +63,101 @@ pub async fn take_in<S: Store>(
             .and_then(|s| s.last_updated.as_ref())
             .is_none();
         if never_saved {
-            match serde_json::from_str::<BareMetalHostStatus>(raw) {
-                Ok(restored) if let Some(owner) = claims_other_node(host, &restored, owners) => {
-                    let message = format!(
-                        "annotation {STATUS_ANNOTATION} names Ironic node {} of host {owner}; host {} cannot take it over, so the status was not restored and the annotation is removed",
-                        restored.provisioning.id,
-                        host.namespaced_name()
-                    );
-                    store
-                        .publish(host, event("StatusAnnotationRefused", message, true))
-                        .await;
-                }
-                Ok(mut restored) => {
-                    // The HardwareData object, when there is one, wins for the hardware.
-                    if let Some(hardware) = store.hardware_data(host).await? {
-                        restored.hardware = Some(hardware);
-                    }
-                    restored.last_updated = Some(now.clone());
-                    store.apply_status(host, &restored).await?;
-                    let message =
-                        format!("status restored from the {STATUS_ANNOTATION} annotation");
-                    store
-                        .publish(host, event("StatusRestored", message, false))
-                        .await;
-                }
-                Err(e) => {
-                    report_invalid(store, host, STATUS_ANNOTATION, "a BareMetalHost status", &e)
-                        .await
-                }
-            }
+            restore_status(host, store, owners, raw, now).await?;
         }
         store.remove_annotations(host, &[STATUS_ANNOTATION]).await?;
         return Ok(true);
     }
     if let Some(raw) = host.annotations().get(HARDWARE_DETAILS_ANNOTATION) {
-        let status = host.status.clone().unwrap_or_default();
-        if status.hardware.is_none() || host.inspection_disabled() {
-            match serde_json::from_str::<HardwareDetails>(raw) {
-                Ok(details) => {
-                    store.apply_hardware_data(host, &details).await?;
-                    let mut status = status;
-                    status.hardware = Some(details);
-                    status.last_updated = Some(now);
-                    store.apply_status(host, &status).await?;
-                    let message = format!(
-                        "hardware details taken from the {HARDWARE_DETAILS_ANNOTATION} annotation"
-                    );
-                    store
-                        .publish(host, event("UpdateHardwareDetails", message, false))
-                        .await;
-                }
-                Err(e) => {
-                    report_invalid(
-                        store,
-                        host,
-                        HARDWARE_DETAILS_ANNOTATION,
-                        "hardware details",
-                        &e,
-                    )
-                    .await
-                }
-            }
-        } else {
-            let message = format!(
-                "annotation {HARDWARE_DETAILS_ANNOTATION} ignored: the host has inspection data and inspection is not disabled"
-            );
-            store
-                .publish(host, event("RemoveAnnotation", message, false))
-                .await;
-        }
+        take_in_hardware_details(host, store, raw, now).await?;
         store
             .remove_annotations(host, &[HARDWARE_DETAILS_ANNOTATION])
             .await?;
         return Ok(true);
     }
     Ok(false)
+}
+
+/// Restores the status saved in the status annotation `raw`, unless it names a node
+/// another host owns or does not parse.
+async fn restore_status<S: Store>(
+    host: &BareMetalHost,
+    store: &S,
+    owners: Option<&dyn NodeOwners>,
+    raw: &str,
+    now: Time,
+) -> Result<(), StoreError> {
+    match serde_json::from_str::<BareMetalHostStatus>(raw) {
+        Ok(restored) if let Some(owner) = claims_other_node(host, &restored, owners) => {
+            let message = format!(
+                "annotation {STATUS_ANNOTATION} names Ironic node {} of host {owner}; host {} cannot take it over, so the status was not restored and the annotation is removed",
+                restored.provisioning.id,
+                host.namespaced_name()
+            );
+            store
+                .publish(host, event("StatusAnnotationRefused", message, true))
+                .await;
+        }
+        Ok(mut restored) => {
+            // The HardwareData object, when there is one, wins for the hardware.
+            if let Some(hardware) = store.hardware_data(host).await? {
+                restored.hardware = Some(hardware);
+            }
+            restored.last_updated = Some(now);
+            store.apply_status(host, &restored).await?;
+            let message = format!("status restored from the {STATUS_ANNOTATION} annotation");
+            store
+                .publish(host, event("StatusRestored", message, false))
+                .await;
+        }
+        Err(e) => {
+            report_invalid(store, host, STATUS_ANNOTATION, "a BareMetalHost status", &e).await
+        }
+    }
+    Ok(())
+}
+
+/// Stores the hardware details of the annotation `raw` when the host has none or
+/// does not inspect; otherwise says that the annotation is ignored.
+async fn take_in_hardware_details<S: Store>(
+    host: &BareMetalHost,
+    store: &S,
+    raw: &str,
+    now: Time,
+) -> Result<(), StoreError> {
+    let status = host.status.clone().unwrap_or_default();
+    if status.hardware.is_some() && !host.inspection_disabled() {
+        let message = format!(
+            "annotation {HARDWARE_DETAILS_ANNOTATION} ignored: the host has inspection data and inspection is not disabled"
+        );
+        store
+            .publish(host, event("RemoveAnnotation", message, false))
+            .await;
+        return Ok(());
+    }
+    match serde_json::from_str::<HardwareDetails>(raw) {
+        Ok(details) => {
+            store.apply_hardware_data(host, &details).await?;
+            let mut status = status;
+            status.hardware = Some(details);
+            status.last_updated = Some(now);
+            store.apply_status(host, &status).await?;
+            let message =
+                format!("hardware details taken from the {HARDWARE_DETAILS_ANNOTATION} annotation");
+            store
+                .publish(host, event("UpdateHardwareDetails", message, false))
+                .await;
+        }
+        Err(e) => {
+            report_invalid(
+                store,
+                host,
+                HARDWARE_DETAILS_ANNOTATION,
+                "hardware details",
+                &e,
+            )
+            .await
+        }
+    }
+    Ok(())
 }

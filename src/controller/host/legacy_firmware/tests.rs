@@ -237,26 +237,30 @@ fn dell_bios() -> Value {
            "SriovGlobalEnable": "Disabled", "BootRetries": "3"})
 }
 
+/// A Dell host (Redfish) in `state` with `spec.firmware` set to `firmware`.
+fn dell(state: &str, firmware: Option<Value>) -> BareMetalHost {
+    host(
+        "redfish://bmc/redfish/v1/Systems/1",
+        Some("Dell Inc."),
+        state,
+        firmware,
+    )
+}
+
+/// The BIOS settings `pairs`, to be applied.
+fn apply(pairs: &[(&str, Value)]) -> PendingSettings {
+    PendingSettings::Apply(
+        pairs
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), v.clone()))
+            .collect(),
+    )
+}
+
 #[test]
 fn preparing_adds_the_mapped_settings_the_bios_lacks() {
     let all_on = json!({"virtualizationEnabled": true, "simultaneousMultithreadingEnabled": true,
                         "sriovEnabled": true});
-    let dell = |state: &str, firmware: Option<Value>| {
-        host(
-            "redfish://bmc/redfish/v1/Systems/1",
-            Some("Dell Inc."),
-            state,
-            firmware,
-        )
-    };
-    let apply = |pairs: &[(&str, Value)]| {
-        PendingSettings::Apply(
-            pairs
-                .iter()
-                .map(|(n, v)| ((*n).to_owned(), v.clone()))
-                .collect(),
-        )
-    };
     let quiet = hfs(json!({}), dell_bios(), false, true);
     let boot = hfs(json!({"BootRetries": 5}), dell_bios(), true, true);
     let table: Vec<(

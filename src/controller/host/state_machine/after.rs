@@ -1,6 +1,9 @@
 //! The status change a provisioner call's result leads to.
 
-use super::{CallResult, ErrorChange, Operation, Requeue, Update, release, servicing, status};
+use super::checks::release;
+use super::queries::status;
+use super::servicing;
+use super::step::{CallResult, ErrorChange, Operation, Requeue, Update};
 use crate::api::{BareMetalHost, ErrorType, OperationalStatus, ProvisioningState as State};
 
 /// The status change after `op`, in the host's state, reported `result`.

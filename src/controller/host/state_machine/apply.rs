@@ -2,7 +2,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{ErrorChange, Update};
+use super::step::{ErrorChange, Update};
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, OperationalStatus, ProvisioningState as State,
 };

@@ -4,7 +4,9 @@
 
 use kube::ResourceExt;
 
-use super::{ErrorChange, Operation, RebootRequest, Requeue, Update, status};
+use super::facts::RebootRequest;
+use super::queries::status;
+use super::step::{ErrorChange, Operation, Requeue, Update};
 use crate::api::host::{
     DELETE_FOR_MOVE_ANNOTATION, FINALIZER, PAUSED_ANNOTATION, REBOOT_ANNOTATION_PREFIX,
 };

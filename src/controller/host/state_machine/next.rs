@@ -3,20 +3,14 @@
 
 use std::time::Duration;
 
-use super::{
-    CallResult, CredentialsCheck, Facts, Operation, Requeue, Step, Update, after,
-    needs_registration, plan, release, spec_error, status, with_reported_power,
-};
+use super::after::after;
+use super::checks::{release, spec_error};
+use super::facts::{CredentialsCheck, Facts, RegistrationCheck};
+use super::plan::plan;
+use super::queries::{needs_registration, status, with_reported_power};
+use super::step::{CallResult, Operation, Requeue, Step, Update};
 use crate::api::{BareMetalHost, ErrorType, ProvisioningState as State};
 use crate::controller::host::conditions;
-
-/// What the registration check reported.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RegistrationCheck {
-    pub result: CallResult,
-    /// The provisioner's record of the host is deployed (holds an image).
-    pub deployed: bool,
-}
 
 /// Decides the one thing to do for `host` now, given what this reconcile has learned
 /// so far. The reconciler adds each provisioner answer to `facts` and asks again, so

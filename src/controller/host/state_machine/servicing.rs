@@ -3,33 +3,11 @@
 //! reboot). As upstream, servicing shows in `operationalStatus: servicing`; the
 //! provisioning state stays `provisioned`, and a failure is a `servicing error`.
 
-use super::{
-    ErrorChange, FIRMWARE_WAIT, Facts, Operation, PendingSettings, PendingUpdates, Step, Update,
-};
-use crate::api::firmware::{HostUpdatePolicy, UpdatePolicy};
+use super::facts::{Facts, PendingSettings, PendingUpdates};
+use super::step::{ErrorChange, FIRMWARE_WAIT, Operation, Requeue, Step, Update};
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, ErrorType, OperationalStatus, ProvisioningState as State,
 };
-
-/// What a host's HostUpdatePolicy lets servicing apply.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ServicingAllowed {
-    /// HostFirmwareSettings changes (`firmwareSettings: onReboot`).
-    pub settings: bool,
-    /// HostFirmwareComponents updates (`firmwareUpdates: onReboot`).
-    pub updates: bool,
-}
-
-impl ServicingAllowed {
-    /// No policy allows nothing, as upstream: servicing is opt-in.
-    pub fn from_policy(policy: Option<&HostUpdatePolicy>) -> Self {
-        let on_reboot = |p: Option<UpdatePolicy>| p == Some(UpdatePolicy::OnReboot);
-        policy.map_or_else(Self::default, |p| Self {
-            settings: on_reboot(p.spec.firmware_settings),
-            updates: on_reboot(p.spec.firmware_updates),
-        })
-    }
-}
 
 /// Whether the reconciler should read the host's HostUpdatePolicy and firmware
 /// objects: a provisioned host about to power on, or one being serviced or whose
@@ -111,7 +89,7 @@ pub fn started(after: std::time::Duration) -> Update {
     Update {
         operational_status: Some(OperationalStatus::Servicing),
         error: ErrorChange::Clear,
-        requeue: super::Requeue::After(after),
+        requeue: Requeue::After(after),
         ..Default::default()
     }
 }
@@ -124,7 +102,7 @@ pub fn started(after: std::time::Duration) -> Update {
 pub fn finished() -> Update {
     Update {
         error: ErrorChange::Clear,
-        requeue: super::Requeue::After(FIRMWARE_WAIT),
+        requeue: Requeue::After(FIRMWARE_WAIT),
         event: Some((
             "ServicingComplete".into(),
             "servicing finished; the host is back in service".into(),

@@ -68,6 +68,18 @@ impl KubeStore {
         cache.get(&key).map(|secret| Secret::clone(&secret))
     }
 
+    /// The object of kind `K` named as `host`, in its namespace, if there is one.
+    async fn namesake<K>(&self, host: &BareMetalHost) -> Result<Option<K>, StoreError>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned,
+        K::DynamicType: Default,
+    {
+        Ok(self.api::<K>(host).get_opt(&host.name_any()).await?)
+    }
+
     fn api<K>(&self, host: &BareMetalHost) -> Api<K>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
@@ -202,30 +214,21 @@ impl Store for KubeStore {
         &self,
         host: &BareMetalHost,
     ) -> Result<Option<HostFirmwareSettings>, StoreError> {
-        Ok(self
-            .api::<HostFirmwareSettings>(host)
-            .get_opt(&host.name_any())
-            .await?)
+        self.namesake::<HostFirmwareSettings>(host).await
     }
 
     async fn firmware_components(
         &self,
         host: &BareMetalHost,
     ) -> Result<Option<HostFirmwareComponents>, StoreError> {
-        Ok(self
-            .api::<HostFirmwareComponents>(host)
-            .get_opt(&host.name_any())
-            .await?)
+        self.namesake::<HostFirmwareComponents>(host).await
     }
 
     async fn host_update_policy(
         &self,
         host: &BareMetalHost,
     ) -> Result<Option<HostUpdatePolicy>, StoreError> {
-        Ok(self
-            .api::<HostUpdatePolicy>(host)
-            .get_opt(&host.name_any())
-            .await?)
+        self.namesake::<HostUpdatePolicy>(host).await
     }
 
     async fn record_firmware_updates(
@@ -282,10 +285,7 @@ impl Store for KubeStore {
         &self,
         host: &BareMetalHost,
     ) -> Result<Option<PreprovisioningImage>, StoreError> {
-        Ok(self
-            .api::<PreprovisioningImage>(host)
-            .get_opt(&host.name_any())
-            .await?)
+        self.namesake::<PreprovisioningImage>(host).await
     }
 
     async fn apply_preprovisioning_image(

@@ -48,13 +48,18 @@ impl Objects {
 
     fn host_mut(&mut self, host: &BareMetalHost) -> Result<&mut BareMetalHost, StoreError> {
         self.hosts
-            .get_mut(&key(host.namespace(), &host.name_any()))
+            .get_mut(&host_key(host))
             .ok_or(StoreError::Conflict)
     }
 }
 
 fn key(namespace: Option<String>, name: &str) -> String {
     format!("{}/{name}", namespace.unwrap_or_default())
+}
+
+/// The key of `host`, and of the objects named as it.
+fn host_key(host: &BareMetalHost) -> String {
+    key(host.namespace(), &host.name_any())
 }
 
 /// A copy of the object `namespace/name` in `objects`, if there is one.
@@ -84,9 +89,7 @@ impl MemoryStore {
         if host.metadata.generation.is_none() {
             host.metadata.generation = Some(1);
         }
-        objects
-            .hosts
-            .insert(key(host.namespace(), &host.name_any()), host);
+        objects.hosts.insert(host_key(&host), host);
     }
 
     /// Adds (or replaces) a host's HostFirmwareSettings.
@@ -221,9 +224,7 @@ impl MemoryStore {
         stored.metadata.finalizers = Some(wanted);
         stored.metadata.resource_version = Some(version);
         if stored.metadata.deletion_timestamp.is_some() && stored.finalizers().is_empty() {
-            objects
-                .hosts
-                .remove(&key(host.namespace(), &host.name_any()));
+            objects.hosts.remove(&host_key(host));
         }
         Ok(())
     }
@@ -250,7 +251,7 @@ impl Store for MemoryStore {
         let objects = self.lock();
         Ok(objects
             .hosts
-            .get(&key(host.namespace(), &host.name_any()))
+            .get(&host_key(host))
             .and_then(|h| h.metadata.resource_version.clone()))
     }
 
@@ -301,9 +302,7 @@ impl Store for MemoryStore {
         host: &BareMetalHost,
         details: &HardwareDetails,
     ) -> Result<(), StoreError> {
-        self.lock()
-            .hardware
-            .insert(key(host.namespace(), &host.name_any()), details.clone());
+        self.lock().hardware.insert(host_key(host), details.clone());
         Ok(())
     }
 
@@ -311,44 +310,28 @@ impl Store for MemoryStore {
         &self,
         host: &BareMetalHost,
     ) -> Result<Option<HardwareDetails>, StoreError> {
-        Ok(self
-            .lock()
-            .hardware
-            .get(&key(host.namespace(), &host.name_any()))
-            .cloned())
+        Ok(self.lock().hardware.get(&host_key(host)).cloned())
     }
 
     async fn firmware_settings(
         &self,
         host: &BareMetalHost,
     ) -> Result<Option<HostFirmwareSettings>, StoreError> {
-        Ok(self
-            .lock()
-            .firmware
-            .get(&key(host.namespace(), &host.name_any()))
-            .cloned())
+        Ok(self.lock().firmware.get(&host_key(host)).cloned())
     }
 
     async fn firmware_components(
         &self,
         host: &BareMetalHost,
     ) -> Result<Option<HostFirmwareComponents>, StoreError> {
-        Ok(self
-            .lock()
-            .components
-            .get(&key(host.namespace(), &host.name_any()))
-            .cloned())
+        Ok(self.lock().components.get(&host_key(host)).cloned())
     }
 
     async fn host_update_policy(
         &self,
         host: &BareMetalHost,
     ) -> Result<Option<HostUpdatePolicy>, StoreError> {
-        Ok(self
-            .lock()
-            .update_policies
-            .get(&key(host.namespace(), &host.name_any()))
-            .cloned())
+        Ok(self.lock().update_policies.get(&host_key(host)).cloned())
     }
 
     async fn record_firmware_updates(
@@ -359,7 +342,7 @@ impl Store for MemoryStore {
         let mut objects = self.lock();
         let object = objects
             .components
-            .get_mut(&key(host.namespace(), &host.name_any()))
+            .get_mut(&host_key(host))
             .ok_or(StoreError::Conflict)?;
         object.status.get_or_insert_default().updates = updates.to_vec();
         Ok(())
@@ -367,7 +350,7 @@ impl Store for MemoryStore {
 
     async fn forget_firmware_updates(&self, host: &BareMetalHost) -> Result<(), StoreError> {
         let mut objects = self.lock();
-        let key = key(host.namespace(), &host.name_any());
+        let key = host_key(host);
         if let Some(object) = objects.components.get_mut(&key)
             && super::unconfirmed_updates(object)
             && let Some(status) = object.status.as_mut()
@@ -397,7 +380,7 @@ impl Store for MemoryStore {
     ) -> Result<(), StoreError> {
         let mut objects = self.lock();
         let version = objects.bump();
-        let k = key(host.namespace(), &host.name_any());
+        let k = host_key(host);
         let mut written = image.clone();
         written.metadata.resource_version = Some(version);
         match objects.preprovisioning_images.get(&k) {
@@ -478,7 +461,7 @@ impl Store for MemoryStore {
 
     async fn publish(&self, host: &BareMetalHost, event: HostEvent) {
         self.lock().events.push(RecordedEvent {
-            host: key(host.namespace(), &host.name_any()),
+            host: host_key(host),
             event,
         });
     }

@@ -18,12 +18,7 @@ fn dell_settings() -> crate::api::firmware::HostFirmwareSettings {
             "schema": {"name": "schema-1", "namespace": NS},
             "settings": {"ProcVirtualization": "Disabled", "LogicalProc": "Enabled",
                          "SriovGlobalEnable": "Disabled"},
-            "conditions": [
-                {"type": "ChangeDetected", "status": "False", "reason": "Success", "message": "",
-                 "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"},
-                {"type": "Valid", "status": "True", "reason": "Success", "message": "",
-                 "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"}
-            ]
+            "conditions": judged("False", "Success", 1)
         }
     }))
     .expect("valid object")

@@ -21,12 +21,7 @@ fn judged_components(
         "apiVersion": "metal3.io/v1alpha1", "kind": "HostFirmwareComponents",
         "metadata": {"name": "h", "namespace": NS, "generation": 2},
         "spec": {"updates": updates},
-        "status": {"conditions": [
-            {"type": "ChangeDetected", "status": "True", "reason": "OK", "message": "",
-             "observedGeneration": 2, "lastTransitionTime": "2026-01-01T00:00:00Z"},
-            {"type": "Valid", "status": "True", "reason": "OK", "message": "",
-             "observedGeneration": 2, "lastTransitionTime": "2026-01-01T00:00:00Z"}
-        ]}
+        "status": {"conditions": judged("True", "OK", 2)}
     }))
     .expect("valid object")
 }

@@ -1,0 +1,112 @@
+//! The registration check every reconcile makes, re-adoption, spec problems and
+//! lease details.
+
+use super::*;
+use serde_json::json;
+
+fn registered(result: CallResult, deployed: bool) -> Facts {
+    Facts {
+        registration: Some(RegistrationCheck { result, deployed }),
+        ..facts()
+    }
+}
+
+#[test]
+fn a_registered_host_is_checked_first_and_then_goes_on_with_its_state() {
+    let h = host(json!({}), "preparing", json!({}));
+    assert_eq!(next(&h, &facts()), Step::CheckRegistration);
+    assert_eq!(
+        next(&h, &registered(CallResult::Done, false)),
+        Step::Call(Operation::Prepare)
+    );
+    // Hosts with no record to check: new, unmanaged, deleting.
+    assert_eq!(
+        next_state(&next(&host(json!({}), "", json!({})), &facts())),
+        Some(State::Registering)
+    );
+    let d = deleting(host(json!({}), "deleting", json!({})));
+    assert_eq!(next(&d, &facts()), Step::Call(Operation::Delete));
+}
+
+#[test]
+fn a_failed_or_first_registration_is_saved_with_the_credentials_as_tried() {
+    let h = host(json!({}), "available", json!({}));
+    let failed = registered(CallResult::Failed("BMC refused the password".into()), false);
+    match next(&h, &failed) {
+        Step::SaveRegistration(u) => assert!(matches!(
+            u.error,
+            ErrorChange::Set(ErrorType::Registration, _)
+        )),
+        other => panic!("{other:?}"),
+    }
+    let h = host(json!({}), "registering", json!({}));
+    match next(&h, &registered(CallResult::Done, false)) {
+        Step::SaveRegistration(u) => assert_eq!(u.state, Some(State::Inspecting)),
+        other => panic!("{other:?}"),
+    }
+    // A registration error ends once registration works, in whatever state.
+    let h = host(
+        json!({}),
+        "preparing",
+        json!({"errorType": "registration error", "errorCount": 3}),
+    );
+    match next(&h, &registered(CallResult::Done, false)) {
+        Step::SaveRegistration(u) => assert_eq!(u.error, ErrorChange::Clear),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_provisioned_host_whose_record_is_not_deployed_is_readopted_first() {
+    let h = host(json!({"image": image()}), "provisioned", json!({}));
+    let mut f = registered(CallResult::Done, false);
+    assert_eq!(next(&h, &f), Step::Readopt);
+    f.adoption = Some(CallResult::Failed("no image".into()));
+    match next(&h, &f) {
+        Step::Transition(u) => assert!(matches!(
+            u.error,
+            ErrorChange::Set(ErrorType::ProvisionedRegistration, _)
+        )),
+        other => panic!("{other:?}"),
+    }
+    f.adoption = Some(CallResult::Done);
+    assert_eq!(next(&h, &f), plan(&h, &f));
+    // A deployed record needs no adoption.
+    assert_eq!(
+        next(&h, &registered(CallResult::Done, true)),
+        plan(&h, &facts())
+    );
+}
+
+#[test]
+fn a_spec_the_provisioner_cannot_use_is_one_error_and_deletion_still_releases() {
+    let h = host(json!({}), "available", json!({}));
+    let f = Facts {
+        spec_problem: Some("unknown BMC scheme".into()),
+        ..facts()
+    };
+    match next(&h, &f) {
+        Step::Transition(u) => {
+            assert!(matches!(
+                u.error,
+                ErrorChange::Set(ErrorType::Registration, _)
+            ));
+            assert_eq!(u.requeue, Requeue::OnChange);
+        }
+        other => panic!("{other:?}"),
+    }
+    let d = deleting(host(json!({}), "deleting", json!({})));
+    assert_eq!(next(&d, &f), Step::Transition(release()));
+}
+
+#[test]
+fn lease_details_are_saved_first_except_while_deleting() {
+    let f = Facts {
+        lease_details_changed: true,
+        ..facts()
+    };
+    let h = host(json!({}), "provisioned", json!({}));
+    assert_eq!(next(&h, &f), Step::SaveLeaseDetails);
+    let d = deleting(host(json!({}), "deleting", json!({})));
+    assert_eq!(next(&d, &f), Step::Call(Operation::Delete));
+}
