@@ -136,17 +136,25 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         "host controller started"
     );
 
-    health.ready.store(true, Ordering::SeqCst);
-
-    // systemd (Type=notify): ready only now that the controller and probes are up.
-    if let Err(e) = notifier.ready("host controller running") {
-        tracing::warn!(error = %e, "cannot tell systemd that bmo is ready");
-    }
-    let watchdog = notifier.spawn_watchdog();
+    let watchdog = announce_ready(&health, &notifier);
     let outcome = run_until_stopped(elector, &stop, controllers).await;
     let background = [discovery_task, watchdog.map(|w| w.abort_handle())];
     shut_down(server, background.into_iter().flatten(), netboot).await;
     outcome
+}
+
+/// Says bmo is ready, on `/readyz` and to systemd, and starts the systemd watchdog
+/// pings if systemd asks for them.
+fn announce_ready(
+    health: &Health,
+    notifier: &crate::notify::Notifier,
+) -> Option<tokio::task::JoinHandle<()>> {
+    health.ready.store(true, Ordering::SeqCst);
+    // systemd (Type=notify): ready only now that the controller and probes are up.
+    if let Err(e) = notifier.ready("host controller running") {
+        tracing::warn!(error = %e, "cannot tell systemd that bmo is ready");
+    }
+    notifier.spawn_watchdog()
 }
 
 /// The discovery settings, refused without bmo's DHCP server (which is how
