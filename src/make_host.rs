@@ -203,22 +203,7 @@ pub fn make_host(args: &MakeHostArgs) -> Result<HostManifests, MakeHostError> {
         .transpose()?;
 
     let secret_name = secret_name(&args.name);
-    let mut secret = Secret {
-        type_: Some("Opaque".into()),
-        data: Some(BTreeMap::from([
-            (
-                "username".to_owned(),
-                ByteString(args.username.trim().as_bytes().to_vec()),
-            ),
-            (
-                "password".to_owned(),
-                ByteString(args.password.trim().as_bytes().to_vec()),
-            ),
-        ])),
-        ..Default::default()
-    };
-    secret.metadata.name = Some(secret_name.clone());
-    secret.metadata.namespace = args.namespace.clone();
+    let secret = credentials_secret(args, &secret_name);
 
     let mut host = BareMetalHost::new(
         &args.name,
@@ -239,6 +224,28 @@ pub fn make_host(args: &MakeHostArgs) -> Result<HostManifests, MakeHostError> {
     );
     host.metadata.namespace = args.namespace.clone();
     Ok(HostManifests { secret, host })
+}
+
+/// The BMC credentials Secret `secret_name`, with the values trimmed as the
+/// controller reads them.
+fn credentials_secret(args: &MakeHostArgs, secret_name: &str) -> Secret {
+    let mut secret = Secret {
+        type_: Some("Opaque".into()),
+        data: Some(BTreeMap::from([
+            (
+                "username".to_owned(),
+                ByteString(args.username.trim().as_bytes().to_vec()),
+            ),
+            (
+                "password".to_owned(),
+                ByteString(args.password.trim().as_bytes().to_vec()),
+            ),
+        ])),
+        ..Default::default()
+    };
+    secret.metadata.name = Some(secret_name.to_owned());
+    secret.metadata.namespace = args.namespace.clone();
+    secret
 }
 
 fn image(args: &MakeHostArgs, url: &str) -> Result<Image, MakeHostError> {

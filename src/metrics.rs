@@ -72,6 +72,72 @@ pub enum Event {
     DeleteDelayedForDetached,
 }
 
+impl Event {
+    const ALL: [Self; 11] = [
+        Self::ReconcileError,
+        Self::CredentialsMissing,
+        Self::CredentialsInvalid,
+        Self::CredentialsUnhandledError,
+        Self::CredentialsUpdated,
+        Self::CredentialsNoManagementAccess,
+        Self::HostRegistrationRequired,
+        Self::HostUnmanaged,
+        Self::DeleteWithoutDeprovisioning,
+        Self::ProvisionerNotReady,
+        Self::DeleteDelayedForDetached,
+    ];
+
+    /// The counter's upstream name (without `_total`) and help.
+    fn name_and_help(self) -> (&'static str, &'static str) {
+        match self {
+            Self::ReconcileError => (
+                "metal3_reconcile_error",
+                "Number of reconcile loops that returned an error",
+            ),
+            Self::CredentialsMissing => (
+                "metal3_credentials_missing",
+                "Number of times a host's credentials are found to be missing",
+            ),
+            Self::CredentialsInvalid => (
+                "metal3_credentials_invalid",
+                "Number of times a host's credentials are found to be invalid",
+            ),
+            Self::CredentialsUnhandledError => (
+                "metal3_credentials_unhandled_error",
+                "Number of times getting a host's credentials fails in an unexpected way",
+            ),
+            Self::CredentialsUpdated => (
+                "metal3_credentials_updated",
+                "Number of times a host's credentials change",
+            ),
+            Self::CredentialsNoManagementAccess => (
+                "metal3_credentials_no_management_access",
+                "Number of times a host management interface is unavailable",
+            ),
+            Self::HostRegistrationRequired => (
+                "metal3_host_registration_required",
+                "Number of times a host is found to be unregistered",
+            ),
+            Self::HostUnmanaged => (
+                "metal3_host_unmanaged",
+                "Number of times a host is found to be unmanaged",
+            ),
+            Self::DeleteWithoutDeprovisioning => (
+                "metal3_delete_without_deprovisioning",
+                "Number of times a host is deleted despite deprovisioning failing",
+            ),
+            Self::ProvisionerNotReady => (
+                "metal3_provisioner_not_ready",
+                "Number of times a host is not provision ready",
+            ),
+            Self::DeleteDelayedForDetached => (
+                "metal3_delete_delayed_for_detached",
+                "Number of times a detached host's deletion is delayed",
+            ),
+        }
+    }
+}
+
 type HistogramFamily = Family<HostLabels, Histogram, fn() -> Histogram>;
 
 /// Every metric bmo exports. Cheap to share behind an `Arc`; all methods take `&self`.
@@ -117,6 +183,30 @@ fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str
     metric
 }
 
+/// A counter family registered under `name`.
+fn counters<L>(registry: &mut Registry, name: &str, help: &str) -> Family<L, Counter>
+where
+    Family<L, Counter>: Metric + Clone + Default,
+{
+    registered(registry, name, help, Family::default())
+}
+
+/// A per-host duration histogram family registered under `name`, with the buckets
+/// `histogram` makes.
+fn durations(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    histogram: fn() -> Histogram,
+) -> HistogramFamily {
+    registered(
+        registry,
+        name,
+        help,
+        HistogramFamily::new_with_constructor(histogram),
+    )
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -126,154 +216,78 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::default();
-        // prometheus-client appends `_total` to counter names.
-        let reconcile = registered(
-            &mut registry,
-            "metal3_reconcile",
-            "Number of reconcile loops executed",
-            Family::<HostLabels, Counter>::default(),
-        );
-        let host_error = registered(
-            &mut registry,
-            "metal3_host_error",
-            "Number of times a host got into an error state",
-            Family::<ErrorLabels, Counter>::default(),
-        );
-        let power_change = registered(
-            &mut registry,
-            "metal3_operation_power_change",
-            "Number of times a host has been powered on or off",
-            Family::<PowerLabels, Counter>::default(),
-        );
-        let config_data_error = registered(
-            &mut registry,
-            "metal3_host_config_data_error",
-            "Number of times the operator has failed to retrieve host configuration data",
-            Family::<DataTypeLabels, Counter>::default(),
-        );
-        let delayed_provisioning = registered(
-            &mut registry,
-            "metal3_delayed__provisioning",
-            "Number of times provisioning was delayed by the provisioning limit",
-            Family::<HostLabels, Counter>::default(),
-        );
-        let delayed_deprovisioning = registered(
-            &mut registry,
-            "metal3_delayed__deprovisioning",
-            "Number of times deprovisioning was delayed by the provisioning limit",
-            Family::<HostLabels, Counter>::default(),
-        );
-        let state_change = registered(
-            &mut registry,
-            "metal3_provisioning_state_change",
-            "Number of times a state transition has occurred",
-            Family::<StateChangeLabels, Counter>::default(),
-        );
-        let register_duration = registered(
-            &mut registry,
-            "metal3_operation_register_duration_seconds",
-            "Length of time per registration per host",
-            HistogramFamily::new_with_constructor(default_histogram),
-        );
-        let inspect_duration = registered(
-            &mut registry,
-            "metal3_operation_inspect_duration_seconds",
-            "Length of time per hardware inspection per host",
-            HistogramFamily::new_with_constructor(long_histogram),
-        );
-        let provision_duration = registered(
-            &mut registry,
-            "metal3_operation_provision_duration_seconds",
-            "Length of time per provisioning operation per host",
-            HistogramFamily::new_with_constructor(long_histogram),
-        );
-        let deprovision_duration = registered(
-            &mut registry,
-            "metal3_operation_deprovision_duration_seconds",
-            "Length of time per deprovisioning operation per host",
-            HistogramFamily::new_with_constructor(long_histogram),
-        );
-        let plain = [
-            (
-                Event::ReconcileError,
-                "metal3_reconcile_error",
-                "Number of reconcile loops that returned an error",
-            ),
-            (
-                Event::CredentialsMissing,
-                "metal3_credentials_missing",
-                "Number of times a host's credentials are found to be missing",
-            ),
-            (
-                Event::CredentialsInvalid,
-                "metal3_credentials_invalid",
-                "Number of times a host's credentials are found to be invalid",
-            ),
-            (
-                Event::CredentialsUnhandledError,
-                "metal3_credentials_unhandled_error",
-                "Number of times getting a host's credentials fails in an unexpected way",
-            ),
-            (
-                Event::CredentialsUpdated,
-                "metal3_credentials_updated",
-                "Number of times a host's credentials change",
-            ),
-            (
-                Event::CredentialsNoManagementAccess,
-                "metal3_credentials_no_management_access",
-                "Number of times a host management interface is unavailable",
-            ),
-            (
-                Event::HostRegistrationRequired,
-                "metal3_host_registration_required",
-                "Number of times a host is found to be unregistered",
-            ),
-            (
-                Event::HostUnmanaged,
-                "metal3_host_unmanaged",
-                "Number of times a host is found to be unmanaged",
-            ),
-            (
-                Event::DeleteWithoutDeprovisioning,
-                "metal3_delete_without_deprovisioning",
-                "Number of times a host is deleted despite deprovisioning failing",
-            ),
-            (
-                Event::ProvisionerNotReady,
-                "metal3_provisioner_not_ready",
-                "Number of times a host is not provision ready",
-            ),
-            (
-                Event::DeleteDelayedForDetached,
-                "metal3_delete_delayed_for_detached",
-                "Number of times a detached host's deletion is delayed",
-            ),
-        ];
-        let events = plain
-            .into_iter()
-            .map(|(event, name, help)| {
-                (
-                    event,
-                    registered(&mut registry, name, help, Counter::default()),
-                )
-            })
-            .collect();
+        // Registered in upstream's order. prometheus-client appends `_total` to
+        // counter names.
         Self {
-            registry,
-            reconcile,
-            host_error,
-            power_change,
-            config_data_error,
-            delayed_provisioning,
-            delayed_deprovisioning,
-            state_change,
-            register_duration,
-            inspect_duration,
-            provision_duration,
-            deprovision_duration,
-            events,
+            reconcile: counters(
+                &mut registry,
+                "metal3_reconcile",
+                "Number of reconcile loops executed",
+            ),
+            host_error: counters(
+                &mut registry,
+                "metal3_host_error",
+                "Number of times a host got into an error state",
+            ),
+            power_change: counters(
+                &mut registry,
+                "metal3_operation_power_change",
+                "Number of times a host has been powered on or off",
+            ),
+            config_data_error: counters(
+                &mut registry,
+                "metal3_host_config_data_error",
+                "Number of times the operator has failed to retrieve host configuration data",
+            ),
+            delayed_provisioning: counters(
+                &mut registry,
+                "metal3_delayed__provisioning",
+                "Number of times provisioning was delayed by the provisioning limit",
+            ),
+            delayed_deprovisioning: counters(
+                &mut registry,
+                "metal3_delayed__deprovisioning",
+                "Number of times deprovisioning was delayed by the provisioning limit",
+            ),
+            state_change: counters(
+                &mut registry,
+                "metal3_provisioning_state_change",
+                "Number of times a state transition has occurred",
+            ),
+            register_duration: durations(
+                &mut registry,
+                "metal3_operation_register_duration_seconds",
+                "Length of time per registration per host",
+                default_histogram,
+            ),
+            inspect_duration: durations(
+                &mut registry,
+                "metal3_operation_inspect_duration_seconds",
+                "Length of time per hardware inspection per host",
+                long_histogram,
+            ),
+            provision_duration: durations(
+                &mut registry,
+                "metal3_operation_provision_duration_seconds",
+                "Length of time per provisioning operation per host",
+                long_histogram,
+            ),
+            deprovision_duration: durations(
+                &mut registry,
+                "metal3_operation_deprovision_duration_seconds",
+                "Length of time per deprovisioning operation per host",
+                long_histogram,
+            ),
+            events: Event::ALL
+                .into_iter()
+                .map(|event| {
+                    let (name, help) = event.name_and_help();
+                    let counter = registered(&mut registry, name, help, Counter::default());
+                    (event, counter)
+                })
+                .collect(),
             forgotten: std::sync::Mutex::default(),
+            registry,
         }
     }
 

@@ -69,10 +69,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     tracing::info!("{BUILD}");
     // Every setting is checked before the first connection.
     let leader_election = config.leader_election()?;
-    let discovery = config.discovery_settings();
-    if discovery.is_some() && config.netboot.dhcp_mode == crate::netboot::config::DhcpMode::Off {
-        return Err(RunError::DiscoveryWithoutDhcp);
-    }
+    let discovery = discovery_settings(&config)?;
     config.netboot.check()?;
     let switch_targets = config.switches.targets()?;
     config
@@ -119,21 +116,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
 
     let netboot = start_netboot(&netboot_config).await?;
     if config.install_crds {
-        crate::api::install::install(&kube, std::time::Duration::from_secs(60))
-            .await
-            .map_err(RunError::InstallCrds)?;
-        tracing::info!("CRDs installed");
+        install_crds(&kube).await?;
     }
 
     let provisioner = IronicProvisioner::new(ironic, ProvisionerSettings::default());
-    let discovery_task = match (discovery, &netboot) {
-        (Some(settings), Some(netboot)) => Some(tokio::spawn(controller::discovery::run(
-            kube.clone(),
-            netboot.leases.clone(),
-            settings,
-        ))),
-        _ => None,
-    };
+    let discovery_task = start_discovery(discovery, netboot.as_ref(), &kube);
     let controllers = start_controllers(
         &config,
         &kube,
@@ -149,24 +136,77 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         "host controller started"
     );
 
-    health.ready.store(true, Ordering::SeqCst);
+    let watchdog = announce_ready(&health, &notifier);
+    let outcome = run_until_stopped(elector, &stop, controllers).await;
+    let background = [discovery_task, watchdog.map(|w| w.abort_handle())];
+    shut_down(server, background.into_iter().flatten(), netboot).await;
+    outcome
+}
 
+/// Says bmo is ready, on `/readyz` and to systemd, and starts the systemd watchdog
+/// pings if systemd asks for them.
+fn announce_ready(
+    health: &Health,
+    notifier: &crate::notify::Notifier,
+) -> Option<tokio::task::JoinHandle<()>> {
+    health.ready.store(true, Ordering::SeqCst);
     // systemd (Type=notify): ready only now that the controller and probes are up.
     if let Err(e) = notifier.ready("host controller running") {
         tracing::warn!(error = %e, "cannot tell systemd that bmo is ready");
     }
-    let watchdog = notifier.spawn_watchdog();
-    let outcome = run_until_stopped(elector, &stop, controllers).await;
+    notifier.spawn_watchdog()
+}
+
+/// The discovery settings, refused without bmo's DHCP server (which is how
+/// discovery sees new machines).
+fn discovery_settings(
+    config: &Config,
+) -> Result<Option<controller::discovery::DiscoverySettings>, RunError> {
+    let discovery = config.discovery_settings();
+    if discovery.is_some() && config.netboot.dhcp_mode == crate::netboot::config::DhcpMode::Off {
+        return Err(RunError::DiscoveryWithoutDhcp);
+    }
+    Ok(discovery)
+}
+
+async fn install_crds(kube: &kube::Client) -> Result<(), RunError> {
+    crate::api::install::install(kube, std::time::Duration::from_secs(60))
+        .await
+        .map_err(RunError::InstallCrds)?;
+    tracing::info!("CRDs installed");
+    Ok(())
+}
+
+/// Starts discovery when it is on and the network boot services run; the handle is
+/// for stopping it.
+fn start_discovery(
+    discovery: Option<controller::discovery::DiscoverySettings>,
+    netboot: Option<&crate::netboot::Netboot>,
+    kube: &kube::Client,
+) -> Option<tokio::task::AbortHandle> {
+    let (settings, netboot) = discovery.zip(netboot)?;
+    let task = tokio::spawn(controller::discovery::run(
+        kube.clone(),
+        netboot.leases.clone(),
+        settings,
+    ));
+    Some(task.abort_handle())
+}
+
+/// After the controllers stop: waits for the health server, stops the `background`
+/// tasks and saves the lease table.
+async fn shut_down(
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    background: impl Iterator<Item = tokio::task::AbortHandle>,
+    netboot: Option<crate::netboot::Netboot>,
+) {
     match server.await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::warn!(error = %e, "health server failed"),
         Err(e) => tracing::warn!(error = %e, "health server task failed"),
     }
-    if let Some(task) = discovery_task {
+    for task in background {
         task.abort();
-    }
-    if let Some(watchdog) = watchdog {
-        watchdog.abort();
     }
     if let Some(netboot) = netboot
         && let Err(e) = netboot.shutdown().await
@@ -174,7 +214,6 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         tracing::warn!(error = %e, "lease table not saved at shutdown");
     }
     tracing::info!("shut down");
-    outcome
 }
 
 /// Waits until the Kubernetes API server at `url` answers, while it may still
@@ -443,6 +482,17 @@ fn start_controllers(
         data_image_hosts,
         stop.stopped(),
     )));
+    tasks.push(start_event_subscriptions(config, kube, provisioner, stop));
+    tasks
+}
+
+/// The BMCEventSubscription controller.
+fn start_event_subscriptions(
+    config: &Config,
+    kube: &kube::Client,
+    provisioner: IronicProvisioner,
+    stop: &Stop,
+) -> tokio::task::JoinHandle<()> {
     let subscriptions_ctx = Arc::new(controller::event_subscriptions::SubscriptionContext {
         provisioner,
         store: controller::event_subscriptions::KubeSubscriptionStore::new(
@@ -451,11 +501,10 @@ fn start_controllers(
         ),
         namespace: config.watch_namespace.clone(),
     });
-    tasks.push(tokio::spawn(controller::event_subscriptions::run(
+    tokio::spawn(controller::event_subscriptions::run(
         subscriptions_ctx,
         stop.stopped(),
-    )));
-    tasks
+    ))
 }
 
 /// The host controller's context: its store, provisioner and settings, and what the

@@ -333,11 +333,32 @@ fn driver_settings_never_contain_credentials() {
     }
 }
 
+/// What [`BmcAddress::parse`] is expected to refuse: the address, the kind of error
+/// and a text its message contains.
+type Refusal = (&'static str, fn(&BmcAddressError) -> bool, &'static str);
+
+/// Each address is refused with the expected error, whose message contains the
+/// expected text and never the password.
+fn assert_refused(cases: &[Refusal]) {
+    for (address, is_expected, text) in cases {
+        let err = BmcAddress::parse(address).expect_err(address);
+        assert!(is_expected(&err), "{address:?}: wrong error {err:?}");
+        let message = err.to_string();
+        assert!(
+            message.contains(text),
+            "{address:?}: {message:?} lacks {text:?}"
+        );
+        assert!(
+            !message.contains("pw@"),
+            "{address:?}: message repeats the password"
+        );
+    }
+}
+
 #[test]
-fn malformed_addresses_say_what_is_wrong() {
+fn empty_or_unknown_bmc_types_say_what_is_wrong() {
     use BmcAddressError as E;
-    type IsExpected = fn(&BmcAddressError) -> bool;
-    let cases: &[(&str, IsExpected, &str)] = &[
+    assert_refused(&[
         ("", |e| matches!(e, E::Empty), "empty"),
         ("   ", |e| matches!(e, E::Empty), "empty"),
         (
@@ -360,6 +381,13 @@ fn malformed_addresses_say_what_is_wrong() {
             |e| matches!(e, E::UnknownScheme { .. }),
             "ilo4",
         ),
+    ]);
+}
+
+#[test]
+fn addresses_without_a_host_or_with_a_bad_port_say_so() {
+    use BmcAddressError as E;
+    assert_refused(&[
         (
             "redfish://",
             |e| matches!(e, E::MissingHost { .. }),
@@ -405,6 +433,13 @@ fn malformed_addresses_say_what_is_wrong() {
             |e| matches!(e, E::BadPort { .. }),
             "99999",
         ),
+    ]);
+}
+
+#[test]
+fn bad_hosts_say_what_is_wrong() {
+    use BmcAddressError as E;
+    assert_refused(&[
         (
             "redfish://10.0.0.300",
             |e| matches!(e, E::BadHost { .. }),
@@ -445,6 +480,13 @@ fn malformed_addresses_say_what_is_wrong() {
             |e| matches!(e, E::BadHost { .. }),
             "in brackets",
         ),
+    ]);
+}
+
+#[test]
+fn credentials_and_whitespace_in_addresses_are_refused() {
+    use BmcAddressError as E;
+    assert_refused(&[
         (
             "redfish://admin:pw@10.0.0.1",
             |e| matches!(e, E::CredentialsInAddress { .. }),
@@ -460,20 +502,7 @@ fn malformed_addresses_say_what_is_wrong() {
             |e| matches!(e, E::BadCharacters { .. }),
             "whitespace",
         ),
-    ];
-    for (address, is_expected, text) in cases {
-        let err = BmcAddress::parse(address).expect_err(address);
-        assert!(is_expected(&err), "{address:?}: wrong error {err:?}");
-        let message = err.to_string();
-        assert!(
-            message.contains(text),
-            "{address:?}: {message:?} lacks {text:?}"
-        );
-        assert!(
-            !message.contains("pw@"),
-            "{address:?}: message repeats the password"
-        );
-    }
+    ]);
 }
 
 /// Spellings a hostile or careless user might write; none may come back in a message.

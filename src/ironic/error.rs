@@ -72,6 +72,18 @@ impl IronicError {
     }
 }
 
+/// `None` where Ironic answered that the thing asked for does not exist (404): to
+/// the caller an absent node is an answer, not a failure.
+pub(super) fn unless_not_found<T>(
+    result: Result<T, IronicError>,
+) -> Result<Option<T>, IronicError> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// `url` as messages show it: without the username and password it may carry.
 pub fn without_credentials(url: &url::Url) -> String {
     let mut shown = url.clone();

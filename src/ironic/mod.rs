@@ -2,11 +2,16 @@
 //! calls. It knows Ironic's API and nothing about Kubernetes.
 
 mod client;
+mod config;
 mod error;
+mod node_details;
+mod nodes;
+mod ports;
 mod settings;
 mod types;
 
-pub use client::{ClientConfig, IronicAuth, IronicClient, MIN_MICROVERSION};
+pub use client::{IronicClient, MIN_MICROVERSION};
+pub use config::{ClientConfig, IronicAuth};
 pub use error::{IronicError, without_credentials};
 pub use settings::{DEFAULT_IRONIC_ENDPOINT, IronicSettings};
 pub use types::{

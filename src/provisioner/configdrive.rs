@@ -3,7 +3,9 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::api::{ChecksumType, HardwareDetails, RootDeviceHints};
+use crate::api::{
+    ChecksumType, HardwareDetails, HardwareRaidVolume, Image, RootDeviceHints, SoftwareRaidVolume,
+};
 
 use super::types::{BootMode, HostId, PrepareRequest, ProvisionRequest};
 
@@ -29,21 +31,8 @@ pub fn clean_plan(request: &PrepareRequest) -> CleanPlan {
     };
     if let Some(raid) = &request.raid {
         if let Some(software) = &raid.software_raid_volumes {
-            let disks: Vec<Value> = software
-                .iter()
-                .enumerate()
-                .map(|(i, v)| {
-                    json!({
-                        "size_gb": size_gb(v.size_gibibytes),
-                        "raid_level": v.level,
-                        "controller": "software",
-                        "is_root_volume": i == 0,
-                        "physical_disks": v.physical_disks.iter().map(|h| Value::Object(root_device(h))).collect::<Vec<_>>(),
-                    })
-                })
-                .collect();
             plan.software_raid = true;
-            plan.target_raid_config = Some(json!({"logical_disks": disks}));
+            plan.target_raid_config = Some(json!({"logical_disks": software_raid_disks(software)}));
             plan.steps
                 .push(json!({"interface": "raid", "step": "delete_configuration"}));
             plan.steps
@@ -53,37 +42,7 @@ pub fn clean_plan(request: &PrepareRequest) -> CleanPlan {
                     .push(json!({"interface": "raid", "step": "create_configuration"}));
             }
         } else if let Some(hardware) = &raid.hardware_raid_volumes {
-            let disks: Vec<Value> = hardware
-                .iter()
-                .enumerate()
-                .map(|(i, v)| {
-                    let mut d = json!({
-                        "size_gb": size_gb(v.size_gibibytes),
-                        "raid_level": v.level,
-                        "is_root_volume": i == 0,
-                    });
-                    if let Some(name) = &v.name {
-                        d["volume_name"] = json!(name);
-                    }
-                    if let Some(c) = &v.controller {
-                        d["controller"] = json!(c);
-                    }
-                    if !v.physical_disks.is_empty() {
-                        d["physical_disks"] = json!(v.physical_disks);
-                    }
-                    if let Some(n) = v
-                        .number_of_physical_disks
-                        .and_then(|n| u32::try_from(n).ok())
-                    {
-                        d["number_of_physical_disks"] = json!(n);
-                    }
-                    if let Some(r) = v.rotational {
-                        d["disk_type"] = json!(if r { "hdd" } else { "ssd" });
-                    }
-                    d
-                })
-                .collect();
-            plan.target_raid_config = Some(json!({"logical_disks": disks}));
+            plan.target_raid_config = Some(json!({"logical_disks": hardware_raid_disks(hardware)}));
             plan.steps
                 .push(json!({"interface": "raid", "step": "delete_configuration"}));
             if !hardware.is_empty() {
@@ -101,6 +60,58 @@ pub fn clean_plan(request: &PrepareRequest) -> CleanPlan {
             .push(json!({"interface": "deploy", "step": "erase_devices"}));
     }
     plan
+}
+
+/// Ironic's `logical_disks` for software RAID volumes; the first is the root volume.
+fn software_raid_disks(volumes: &[SoftwareRaidVolume]) -> Vec<Value> {
+    volumes
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            json!({
+                "size_gb": size_gb(v.size_gibibytes),
+                "raid_level": v.level,
+                "controller": "software",
+                "is_root_volume": i == 0,
+                "physical_disks": v.physical_disks.iter().map(|h| Value::Object(root_device(h))).collect::<Vec<_>>(),
+            })
+        })
+        .collect()
+}
+
+/// Ironic's `logical_disks` for hardware RAID volumes, with only the fields each
+/// volume sets; the first is the root volume.
+fn hardware_raid_disks(volumes: &[HardwareRaidVolume]) -> Vec<Value> {
+    volumes
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let mut d = json!({
+                "size_gb": size_gb(v.size_gibibytes),
+                "raid_level": v.level,
+                "is_root_volume": i == 0,
+            });
+            if let Some(name) = &v.name {
+                d["volume_name"] = json!(name);
+            }
+            if let Some(c) = &v.controller {
+                d["controller"] = json!(c);
+            }
+            if !v.physical_disks.is_empty() {
+                d["physical_disks"] = json!(v.physical_disks);
+            }
+            if let Some(n) = v
+                .number_of_physical_disks
+                .and_then(|n| u32::try_from(n).ok())
+            {
+                d["number_of_physical_disks"] = json!(n);
+            }
+            if let Some(r) = v.rotational {
+                d["disk_type"] = json!(if r { "hdd" } else { "ssd" });
+            }
+            d
+        })
+        .collect()
 }
 
 /// The BIOS `apply_configuration` and firmware `update` steps for `bios_settings`
@@ -259,29 +270,7 @@ pub fn deploy_settings(
             if let Some(format) = &image.format {
                 info.insert("image_disk_format".into(), json!(format));
             }
-            match (
-                image.checksum.as_deref().filter(|c| !c.is_empty()),
-                image.checksum_type,
-            ) {
-                (None, _) if image.url.starts_with("oci://") => {}
-                (None, _) if request.custom_deploy.is_some() => {}
-                (None, _) => {
-                    return Err(InputError {
-                        field: "image.checksum",
-                        message:
-                            "is missing; give the image's checksum or the URL of a checksum file"
-                                .into(),
-                    });
-                }
-                (Some(sum), None | Some(ChecksumType::Auto)) => {
-                    info.insert("image_checksum".into(), json!(sum));
-                }
-                (Some(sum), Some(algo)) => {
-                    // Serialised as the API spells it: md5, sha256, sha512.
-                    info.insert("image_os_hash_algo".into(), json!(algo));
-                    info.insert("image_os_hash_value".into(), json!(sum));
-                }
-            }
+            insert_checksum(&mut info, image, request.custom_deploy.is_some())?;
         }
     } else if request.custom_deploy.is_none() {
         return Err(InputError {
@@ -310,6 +299,39 @@ pub fn deploy_settings(
         deploy_steps,
         config_drive,
     })
+}
+
+/// The image's checksum in `instance_info`: Ironic's `image_checksum`, or the
+/// `image_os_hash_*` pair when the algorithm is named. An OCI image or a custom
+/// deploy needs none.
+fn insert_checksum(
+    info: &mut Map<String, Value>,
+    image: &Image,
+    custom_deploy: bool,
+) -> Result<(), InputError> {
+    match (
+        image.checksum.as_deref().filter(|c| !c.is_empty()),
+        image.checksum_type,
+    ) {
+        (None, _) if image.url.starts_with("oci://") => {}
+        (None, _) if custom_deploy => {}
+        (None, _) => {
+            return Err(InputError {
+                field: "image.checksum",
+                message: "is missing; give the image's checksum or the URL of a checksum file"
+                    .into(),
+            });
+        }
+        (Some(sum), None | Some(ChecksumType::Auto)) => {
+            info.insert("image_checksum".into(), json!(sum));
+        }
+        (Some(sum), Some(algo)) => {
+            // Serialised as the API spells it: md5, sha256, sha512.
+            info.insert("image_os_hash_algo".into(), json!(algo));
+            info.insert("image_os_hash_value".into(), json!(sum));
+        }
+    }
+    Ok(())
 }
 
 fn config_drive(host: &HostId, request: &ProvisionRequest) -> Result<Value, InputError> {
@@ -383,11 +405,8 @@ mod tests {
     }
 
     #[test]
-    fn clean_plans_for_hardware_and_software_raid_bios_and_wipe() {
-        use crate::api::{
-            HardwareRaidLevel, HardwareRaidVolume, RaidConfig, SoftwareRaidLevel,
-            SoftwareRaidVolume,
-        };
+    fn clean_plan_for_hardware_raid_bios_and_firmware() {
+        use crate::api::{HardwareRaidLevel, HardwareRaidVolume, RaidConfig};
         let hw = clean_plan(&PrepareRequest {
             raid: Some(RaidConfig {
                 hardware_raid_volumes: Some(vec![HardwareRaidVolume {
@@ -433,7 +452,11 @@ mod tests {
             hw.steps[2]["args"]["settings"][0]["name"],
             "SriovGlobalEnable"
         );
+    }
 
+    #[test]
+    fn clean_plan_for_software_raid_and_wipe() {
+        use crate::api::{RaidConfig, SoftwareRaidLevel, SoftwareRaidVolume};
         let sw = clean_plan(&PrepareRequest {
             raid: Some(RaidConfig {
                 hardware_raid_volumes: None,
@@ -471,7 +494,11 @@ mod tests {
         assert_eq!(disk["raid_level"], "1");
         assert_eq!(disk["size_gb"], 50);
         assert_eq!(disk["physical_disks"][1]["name"], "s== /dev/sdb");
+    }
 
+    #[test]
+    fn an_empty_raid_list_only_deletes_the_raid() {
+        use crate::api::RaidConfig;
         // An empty list removes the RAID without creating any.
         let delete_only = clean_plan(&PrepareRequest {
             raid: Some(RaidConfig {

@@ -32,10 +32,10 @@ impl IronicProvisioner {
                 || request.full_disk_wipe);
         match node.state() {
             ProvisionState::Available if has_work => {
-                self.transition(
+                self.transition_to(
                     host,
                     &node,
-                    Req::new(ProvisionTarget::Manage),
+                    ProvisionTarget::Manage,
                     PrepareStatus::default(),
                     "return the host to manageable for preparing",
                 )
@@ -133,10 +133,10 @@ impl IronicProvisioner {
         {
             return self.busy_or_err(host, e, T::default());
         }
-        self.transition(
+        self.transition_to(
             host,
             node,
-            Req::new(ProvisionTarget::Manage),
+            ProvisionTarget::Manage,
             T::default(),
             "recover from failed cleaning",
         )

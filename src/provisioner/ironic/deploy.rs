@@ -99,10 +99,10 @@ impl IronicProvisioner {
             {
                 return self.busy_or_err(host, e, Progress::default());
             }
-            self.transition(
+            self.transition_to(
                 host,
                 &node,
-                Req::new(ProvisionTarget::Adopt),
+                ProvisionTarget::Adopt,
                 Progress::started(),
                 "adopt the provisioned host",
             )

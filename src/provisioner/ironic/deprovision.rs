@@ -156,12 +156,7 @@ impl IronicProvisioner {
         ) {
             Next::Undeploy { retry, wipe } => self.undeploy(host, &node, retry, wipe).await,
             Next::Follow => self.follow_cleaning(host, &node, "Cleaning failed").await,
-            Next::Recover { wipe_again } => {
-                if wipe_again && let Err(e) = self.note_wipe(host, &node, Some(&Wipe::Owed)).await {
-                    return self.busy_or_err(host, e, Progress::default());
-                }
-                self.recover_failed_cleaning(host, &node).await
-            }
+            Next::Recover { wipe_again } => self.recover(host, &node, wipe_again).await,
             Next::CleaningFailed => {
                 let what = if wipe.is_some() {
                     "Full disk wipe failed"
@@ -171,50 +166,27 @@ impl IronicProvisioner {
                 self.follow_cleaning(host, &node, what).await
             }
             Next::Manage => {
-                self.transition(
+                self.transition_to(
                     host,
                     &node,
-                    Req::new(ProvisionTarget::Manage),
+                    ProvisionTarget::Manage,
                     Progress::default(),
                     "return the host to manageable for the full disk wipe",
                 )
                 .await
             }
-            Next::StartWipe { noted } => {
-                let started = Wipe::Started(updated_at);
-                if !noted && let Err(e) = self.note_wipe(host, &node, Some(&started)).await {
-                    return self.busy_or_err(host, e, Progress::default());
-                }
-                let mut req = Req::new(ProvisionTarget::Clean);
-                req.clean_steps = Some(vec![
-                    serde_json::json!({"interface": "deploy", "step": "erase_devices"}),
-                ]);
-                self.transition(
-                    host,
-                    &node,
-                    req,
-                    Progress::running(StepKind::Clean, Some("deploy.erase_devices".into())),
-                    "start the full disk wipe (manual cleaning: deploy.erase_devices)",
-                )
-                .await
-            }
+            Next::StartWipe { noted } => self.start_wipe(host, &node, updated_at, noted).await,
             Next::Provide => {
-                self.transition(
+                self.transition_to(
                     host,
                     &node,
-                    Req::new(ProvisionTarget::Provide),
+                    ProvisionTarget::Provide,
                     Progress::default(),
                     "make the host available (provide)",
                 )
                 .await
             }
-            Next::ForgetWipe => match self.note_wipe(host, &node, None).await {
-                Ok(()) => {
-                    tracing::info!(host = %host.id, node = %node.uuid, "full disk wipe done");
-                    Ok(Outcome::done(Progress::default()))
-                }
-                Err(e) => self.busy_or_err(host, e, Progress::default()),
-            },
+            Next::ForgetWipe => self.forget_wipe(host, &node).await,
             Next::Done => Ok(Outcome::done(Progress::default())),
             Next::Failed => Ok(Outcome::failed(
                 Progress::default(),
@@ -223,6 +195,58 @@ impl IronicProvisioner {
             Next::Unexpected => {
                 Self::unexpected(&node, Progress::default(), "deprovision the host")
             }
+        }
+    }
+
+    /// Recovers from failed cleaning, noting a wipe as owed again first if it must run
+    /// again.
+    async fn recover(
+        &self,
+        host: &Host,
+        node: &Node,
+        wipe_again: bool,
+    ) -> ProvisionerResult<Progress> {
+        if wipe_again && let Err(e) = self.note_wipe(host, node, Some(&Wipe::Owed)).await {
+            return self.busy_or_err(host, e, Progress::default());
+        }
+        self.recover_failed_cleaning(host, node).await
+    }
+
+    /// Starts the full disk wipe (manual cleaning), noting it as started (by the
+    /// node's `provision_updated_at`) unless it is already.
+    async fn start_wipe(
+        &self,
+        host: &Host,
+        node: &Node,
+        updated_at: String,
+        noted: bool,
+    ) -> ProvisionerResult<Progress> {
+        let started = Wipe::Started(updated_at);
+        if !noted && let Err(e) = self.note_wipe(host, node, Some(&started)).await {
+            return self.busy_or_err(host, e, Progress::default());
+        }
+        let mut req = Req::new(ProvisionTarget::Clean);
+        req.clean_steps = Some(vec![
+            serde_json::json!({"interface": "deploy", "step": "erase_devices"}),
+        ]);
+        self.transition(
+            host,
+            node,
+            req,
+            Progress::running(StepKind::Clean, Some("deploy.erase_devices".into())),
+            "start the full disk wipe (manual cleaning: deploy.erase_devices)",
+        )
+        .await
+    }
+
+    /// The wipe is over: forgets the note, and deprovisioning is done.
+    async fn forget_wipe(&self, host: &Host, node: &Node) -> ProvisionerResult<Progress> {
+        match self.note_wipe(host, node, None).await {
+            Ok(()) => {
+                tracing::info!(host = %host.id, node = %node.uuid, "full disk wipe done");
+                Ok(Outcome::done(Progress::default()))
+            }
+            Err(e) => self.busy_or_err(host, e, Progress::default()),
         }
     }
 
@@ -263,14 +287,8 @@ impl IronicProvisioner {
         } else {
             Progress::started()
         };
-        self.transition(
-            host,
-            node,
-            Req::new(ProvisionTarget::Deleted),
-            progress,
-            what,
-        )
-        .await
+        self.transition_to(host, node, ProvisionTarget::Deleted, progress, what)
+            .await
     }
 
     /// Sets (or with `None` removes) the node's wipe note.

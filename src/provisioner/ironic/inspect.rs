@@ -1,7 +1,7 @@
 //! Inspection: started in `manageable`, read back as hardware details when done.
 
 use super::{IronicProvisioner, last_error};
-use crate::ironic::{PatchOp, ProvisionRequest as Req, ProvisionState, ProvisionTarget};
+use crate::ironic::{PatchOp, ProvisionState, ProvisionTarget};
 use crate::provisioner::types::{Host, InspectStatus, Outcome};
 use crate::provisioner::{ProvisionerResult, hardware};
 
@@ -28,10 +28,10 @@ impl IronicProvisioner {
             {
                 return self.busy_or_err(host, e, InspectStatus::InProgress);
             }
-            self.transition(
+            self.transition_to(
                 host,
                 &node,
-                Req::new(ProvisionTarget::Inspect),
+                ProvisionTarget::Inspect,
                 InspectStatus::Started,
                 "start inspection",
             )
@@ -39,10 +39,10 @@ impl IronicProvisioner {
         };
         match node.state() {
             ProvisionState::Available => {
-                self.transition(
+                self.transition_to(
                     host,
                     &node,
-                    Req::new(ProvisionTarget::Manage),
+                    ProvisionTarget::Manage,
                     InspectStatus::InProgress,
                     "return the host to manageable for inspection",
                 )

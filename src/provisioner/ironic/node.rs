@@ -107,6 +107,19 @@ impl IronicProvisioner {
             .await
     }
 
+    /// [`Self::transition`] with a plain request to `target` (no steps, no data).
+    pub(super) async fn transition_to<T>(
+        &self,
+        host: &Host,
+        node: &Node,
+        target: ProvisionTarget,
+        value: T,
+        what: &str,
+    ) -> ProvisionerResult<T> {
+        self.transition(host, node, Req::new(target), value, what)
+            .await
+    }
+
     /// Runs a provision-state change and turns its failure into an outcome.
     pub(super) async fn transition<T>(
         &self,

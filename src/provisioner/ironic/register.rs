@@ -7,9 +7,7 @@ use serde_json::{Map, Value, json};
 
 use super::{BMC_CHECK_ERROR, IronicProvisioner, capabilities, last_error, node_list, sentence};
 use crate::bmc::BmcType;
-use crate::ironic::{
-    Node, NodeCreate, PatchOp, ProvisionRequest as Req, ProvisionState, ProvisionTarget,
-};
+use crate::ironic::{Node, NodeCreate, PatchOp, ProvisionState, ProvisionTarget};
 use crate::provisioner::configdrive;
 use crate::provisioner::types::{
     AutomatedCleaningMode, Host, HostId, InspectionMode, Outcome, Registration,
@@ -65,6 +63,28 @@ fn is_transient(node: &Node) -> bool {
     )
 }
 
+/// Whether the node rests before a deployment, when its boot port is looked at.
+fn rests_before_deployment(node: &Node) -> bool {
+    matches!(
+        node.state(),
+        ProvisionState::Enroll
+            | ProvisionState::Verifying
+            | ProvisionState::Manageable
+            | ProvisionState::Available
+    )
+}
+
+/// What registration found and did to the node's record.
+#[derive(Debug, Clone, Copy)]
+struct RecordState {
+    /// Ironic works on the node and takes no changes to its record.
+    transient: bool,
+    /// bmo patched the record in this registration.
+    updated: bool,
+    /// The BMC access in the record changed.
+    access_changed: bool,
+}
+
 impl IronicProvisioner {
     pub(super) async fn register_node(&self, host: &Host) -> ProvisionerResult<Registration> {
         let node = match self.find_node(host, true).await {
@@ -108,39 +128,46 @@ impl IronicProvisioner {
         } else {
             node
         };
-        registration.power = Self::power_of(&node);
-        // Servicing keeps the instance; a failed service step puts the node in
-        // maintenance, which is servicing's to undo, not adoption's.
-        registration.deployed = match node.state() {
-            ProvisionState::Active => !node.maintenance,
-            ProvisionState::Servicing
-            | ProvisionState::ServiceWait
-            | ProvisionState::ServiceFailed => true,
-            _ => false,
-        };
-        registration.node_state = Some(node_list::state_digest(&node));
+        Self::describe_node(&mut registration, &node);
         // The boot MAC's port is made while the node is enrolled (a vanished node is
         // re-created in `enroll`) and looked at again while it rests before a
         // deployment (a port deleted behind bmo's back is made again); a port seen
         // lately is not looked up again (a third of bmo's Ironic requests otherwise).
-        if matches!(
-            node.state(),
-            ProvisionState::Enroll
-                | ProvisionState::Verifying
-                | ProvisionState::Manageable
-                | ProvisionState::Available
-        ) && let Some(failed) = self.ensure_boot_port(host, &node, false).await?
+        if rests_before_deployment(&node)
+            && let Some(failed) = self.ensure_boot_port(host, &node, false).await?
         {
             return Ok(failed.map(|()| registration));
         }
+        let record = RecordState {
+            transient,
+            updated,
+            access_changed,
+        };
+        self.settle(host, &node, registration, record).await
+    }
+
+    /// Registration's last step, from the node's state and what happened to its
+    /// record: BMC access checked or waited for, or the host registered.
+    async fn settle(
+        &self,
+        host: &Host,
+        node: &Node,
+        mut registration: Registration,
+        record: RecordState,
+    ) -> ProvisionerResult<Registration> {
+        let RecordState {
+            transient,
+            updated,
+            access_changed,
+        } = record;
         match node.state() {
             ProvisionState::Enroll => {
-                self.manage_enrolled(host, &node, registration, access_changed)
+                self.manage_enrolled(host, node, registration, access_changed)
                     .await
             }
-            ProvisionState::Verifying => self.wait(&node, registration),
+            ProvisionState::Verifying => self.wait(node, registration),
             _ if !transient && (access_changed || host.restart_on_failure) => {
-                self.check_bmc_access(host, &node, registration).await
+                self.check_bmc_access(host, node, registration).await
             }
             _ if node.extra.get(BMC_CHECK_ERROR).is_some() => {
                 let reason = node.extra[BMC_CHECK_ERROR]
@@ -151,7 +178,7 @@ impl IronicProvisioner {
             }
             _ => {
                 registration.credentials_valid = true;
-                if !transient && let Err(e) = self.sync_automated_clean(host, &node).await {
+                if !transient && let Err(e) = self.sync_automated_clean(host, node).await {
                     return self.busy_or_err(host, e, registration);
                 }
                 Ok(Outcome {
@@ -162,6 +189,22 @@ impl IronicProvisioner {
                 })
             }
         }
+    }
+
+    /// What the found `node` tells of the host: power, whether it is deployed, and
+    /// the node's state digest.
+    fn describe_node(registration: &mut Registration, node: &Node) {
+        registration.power = Self::power_of(node);
+        // Servicing keeps the instance; a failed service step puts the node in
+        // maintenance, which is servicing's to undo, not adoption's.
+        registration.deployed = match node.state() {
+            ProvisionState::Active => !node.maintenance,
+            ProvisionState::Servicing
+            | ProvisionState::ServiceWait
+            | ProvisionState::ServiceFailed => true,
+            _ => false,
+        };
+        registration.node_state = Some(node_list::state_digest(node));
     }
 
     /// An enrolled node: asks Ironic to check BMC access (`manage`), unless the last
@@ -190,10 +233,10 @@ impl IronicProvisioner {
                 format!("Ironic cannot manage the host through its BMC: {reason} {hint}"),
             ));
         }
-        self.transition(
+        self.transition_to(
             host,
             node,
-            Req::new(ProvisionTarget::Manage),
+            ProvisionTarget::Manage,
             registration,
             "check BMC access (manage)",
         )

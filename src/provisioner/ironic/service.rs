@@ -95,10 +95,10 @@ impl IronicProvisioner {
         if node.state() == ProvisionState::ServiceFailed && node.maintenance {
             return self.leave_maintenance(host, node).await;
         }
-        self.transition(
+        self.transition_to(
             host,
             node,
-            Req::new(ProvisionTarget::Abort),
+            ProvisionTarget::Abort,
             Progress::default(),
             "abort servicing: the change was withdrawn",
         )
