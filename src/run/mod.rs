@@ -19,6 +19,12 @@ use crate::metrics::Metrics;
 use crate::provisioner::{IronicProvisioner, ProvisionerSettings};
 use crate::version::BUILD;
 
+mod controllers;
+mod state;
+
+use controllers::start_controllers;
+use state::{Health, Stop};
+
 /// Why `bmo run` could not start or stopped early.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -56,12 +62,6 @@ pub enum RunError {
     PreprovImage(#[from] controller::preprov_image::PreprovImageSettingsError),
     #[error("leadership of the Lease {0} was lost; exiting so that a restart rejoins the election")]
     LeadershipLost(String),
-}
-
-#[derive(Clone)]
-struct Health {
-    ready: Arc<AtomicBool>,
-    metrics: Arc<Metrics>,
 }
 
 /// Runs bmo until a shutdown signal arrives.
@@ -326,219 +326,6 @@ async fn run_until_stopped(
     outcome
 }
 
-/// Tells every part of `bmo run` to stop: on SIGINT or SIGTERM, or when leadership
-/// is lost.
-struct Stop {
-    sender: tokio::sync::watch::Sender<bool>,
-}
-
-impl Stop {
-    /// Stops at SIGINT or SIGTERM, and tells systemd that bmo is stopping.
-    fn on_signal(notifier: crate::notify::Notifier) -> Self {
-        let (sender, _) = tokio::sync::watch::channel(false);
-        let signal_stop = sender.clone();
-        tokio::spawn(async move {
-            shutdown_signal().await;
-            if let Err(e) = notifier.stopping() {
-                tracing::warn!(error = %e, "cannot tell systemd that bmo is stopping");
-            }
-            // Kept even while no part of bmo waits for it (`send` would drop it).
-            signal_stop.send_replace(true);
-        });
-        Self { sender }
-    }
-
-    fn stop(&self) {
-        self.sender.send_replace(true);
-    }
-
-    /// Resolves once bmo is told to stop.
-    fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
-        let mut stop = self.sender.subscribe();
-        async move {
-            let _ = stop.wait_for(|stop| *stop).await;
-        }
-    }
-}
-
-/// The controllers the configuration turns on: HostClaim, BareMetalSwitch, and the
-/// PreprovisioningImage builder.
-fn optional_controllers(
-    config: &Config,
-    kube: &kube::Client,
-    netboot: Option<&crate::netboot::Netboot>,
-    switch_targets: Option<controller::switches::SwitchTargets>,
-    namespace: Option<&str>,
-    stop: &Stop,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut tasks = Vec::new();
-    if config.claims.enabled {
-        tasks.push(tokio::spawn(controller::claims::run(
-            controller::claims::KubeClaimStore::new(kube.clone()),
-            namespace.map(str::to_owned),
-            stop.stopped(),
-        )));
-        tracing::info!("HostClaim controller started");
-    }
-    if let Some(targets) = switch_targets {
-        tracing::info!("BareMetalSwitch controller started");
-        tasks.push(tokio::spawn(controller::switches::run(
-            controller::switches::KubeSwitchStore::new(kube.clone()),
-            targets,
-            namespace.map(str::to_owned),
-            stop.stopped(),
-        )));
-    }
-    // bmo builds initrd PreprovisioningImages itself: its IPA ramdisk plus each
-    // host's network data, served by its HTTP server (checked to be on).
-    if let Some(netboot) = netboot.filter(|_| config.preprov_image.preprov_image_initrd) {
-        let server = crate::netboot::host_ramdisks::RamdiskServer {
-            ramdisks: netboot.host_ramdisks.clone(),
-            images: netboot.deploy_images(),
-            images_dir: config.netboot.images_dir.clone(),
-        };
-        tracing::info!("PreprovisioningImage builder started");
-        tasks.push(tokio::spawn(controller::preprov_image::run(
-            kube.clone(),
-            server,
-            namespace.map(str::to_owned),
-            config.pod_name.clone(),
-            stop.stopped(),
-        )));
-    }
-    tasks
-}
-
-/// Starts every controller (hosts, firmware, DataImages, event subscriptions,
-/// HostClaims, switches, PreprovisioningImages, and the watches they share); each
-/// task ends after `stop`.
-fn start_controllers(
-    config: &Config,
-    kube: &kube::Client,
-    provisioner: IronicProvisioner,
-    netboot: Option<&crate::netboot::Netboot>,
-    health: &Health,
-    switch_targets: Option<controller::switches::SwitchTargets>,
-    stop: &Stop,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let namespace = config.watch_namespace.clone().filter(|ns| !ns.is_empty());
-    let data_image_store =
-        controller::dataimage::KubeDataImageStore::new(kube.clone(), config.pod_name.clone());
-    let ctx = host_context(
-        config,
-        kube,
-        provisioner.clone(),
-        netboot,
-        health,
-        data_image_store.clone(),
-    );
-    let max_backoff = ctx.settings.max_backoff;
-    // One watch each of hosts, HostFirmwareSettings and HostFirmwareComponents for
-    // every controller that reads them (src/controller/shared_watch.rs).
-    let mut watches = controller::runtime::shared_watch::Watches::new(kube, namespace.as_deref());
-    let host_feeds = watches.subscribe();
-    let firmware_feeds = watches.subscribe();
-    let data_image_hosts = watches.hosts.subscribe();
-    let (attachment_hosts, attachment_host_events) =
-        (watches.hosts.cache(), watches.hosts.events());
-    let mut tasks = vec![
-        tokio::spawn(controller::host::run_with(ctx, host_feeds, stop.stopped())),
-        tokio::spawn(watches.run(stop.stopped())),
-        tokio::spawn(controller::switches::attachments::run(
-            kube.clone(),
-            namespace.clone(),
-            attachment_hosts,
-            attachment_host_events,
-            stop.stopped(),
-        )),
-    ];
-    tasks.extend(optional_controllers(
-        config,
-        kube,
-        netboot,
-        switch_targets,
-        namespace.as_deref(),
-        stop,
-    ));
-    let firmware_ctx = Arc::new(controller::firmware::FirmwareContext {
-        provisioner: provisioner.clone(),
-        store: controller::firmware::KubeFirmwareStore::new(kube.clone(), config.pod_name.clone()),
-        namespace: config.watch_namespace.clone(),
-    });
-    tasks.push(tokio::spawn(controller::firmware::run(
-        firmware_ctx,
-        config.concurrency,
-        firmware_feeds,
-        stop.stopped(),
-    )));
-    let data_image_ctx = Arc::new(controller::dataimage::DataImageContext {
-        provisioner: provisioner.clone(),
-        store: data_image_store,
-        namespace: config.watch_namespace.clone(),
-        max_backoff,
-    });
-    tasks.push(tokio::spawn(controller::dataimage::run(
-        data_image_ctx,
-        data_image_hosts,
-        stop.stopped(),
-    )));
-    tasks.push(start_event_subscriptions(config, kube, provisioner, stop));
-    tasks
-}
-
-/// The BMCEventSubscription controller.
-fn start_event_subscriptions(
-    config: &Config,
-    kube: &kube::Client,
-    provisioner: IronicProvisioner,
-    stop: &Stop,
-) -> tokio::task::JoinHandle<()> {
-    let subscriptions_ctx = Arc::new(controller::event_subscriptions::SubscriptionContext {
-        provisioner,
-        store: controller::event_subscriptions::KubeSubscriptionStore::new(
-            kube.clone(),
-            config.pod_name.clone(),
-        ),
-        namespace: config.watch_namespace.clone(),
-    });
-    tokio::spawn(controller::event_subscriptions::run(
-        subscriptions_ctx,
-        stop.stopped(),
-    ))
-}
-
-/// The host controller's context: its store, provisioner and settings, and what the
-/// network boot services share with it.
-fn host_context(
-    config: &Config,
-    kube: &kube::Client,
-    provisioner: IronicProvisioner,
-    netboot: Option<&crate::netboot::Netboot>,
-    health: &Health,
-    data_image_store: controller::dataimage::KubeDataImageStore,
-) -> Arc<controller::host::Context<IronicProvisioner>> {
-    let store = controller::host::KubeStore::new(kube.clone(), config.pod_name.clone());
-    let mut ctx =
-        controller::host::Context::with_store(store, provisioner, config.controller_settings())
-            .with_metrics(health.metrics.clone())
-            .with_data_images(Arc::new(controller::dataimage::AttachBeforePowerOn(
-                data_image_store,
-            )));
-    ctx.address_guard = config.addresses.guard();
-    // Without explicit URLs, Ironic boots the IPA images bmo itself serves, on the
-    // provisioning IP in use at each reconcile.
-    if config.preprov_image.build_preprov_image {
-        ctx = ctx.with_preprovisioning_images();
-    }
-    if let Some(netboot) = netboot {
-        ctx = ctx
-            .with_leases(netboot.leases.clone())
-            .with_known_hosts(netboot.known_hosts.clone())
-            .with_deploy_images(netboot.deploy_images());
-    }
-    Arc::new(ctx)
-}
-
 /// Serves `/healthz`, `/readyz` and `/metrics` on `addr` until `stop` resolves, with
 /// the boot server's accept loop: connection caps, header and idle timeouts.
 async fn serve_probes(
@@ -673,30 +460,5 @@ async fn readyz(State(health): State<Health>) -> (StatusCode, &'static str) {
         (StatusCode::OK, "ok")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "starting")
-    }
-}
-
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot watch SIGTERM; only SIGINT stops bmo");
-                    let _ = interrupt.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = interrupt => tracing::info!("SIGINT received, shutting down"),
-            _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
     }
 }
