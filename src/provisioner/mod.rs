@@ -177,22 +177,6 @@ pub trait FirmwareReader: Send + Sync {
     ) -> impl Future<Output = Result<Option<Vec<FirmwareComponentStatus>>, ProvisionerError>> + Send;
 }
 
-impl FirmwareReader for IronicProvisioner {
-    async fn bios_settings(
-        &self,
-        node: &NodeRef,
-    ) -> Result<Option<BiosSettings>, ProvisionerError> {
-        self.read_bios(node).await
-    }
-
-    async fn firmware_components(
-        &self,
-        node: &NodeRef,
-    ) -> Result<Option<Vec<FirmwareComponentStatus>>, ProvisionerError> {
-        self.read_firmware_components(node).await
-    }
-}
-
 /// A node's virtual CD, as far as DataImages need it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VirtualCd {
@@ -226,24 +210,6 @@ pub trait DataImageProvisioner: Send + Sync {
         &self,
         node: &NodeRef,
     ) -> impl Future<Output = Result<Option<String>, ProvisionerError>> + Send;
-}
-
-impl DataImageProvisioner for IronicProvisioner {
-    async fn virtual_cd(&self, node: &NodeRef) -> Result<Option<VirtualCd>, ProvisionerError> {
-        self.read_virtual_cd(node).await
-    }
-
-    async fn attach_virtual_cd(
-        &self,
-        node: &NodeRef,
-        url: &str,
-    ) -> Result<Option<String>, ProvisionerError> {
-        self.insert_virtual_cd(node, url).await
-    }
-
-    async fn detach_virtual_cd(&self, node: &NodeRef) -> Result<Option<String>, ProvisionerError> {
-        self.eject_virtual_cd(node).await
-    }
 }
 
 /// A Redfish event subscription to create on a node's BMC.
@@ -297,24 +263,6 @@ pub trait EventSubscriber: Send + Sync {
         node: &NodeRef,
         id: &str,
     ) -> impl Future<Output = Result<SubscriptionAnswer<()>, ProvisionerError>> + Send;
-}
-
-impl EventSubscriber for IronicProvisioner {
-    async fn create_subscription(
-        &self,
-        node: &NodeRef,
-        request: &SubscriptionRequest,
-    ) -> Result<SubscriptionAnswer<String>, ProvisionerError> {
-        self.create_event_subscription(node, request).await
-    }
-
-    async fn delete_subscription(
-        &self,
-        node: &NodeRef,
-        id: &str,
-    ) -> Result<SubscriptionAnswer<()>, ProvisionerError> {
-        self.delete_event_subscription(node, id).await
-    }
 }
 
 #[cfg(test)]

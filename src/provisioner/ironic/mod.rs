@@ -31,7 +31,11 @@ use super::types::{
     BootMode, Host, InspectStatus, NodeOwners, Outcome, PowerMode, PowerState, PrepareRequest,
     PrepareStatus, Progress, ProvisionRequest, Registration, ServiceRequest,
 };
-use super::{Provisioner, ProvisionerError, ProvisionerResult};
+use super::{
+    BiosSettings, DataImageProvisioner, EventSubscriber, FirmwareReader, NodeRef, Provisioner,
+    ProvisionerError, ProvisionerResult, SubscriptionAnswer, SubscriptionRequest, VirtualCd,
+};
+use crate::api::firmware::FirmwareComponentStatus;
 use crate::ironic::{IronicClient, IronicError, Node};
 use node_list::NodeList;
 
@@ -298,6 +302,58 @@ impl Provisioner for IronicProvisioner {
                 host: "(every node)".to_owned(),
                 source,
             })
+    }
+}
+
+impl FirmwareReader for IronicProvisioner {
+    async fn bios_settings(
+        &self,
+        node: &NodeRef,
+    ) -> Result<Option<BiosSettings>, ProvisionerError> {
+        self.read_bios(node).await
+    }
+
+    async fn firmware_components(
+        &self,
+        node: &NodeRef,
+    ) -> Result<Option<Vec<FirmwareComponentStatus>>, ProvisionerError> {
+        self.read_firmware_components(node).await
+    }
+}
+
+impl DataImageProvisioner for IronicProvisioner {
+    async fn virtual_cd(&self, node: &NodeRef) -> Result<Option<VirtualCd>, ProvisionerError> {
+        self.read_virtual_cd(node).await
+    }
+
+    async fn attach_virtual_cd(
+        &self,
+        node: &NodeRef,
+        url: &str,
+    ) -> Result<Option<String>, ProvisionerError> {
+        self.insert_virtual_cd(node, url).await
+    }
+
+    async fn detach_virtual_cd(&self, node: &NodeRef) -> Result<Option<String>, ProvisionerError> {
+        self.eject_virtual_cd(node).await
+    }
+}
+
+impl EventSubscriber for IronicProvisioner {
+    async fn create_subscription(
+        &self,
+        node: &NodeRef,
+        request: &SubscriptionRequest,
+    ) -> Result<SubscriptionAnswer<String>, ProvisionerError> {
+        self.create_event_subscription(node, request).await
+    }
+
+    async fn delete_subscription(
+        &self,
+        node: &NodeRef,
+        id: &str,
+    ) -> Result<SubscriptionAnswer<()>, ProvisionerError> {
+        self.delete_event_subscription(node, id).await
     }
 }
 
