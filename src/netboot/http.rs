@@ -5,7 +5,6 @@
 //! byte ranges, ETag / Last-Modified and their conditional requests are honoured.
 
 use std::io::SeekFrom;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
@@ -22,16 +21,17 @@ use tokio_util::io::ReaderStream;
 
 use super::address::Choice;
 use super::cpio;
+use super::deploy_images::{DEFAULT_KERNEL, DEFAULT_RAMDISK};
 use super::files::{Loaders, Refusal, Source, clean, resolve_in};
 use super::host_ramdisks::HostRamdisks;
+use super::http_server::Peer;
 use super::ipxe;
 use super::leases::LeaseTable;
 
-const CHUNK: usize = 256 * 1024;
+/// Who may read the lease table; a setting (`BMO_HTTP_LEASES`), hence defined there.
+pub use super::config::LeasesAccess;
 
-/// Default names of the IPA images under `/images/` (upstream ironic-image's).
-pub const DEFAULT_KERNEL: &str = "ironic-python-agent.kernel";
-pub const DEFAULT_RAMDISK: &str = "ironic-python-agent.initramfs";
+const CHUNK: usize = 256 * 1024;
 
 /// What the HTTP server serves.
 #[derive(Clone)]
@@ -48,18 +48,6 @@ pub struct HttpState {
     pub leases_access: LeasesAccess,
     /// The per-host ramdisks of PreprovisioningImages bmo builds.
     pub host_ramdisks: HostRamdisks,
-}
-
-/// Who may read the lease table at `/bmo/v1/leases` (`BMO_HTTP_LEASES`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum LeasesAccess {
-    /// Every client that reaches the HTTP boot server.
-    All,
-    /// Only clients on the same machine (127.0.0.0/8, ::1).
-    #[default]
-    Localhost,
-    /// Nobody: answered 403.
-    Off,
 }
 
 impl HttpState {
@@ -90,10 +78,6 @@ pub fn router(state: HttpState) -> Router {
         .fallback(serve)
         .with_state(state)
 }
-
-/// The client of a request, put into its extensions by the accept loop.
-#[derive(Debug, Clone, Copy)]
-pub struct Peer(pub SocketAddr);
 
 /// `GET /bmo/v1/leases`: the lease table, read-only, to whom `BMO_HTTP_LEASES` allows.
 async fn leases(State(state): State<HttpState>, request: Request) -> Response {
