@@ -12,14 +12,16 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
-use super::claims::{HostClaim, HostDeployPolicy};
-use super::crd::{self, CelRule, CrdError, Reason};
-use super::events::BMCEventSubscription;
-use super::firmware::{
+use super::cel::{CelRule, Reason};
+use super::host_rules::image_rules;
+use super::schema::{self, CrdError};
+use crate::api::claims::{HostClaim, HostDeployPolicy};
+use crate::api::events::BMCEventSubscription;
+use crate::api::firmware::{
     FirmwareSchema, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
 };
-use super::images::{DataImage, PreprovisioningImage};
-use super::network::{BareMetalSwitch, HostNetworkAttachment};
+use crate::api::images::{DataImage, PreprovisioningImage};
+use crate::api::network::{BareMetalSwitch, HostNetworkAttachment};
 
 /// How a kind's `status` looks in upstream's CRD.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,9 +252,9 @@ impl Kind {
     pub fn crd(&self) -> Result<CustomResourceDefinition, CrdError> {
         let kind = self.kind;
         let shape = &self.shape;
-        let mut crd = crd::to_json(kind, &(self.derived)())?;
-        let schema = crd::normalize(kind, &mut crd)?;
-        let root = crd::node(kind, schema, "")?;
+        let mut crd = schema::to_json(kind, &(self.derived)())?;
+        let schema = schema::normalize(kind, &mut crd)?;
+        let root = schema::node(kind, schema, "")?;
         // Upstream's specs are `omitempty`: an object without spec is valid.
         root.remove("required");
         if shape.status == Status::EmptyWithoutSubresource
@@ -264,7 +266,7 @@ impl Kind {
             );
         }
         // An empty status type (HostDeployPolicy) is a plain object, as upstream's.
-        if let Ok(status) = crd::node(kind, schema, "status")
+        if let Ok(status) = schema::node(kind, schema, "status")
             && status
                 .get("properties")
                 .and_then(Value::as_object)
@@ -273,30 +275,31 @@ impl Kind {
             status.remove("properties");
         }
         if let Some((items, list_map)) = shape.conditions {
-            crd::condition_bounds(kind, schema, items)?;
+            schema::condition_bounds(kind, schema, items)?;
             if list_map {
-                let list = crd::node(kind, schema, items.trim_end_matches("[]"))?;
+                let list = schema::node(kind, schema, items.trim_end_matches("[]"))?;
                 list.insert("x-kubernetes-list-type".into(), json!("map"));
                 list.insert("x-kubernetes-list-map-keys".into(), json!(["type"]));
             }
         }
         for path in shape.untyped_integers {
-            crd::node(kind, schema, path)?.remove("format");
+            schema::node(kind, schema, path)?.remove("format");
         }
         for path in shape.atomic {
-            crd::node(kind, schema, path)?.insert("x-kubernetes-map-type".into(), json!("atomic"));
+            schema::node(kind, schema, path)?
+                .insert("x-kubernetes-map-type".into(), json!("atomic"));
         }
         for (object, field) in shape.required {
-            let object = crd::node(kind, schema, object)?;
+            let object = schema::node(kind, schema, object)?;
             let required = object.entry("required").or_insert_with(|| json!([]));
             if let Value::Array(required) = required {
                 required.push(json!(field));
             }
         }
         for (path, keyword, limit) in shape.bounds {
-            crd::node(kind, schema, path)?.insert((*keyword).into(), json!(limit));
+            schema::node(kind, schema, path)?.insert((*keyword).into(), json!(limit));
         }
-        crd::add_rules(kind, schema, &self.rules())?;
+        schema::add_rules(kind, schema, &self.rules())?;
         if shape.status == Status::SubresourceOnly
             && let Some(version) = crd
                 .pointer_mut("/spec/versions/0")
@@ -401,7 +404,7 @@ fn event_subscription_rules() -> Vec<CelRule> {
 /// HostClaim's image rules (shared with BareMetalHost). Upstream's label-selector
 /// checks are the admission policy `bmo-hostclaim-selector` (src/api/admission.rs).
 fn host_claim_rules() -> Vec<CelRule> {
-    crd::image_rules()
+    image_rules()
 }
 
 fn network_attachment_rules() -> Vec<CelRule> {
