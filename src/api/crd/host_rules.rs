@@ -80,6 +80,7 @@ fn non_empty(parent: &str, list: &str) -> String {
 fn absent(list: &str) -> String {
     format!("(!has(self.{list}) || type(self.{list}) == null_type)")
 }
+
 /// Every CEL rule of the BareMetalHost CRD, in the order the CRD lists them. Each one
 /// is exercised by an invalid manifest in tests/fixtures/hosts/invalid/.
 pub fn baremetalhost_rules() -> Vec<CelRule> {

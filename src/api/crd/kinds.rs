@@ -63,21 +63,43 @@ pub struct Kind {
 
 const NO_RULES: fn() -> Vec<CelRule> = Vec::new;
 
+/// A kind's shape with nothing to adjust but its status; entries name what differs.
+const PLAIN: Shape = Shape {
+    status: Status::Typed,
+    conditions: None,
+    untyped_integers: &[],
+    atomic: &[],
+    required: &[],
+    bounds: &[],
+    rules: NO_RULES,
+};
+
+/// The condition list of most kinds: a map keyed by `type`.
+const CONDITIONS_BY_TYPE: Option<(&str, bool)> = Some(("status.conditions[]", true));
+
 /// The eleven kinds, in the order `bmo crds` prints them.
 pub fn kinds() -> Vec<Kind> {
+    [
+        firmware_kinds(),
+        image_kinds(),
+        claim_and_event_kinds(),
+        network_kinds(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// HostFirmwareSettings, FirmwareSchema, HostFirmwareComponents, HostUpdatePolicy.
+fn firmware_kinds() -> Vec<Kind> {
     vec![
         Kind {
             kind: "HostFirmwareSettings",
             plural: "hostfirmwaresettings",
             derived: HostFirmwareSettings::crd,
             shape: Shape {
-                status: Status::Typed,
-                conditions: Some(("status.conditions[]", true)),
-                untyped_integers: &[],
-                atomic: &[],
-                required: &[],
-                bounds: &[],
-                rules: NO_RULES,
+                conditions: CONDITIONS_BY_TYPE,
+                ..PLAIN
             },
         },
         Kind {
@@ -86,17 +108,13 @@ pub fn kinds() -> Vec<Kind> {
             derived: FirmwareSchema::crd,
             shape: Shape {
                 status: Status::None,
-                conditions: None,
                 untyped_integers: &[
                     "spec.schema{}.lower_bound",
                     "spec.schema{}.upper_bound",
                     "spec.schema{}.min_length",
                     "spec.schema{}.max_length",
                 ],
-                atomic: &[],
-                required: &[],
-                bounds: &[],
-                rules: NO_RULES,
+                ..PLAIN
             },
         },
         Kind {
@@ -104,13 +122,9 @@ pub fn kinds() -> Vec<Kind> {
             plural: "hostfirmwarecomponents",
             derived: HostFirmwareComponents::crd,
             shape: Shape {
-                status: Status::Typed,
-                conditions: Some(("status.conditions[]", true)),
-                untyped_integers: &[],
-                atomic: &[],
-                required: &[],
-                bounds: &[],
+                conditions: CONDITIONS_BY_TYPE,
                 rules: firmware_components_rules,
+                ..PLAIN
             },
         },
         Kind {
@@ -119,26 +133,23 @@ pub fn kinds() -> Vec<Kind> {
             derived: HostUpdatePolicy::crd,
             shape: Shape {
                 status: Status::EmptyWithoutSubresource,
-                conditions: None,
-                untyped_integers: &[],
-                atomic: &[],
-                required: &[],
-                bounds: &[],
-                rules: NO_RULES,
+                ..PLAIN
             },
         },
+    ]
+}
+
+/// DataImage, PreprovisioningImage.
+fn image_kinds() -> Vec<Kind> {
+    vec![
         Kind {
             kind: "DataImage",
             plural: "dataimages",
             derived: DataImage::crd,
             shape: Shape {
-                status: Status::Typed,
-                conditions: None,
                 untyped_integers: &["status.error.count"],
-                atomic: &[],
-                required: &[],
-                bounds: &[],
                 rules: data_image_rules,
+                ..PLAIN
             },
         },
         Kind {
@@ -146,27 +157,24 @@ pub fn kinds() -> Vec<Kind> {
             plural: "preprovisioningimages",
             derived: PreprovisioningImage::crd,
             shape: Shape {
-                status: Status::Typed,
-                conditions: Some(("status.conditions[]", true)),
-                untyped_integers: &[],
-                atomic: &[],
-                required: &[],
-                bounds: &[],
-                rules: NO_RULES,
+                conditions: CONDITIONS_BY_TYPE,
+                ..PLAIN
             },
         },
+    ]
+}
+
+/// BMCEventSubscription, HostClaim, HostDeployPolicy.
+fn claim_and_event_kinds() -> Vec<Kind> {
+    vec![
         Kind {
             kind: "BMCEventSubscription",
             plural: "bmceventsubscriptions",
             derived: BMCEventSubscription::crd,
             shape: Shape {
-                status: Status::Typed,
-                conditions: None,
-                untyped_integers: &[],
                 atomic: &["spec.httpHeadersRef"],
-                required: &[],
-                bounds: &[],
                 rules: event_subscription_rules,
+                ..PLAIN
             },
         },
         Kind {
@@ -174,46 +182,37 @@ pub fn kinds() -> Vec<Kind> {
             plural: "hostclaims",
             derived: HostClaim::crd,
             shape: Shape {
-                status: Status::Typed,
                 conditions: Some(("status.conditions[]", false)),
-                untyped_integers: &[],
                 atomic: &[
                     "spec.consumerRef",
                     "spec.userData",
                     "spec.networkData",
                     "spec.metaData",
                 ],
-                required: &[],
-                bounds: &[],
                 rules: host_claim_rules,
+                ..PLAIN
             },
         },
         Kind {
             kind: "HostDeployPolicy",
             plural: "hostdeploypolicies",
             derived: HostDeployPolicy::crd,
-            shape: Shape {
-                status: Status::Typed,
-                conditions: None,
-                untyped_integers: &[],
-                atomic: &[],
-                required: &[],
-                bounds: &[],
-                rules: NO_RULES,
-            },
+            shape: PLAIN,
         },
+    ]
+}
+
+/// BareMetalSwitch, HostNetworkAttachment.
+fn network_kinds() -> Vec<Kind> {
+    vec![
         Kind {
             kind: "BareMetalSwitch",
             plural: "baremetalswitches",
             derived: BareMetalSwitch::crd,
             shape: Shape {
-                status: Status::Typed,
-                conditions: Some(("status.conditions[]", true)),
-                untyped_integers: &[],
+                conditions: CONDITIONS_BY_TYPE,
                 atomic: &["spec.credentials"],
-                required: &[],
-                bounds: &[],
-                rules: NO_RULES,
+                ..PLAIN
             },
         },
         Kind {
@@ -222,9 +221,7 @@ pub fn kinds() -> Vec<Kind> {
             derived: HostNetworkAttachment::crd,
             shape: Shape {
                 status: Status::SubresourceOnly,
-                conditions: None,
                 untyped_integers: &["spec.nativeVLAN", "spec.mtu"],
-                atomic: &[],
                 required: &[("spec", "mode")],
                 // 4094 VLAN IDs exist; an entry is at most two 9-digit IDs.
                 bounds: &[
@@ -232,6 +229,7 @@ pub fn kinds() -> Vec<Kind> {
                     ("spec.allowedVLANs[]", "maxLength", 19),
                 ],
                 rules: network_attachment_rules,
+                ..PLAIN
             },
         },
     ]
