@@ -57,8 +57,11 @@ pub mod hardware;
 pub mod host;
 pub mod images;
 pub mod install;
-pub mod kinds;
 pub mod network;
+
+/// The other kinds' CRDs live with the CRD code (`crd/kinds.rs`); the path
+/// `api::kinds` stays.
+pub use crd::kinds;
 
 pub use claims::{
     HostClaim, HostClaimSpec, HostClaimStatus, HostDeployPolicy, HostDeployPolicySpec,

@@ -12,7 +12,6 @@ use clap::{ArgAction, Args, ValueEnum};
 use url::Url;
 
 use super::dhcp::range::{RANGE_FORM, Range};
-use super::http::LeasesAccess;
 use super::http_server::HttpLimits;
 use super::leases::LeaseLimits;
 use super::mac::MacAddr;
@@ -54,6 +53,18 @@ impl ProvisioningNetwork {
     pub fn wait(&self) -> Duration {
         Duration::from_secs(self.provisioning_ip_wait_secs)
     }
+}
+
+/// Who may read the lease table at `/bmo/v1/leases` (`BMO_HTTP_LEASES`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LeasesAccess {
+    /// Every client that reaches the HTTP boot server.
+    All,
+    /// Only clients on the same machine (127.0.0.0/8, ::1).
+    #[default]
+    Localhost,
+    /// Nobody: answered 403.
+    Off,
 }
 
 /// Preferred address family.

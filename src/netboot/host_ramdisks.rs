@@ -12,8 +12,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use super::DeployImages;
-use super::http::DEFAULT_RAMDISK;
+use super::deploy_images::{DEFAULT_RAMDISK, DeployImages};
 
 /// First path segment of the per-host ramdisks on the HTTP server.
 pub const PATH_PREFIX: &str = "preprovisioning";

@@ -26,7 +26,6 @@ fn is_label(label: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netboot::leases::{LeaseTable, Sighting};
 
     fn cases() -> Vec<(Vec<u8>, bool)> {
         let label = "a".repeat(63);
@@ -79,53 +78,5 @@ mod tests {
             let by_schema = pattern.is_match(text) && text.len() <= MAX_LEN;
             assert_eq!(by_schema, valid, "{text:?}");
         }
-    }
-
-    #[test]
-    fn only_valid_host_names_are_kept() {
-        let t = LeaseTable::in_memory();
-        let mac = crate::netboot::mac::MacAddr([2, 0, 0, 0, 0, 1]);
-        let see = |name: &[u8]| {
-            let hostname_raw = Some(name.to_vec());
-            t.see(
-                mac,
-                Sighting {
-                    hostname_raw,
-                    ..Default::default()
-                },
-                false,
-            )
-        };
-        see(b"node-1");
-        // Control characters, invalid UTF-8 or too long: dropped, the valid one stays.
-        for bad in [&b"node\xff1"[..], b"a\nb", b"\x1b[31mred", &[b'a'; 300]] {
-            see(bad);
-            assert_eq!(t.get(&mac).unwrap().hostname.as_deref(), Some("node-1"));
-        }
-        let json = serde_json::to_string(&t.get(&mac).unwrap()).unwrap();
-        assert!(json.contains("\"hostname_raw\":\"6e6f64652d31\""), "{json}");
-    }
-
-    #[test]
-    fn invalid_host_names_in_an_older_lease_file_are_dropped_on_load() {
-        let dir = std::env::temp_dir().join(format!("bmo-hostname-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("leases.json");
-        // "a\nb" and "ok-1", hex as the file keeps them.
-        let lease = |mac: &str, hex: &str| {
-            format!(
-                r#"{{"mac":"{mac}","ip":null,"state":"released","expires_unix":0,"hostname_raw":"{hex}","arch":null,"vendor_class":null,"ipxe":false,"first_seen_unix":1,"last_seen_unix":1}}"#
-            )
-        };
-        let file = format!(
-            r#"{{"version":1,"leases":[{},{}]}}"#,
-            lease("02:00:00:00:00:01", "610a62"),
-            lease("02:00:00:00:00:02", "6f6b2d31")
-        );
-        std::fs::write(&path, file).unwrap();
-        let t = LeaseTable::open(&path).unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
-        let names: Vec<Option<String>> = t.list().into_iter().map(|l| l.hostname).collect();
-        assert_eq!(names, [None, Some("ok-1".to_owned())]);
     }
 }

@@ -5,7 +5,6 @@
 //! byte ranges, ETag / Last-Modified and their conditional requests are honoured.
 
 use std::io::SeekFrom;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
@@ -22,16 +21,17 @@ use tokio_util::io::ReaderStream;
 
 use super::address::Choice;
 use super::cpio;
+use super::deploy_images::{DEFAULT_KERNEL, DEFAULT_RAMDISK};
 use super::files::{Loaders, Refusal, Source, clean, resolve_in};
 use super::host_ramdisks::HostRamdisks;
+use super::http_server::Peer;
 use super::ipxe;
 use super::leases::LeaseTable;
 
-const CHUNK: usize = 256 * 1024;
+/// Who may read the lease table; a setting (`BMO_HTTP_LEASES`), hence defined there.
+pub use super::config::LeasesAccess;
 
-/// Default names of the IPA images under `/images/` (upstream ironic-image's).
-pub const DEFAULT_KERNEL: &str = "ironic-python-agent.kernel";
-pub const DEFAULT_RAMDISK: &str = "ironic-python-agent.initramfs";
+const CHUNK: usize = 256 * 1024;
 
 /// What the HTTP server serves.
 #[derive(Clone)]
@@ -48,18 +48,6 @@ pub struct HttpState {
     pub leases_access: LeasesAccess,
     /// The per-host ramdisks of PreprovisioningImages bmo builds.
     pub host_ramdisks: HostRamdisks,
-}
-
-/// Who may read the lease table at `/bmo/v1/leases` (`BMO_HTTP_LEASES`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum LeasesAccess {
-    /// Every client that reaches the HTTP boot server.
-    All,
-    /// Only clients on the same machine (127.0.0.0/8, ::1).
-    #[default]
-    Localhost,
-    /// Nobody: answered 403.
-    Off,
 }
 
 impl HttpState {
@@ -90,10 +78,6 @@ pub fn router(state: HttpState) -> Router {
         .fallback(serve)
         .with_state(state)
 }
-
-/// The client of a request, put into its extensions by the accept loop.
-#[derive(Debug, Clone, Copy)]
-pub struct Peer(pub SocketAddr);
 
 /// `GET /bmo/v1/leases`: the lease table, read-only, to whom `BMO_HTTP_LEASES` allows.
 async fn leases(State(state): State<HttpState>, request: Request) -> Response {
@@ -280,8 +264,9 @@ fn parse_range(value: &str, len: u64) -> RangeSpec {
     RangeSpec::Part(start, end)
 }
 
-async fn send(src: Source, headers: &HeaderMap, head: bool) -> Response {
-    let (len, etag, modified) = match &src {
+/// What identifies a version of `src`: its length, ETag and modification time.
+fn validators(src: &Source) -> (u64, String, Option<SystemTime>) {
+    match src {
         Source::Embedded { data, hash } => (data.len() as u64, format!("\"{hash}\""), None),
         Source::File(opened) => {
             let m = &opened.metadata;
@@ -291,19 +276,42 @@ async fn send(src: Source, headers: &HeaderMap, head: bool) -> Response {
                 .map_or(0, |d| d.as_nanos());
             (m.len(), format!("\"{:x}-{nanos:x}\"", m.len()), mtime)
         }
-    };
-    let header_str = |h| headers.get(h).and_then(|v: &HeaderValue| v.to_str().ok());
-    let not_modified = match header_str(header::IF_NONE_MATCH) {
+    }
+}
+
+fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Whether the client's copy is current (`If-None-Match`, else `If-Modified-Since`).
+fn not_modified(headers: &HeaderMap, etag: &str, modified: Option<SystemTime>) -> bool {
+    match header_str(headers, header::IF_NONE_MATCH) {
         Some(inm) => inm.split(',').any(|t| {
             let t = t.trim();
             t == "*" || t.trim_start_matches("W/") == etag
         }),
-        None => match (header_str(header::IF_MODIFIED_SINCE), modified) {
+        None => match (header_str(headers, header::IF_MODIFIED_SINCE), modified) {
             (Some(ims), Some(m)) => httpdate::parse_http_date(ims)
                 .is_ok_and(|since| httpdate::HttpDate::from(m) <= httpdate::HttpDate::from(since)),
             _ => false,
         },
-    };
+    }
+}
+
+/// Whether a `Range` may be honoured: no `If-Range`, or one naming this version.
+fn if_range_holds(headers: &HeaderMap, etag: &str, modified: Option<SystemTime>) -> bool {
+    match header_str(headers, header::IF_RANGE) {
+        None => true,
+        Some(v) if v.starts_with('"') => v == etag,
+        Some(v) => match (httpdate::parse_http_date(v), modified) {
+            (Ok(d), Some(m)) => httpdate::HttpDate::from(m) == httpdate::HttpDate::from(d),
+            _ => false,
+        },
+    }
+}
+
+async fn send(src: Source, headers: &HeaderMap, head: bool) -> Response {
+    let (len, etag, modified) = validators(&src);
     let mut builder = Response::builder()
         .header(header::ETAG, &etag)
         .header(header::ACCEPT_RANGES, "bytes")
@@ -311,22 +319,14 @@ async fn send(src: Source, headers: &HeaderMap, head: bool) -> Response {
     if let Some(m) = modified {
         builder = builder.header(header::LAST_MODIFIED, httpdate::fmt_http_date(m));
     }
-    if not_modified {
+    if not_modified(headers, &etag, modified) {
         return builder
             .status(StatusCode::NOT_MODIFIED)
             .body(Body::empty())
             .unwrap_or_default();
     }
-    let if_range_ok = match header_str(header::IF_RANGE) {
-        None => true,
-        Some(v) if v.starts_with('"') => v == etag,
-        Some(v) => match (httpdate::parse_http_date(v), modified) {
-            (Ok(d), Some(m)) => httpdate::HttpDate::from(m) == httpdate::HttpDate::from(d),
-            _ => false,
-        },
-    };
-    let range = match header_str(header::RANGE) {
-        Some(r) if if_range_ok => parse_range(r, len),
+    let range = match header_str(headers, header::RANGE) {
+        Some(r) if if_range_holds(headers, &etag, modified) => parse_range(r, len),
         _ => RangeSpec::Full,
     };
     let (status, start, count) = match range {
@@ -347,21 +347,31 @@ async fn send(src: Source, headers: &HeaderMap, head: bool) -> Response {
     if head {
         return builder.body(Body::empty()).unwrap_or_default();
     }
-    let body = match src {
+    match body(src, start, count).await {
+        Some(body) => builder.body(body).unwrap_or_default(),
+        None => (StatusCode::INTERNAL_SERVER_ERROR, "seek failed\n").into_response(),
+    }
+}
+
+/// `count` bytes of `src` from `start`; `None` when the file cannot seek there.
+async fn body(src: Source, start: u64, count: u64) -> Option<Body> {
+    match src {
         Source::Embedded { data, .. } => {
             let slice = data[start as usize..(start + count) as usize].to_vec();
-            Body::from(slice)
+            Some(Body::from(slice))
         }
         Source::File(opened) => {
             // The descriptor checked by resolve_in, never the path again.
             let mut file = tokio::fs::File::from_std(opened.file);
             if start > 0 && file.seek(SeekFrom::Start(start)).await.is_err() {
-                return (StatusCode::INTERNAL_SERVER_ERROR, "seek failed\n").into_response();
+                return None;
             }
-            Body::from_stream(ReaderStream::with_capacity(file.take(count), CHUNK))
+            Some(Body::from_stream(ReaderStream::with_capacity(
+                file.take(count),
+                CHUNK,
+            )))
         }
-    };
-    builder.body(body).unwrap_or_default()
+    }
 }
 
 fn content_type(src: &Source) -> &'static str {

@@ -4,6 +4,7 @@
 //! with them the health probes).
 
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -15,8 +16,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, Sleep};
 
-use super::http::Peer;
 use super::slots::Slots;
+
+/// The client of a request, put into its extensions by the accept loop.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub SocketAddr);
 
 /// What one client, and all of them together, may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

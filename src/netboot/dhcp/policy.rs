@@ -170,66 +170,9 @@ impl Policy {
         range: &Range,
     ) -> Option<(Message, Destination)> {
         let fixed = known.and_then(|h| h.fixed_ip);
-        let reserved_for = |ip| self.hosts.reserved_for(ip);
         match req.msg_type {
-            MessageType::Discover => {
-                let Some(ip) = leases.allocate(
-                    req.mac,
-                    fixed,
-                    req.requested_ip,
-                    (range.start, range.end),
-                    &reserved_for,
-                ) else {
-                    tracing::warn!(mac = %req.mac, "DHCP range exhausted; no offer made (widen DHCP_RANGE)");
-                    return None;
-                };
-                leases.assign(req.mac, ip, LeaseState::Offered, OFFER_HOLD_SECS);
-                let mut reply = self.reply_base(req, MessageType::Offer, ip);
-                self.add_lease_options(&mut reply, range);
-                if let Some(b) = &boot {
-                    self.add_boot(&mut reply, req, b, false);
-                }
-                Some((reply, self.destination(req, false)))
-            }
-            MessageType::Request => {
-                if let Some(sid) = req.server_id
-                    && sid != self.server_ip
-                {
-                    // The client took another server's offer.
-                    if leases
-                        .get(&req.mac)
-                        .is_some_and(|l| l.state == LeaseState::Offered)
-                    {
-                        leases.release(req.mac);
-                    }
-                    return None;
-                }
-                let wanted = req
-                    .requested_ip
-                    .or_else(|| (!req.msg.ciaddr().is_unspecified()).then(|| req.msg.ciaddr()));
-                let ok = wanted.filter(|ip| {
-                    let in_range =
-                        (u32::from(range.start)..=u32::from(range.end)).contains(&u32::from(*ip));
-                    (fixed == Some(*ip) || (fixed.is_none() && in_range))
-                        && leases.may_bind(req.mac, *ip, &reserved_for)
-                });
-                match ok {
-                    Some(ip) => {
-                        leases.assign(req.mac, ip, LeaseState::Bound, u64::from(self.lease_secs));
-                        let mut reply = self.reply_base(req, MessageType::Ack, ip);
-                        self.add_lease_options(&mut reply, range);
-                        if let Some(b) = &boot {
-                            self.add_boot(&mut reply, req, b, false);
-                        }
-                        Some((reply, self.destination(req, false)))
-                    }
-                    None => {
-                        tracing::debug!(mac = %req.mac, requested = ?wanted, "DHCP request refused (NAK)");
-                        let reply = self.reply_base(req, MessageType::Nak, Ipv4Addr::UNSPECIFIED);
-                        Some((reply, self.destination(req, true)))
-                    }
-                }
-            }
+            MessageType::Discover => self.offer(req, fixed, boot, leases, range),
+            MessageType::Request => self.acknowledge(req, fixed, boot, leases, range),
             MessageType::Inform => {
                 let mut reply = self.reply_base(req, MessageType::Ack, Ipv4Addr::UNSPECIFIED);
                 reply.opts_mut().insert(DhcpOption::SubnetMask(
@@ -246,6 +189,93 @@ impl Policy {
             }
             _ => None,
         }
+    }
+
+    /// DISCOVER in full mode: an address from the range (or the fixed one), held for
+    /// the client as offered.
+    fn offer(
+        &self,
+        req: &ClientRequest,
+        fixed: Option<Ipv4Addr>,
+        boot: Option<Boot>,
+        leases: &LeaseTable,
+        range: &Range,
+    ) -> Option<(Message, Destination)> {
+        let reserved_for = |ip| self.hosts.reserved_for(ip);
+        let Some(ip) = leases.allocate(
+            req.mac,
+            fixed,
+            req.requested_ip,
+            (range.start, range.end),
+            &reserved_for,
+        ) else {
+            tracing::warn!(mac = %req.mac, "DHCP range exhausted; no offer made (widen DHCP_RANGE)");
+            return None;
+        };
+        leases.assign(req.mac, ip, LeaseState::Offered, OFFER_HOLD_SECS);
+        Some(self.lease_reply(req, MessageType::Offer, ip, range, boot))
+    }
+
+    /// REQUEST in full mode: ACK the address asked for if the client may have it,
+    /// NAK otherwise; nothing when the client took another server's offer.
+    fn acknowledge(
+        &self,
+        req: &ClientRequest,
+        fixed: Option<Ipv4Addr>,
+        boot: Option<Boot>,
+        leases: &LeaseTable,
+        range: &Range,
+    ) -> Option<(Message, Destination)> {
+        if let Some(sid) = req.server_id
+            && sid != self.server_ip
+        {
+            // The client took another server's offer.
+            if leases
+                .get(&req.mac)
+                .is_some_and(|l| l.state == LeaseState::Offered)
+            {
+                leases.release(req.mac);
+            }
+            return None;
+        }
+        let reserved_for = |ip| self.hosts.reserved_for(ip);
+        let wanted = req
+            .requested_ip
+            .or_else(|| (!req.msg.ciaddr().is_unspecified()).then(|| req.msg.ciaddr()));
+        let ok = wanted.filter(|ip| {
+            let in_range =
+                (u32::from(range.start)..=u32::from(range.end)).contains(&u32::from(*ip));
+            (fixed == Some(*ip) || (fixed.is_none() && in_range))
+                && leases.may_bind(req.mac, *ip, &reserved_for)
+        });
+        match ok {
+            Some(ip) => {
+                leases.assign(req.mac, ip, LeaseState::Bound, u64::from(self.lease_secs));
+                Some(self.lease_reply(req, MessageType::Ack, ip, range, boot))
+            }
+            None => {
+                tracing::debug!(mac = %req.mac, requested = ?wanted, "DHCP request refused (NAK)");
+                let reply = self.reply_base(req, MessageType::Nak, Ipv4Addr::UNSPECIFIED);
+                Some((reply, self.destination(req, true)))
+            }
+        }
+    }
+
+    /// An OFFER or ACK of `ip`, with the lease options and the boot options if any.
+    fn lease_reply(
+        &self,
+        req: &ClientRequest,
+        ty: MessageType,
+        ip: Ipv4Addr,
+        range: &Range,
+        boot: Option<Boot>,
+    ) -> (Message, Destination) {
+        let mut reply = self.reply_base(req, ty, ip);
+        self.add_lease_options(&mut reply, range);
+        if let Some(b) = &boot {
+            self.add_boot(&mut reply, req, b, false);
+        }
+        (reply, self.destination(req, false))
     }
 
     fn reply_base(&self, req: &ClientRequest, ty: MessageType, yiaddr: Ipv4Addr) -> Message {

@@ -12,14 +12,16 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
-use super::claims::{HostClaim, HostDeployPolicy};
-use super::crd::{self, CelRule, CrdError, Reason};
-use super::events::BMCEventSubscription;
-use super::firmware::{
+use super::cel::{CelRule, Reason};
+use super::host_rules::image_rules;
+use super::schema::{self, CrdError};
+use crate::api::claims::{HostClaim, HostDeployPolicy};
+use crate::api::events::BMCEventSubscription;
+use crate::api::firmware::{
     FirmwareSchema, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
 };
-use super::images::{DataImage, PreprovisioningImage};
-use super::network::{BareMetalSwitch, HostNetworkAttachment};
+use crate::api::images::{DataImage, PreprovisioningImage};
+use crate::api::network::{BareMetalSwitch, HostNetworkAttachment};
 
 /// How a kind's `status` looks in upstream's CRD.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,21 +63,43 @@ pub struct Kind {
 
 const NO_RULES: fn() -> Vec<CelRule> = Vec::new;
 
+/// A kind's shape with nothing to adjust but its status; entries name what differs.
+const PLAIN: Shape = Shape {
+    status: Status::Typed,
+    conditions: None,
+    untyped_integers: &[],
+    atomic: &[],
+    required: &[],
+    bounds: &[],
+    rules: NO_RULES,
+};
+
+/// The condition list of most kinds: a map keyed by `type`.
+const CONDITIONS_BY_TYPE: Option<(&str, bool)> = Some(("status.conditions[]", true));
+
 /// The eleven kinds, in the order `bmo crds` prints them.
 pub fn kinds() -> Vec<Kind> {
+    [
+        firmware_kinds(),
+        image_kinds(),
+        claim_and_event_kinds(),
+        network_kinds(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// HostFirmwareSettings, FirmwareSchema, HostFirmwareComponents, HostUpdatePolicy.
+fn firmware_kinds() -> Vec<Kind> {
     vec![
         Kind {
             kind: "HostFirmwareSettings",
             plural: "hostfirmwaresettings",
             derived: HostFirmwareSettings::crd,
             shape: Shape {
-                status: Status::Typed,
-                conditions: Some(("status.conditions[]", true)),
-                untyped_integers: &[],
-                atomic: &[],
-                required: &[],
-                bounds: &[],
-                rules: NO_RULES,
+                conditions: CONDITIONS_BY_TYPE,
+                ..PLAIN
             },
         },
         Kind {
@@ -84,17 +108,13 @@ pub fn kinds() -> Vec<Kind> {
             derived: FirmwareSchema::crd,
             shape: Shape {
                 status: Status::None,
-                conditions: None,
                 untyped_integers: &[
                     "spec.schema{}.lower_bound",
                     "spec.schema{}.upper_bound",
                     "spec.schema{}.min_length",
                     "spec.schema{}.max_length",
                 ],
-                atomic: &[],
-                required: &[],
-                bounds: &[],
-                rules: NO_RULES,
+                ..PLAIN
             },
         },
         Kind {
@@ -102,13 +122,9 @@ pub fn kinds() -> Vec<Kind> {
             plural: "hostfirmwarecomponents",
             derived: HostFirmwareComponents::crd,
             shape: Shape {
-                status: Status::Typed,
-                conditions: Some(("status.conditions[]", true)),
-                untyped_integers: &[],
-                atomic: &[],
-                required: &[],
-                bounds: &[],
+                conditions: CONDITIONS_BY_TYPE,
                 rules: firmware_components_rules,
+                ..PLAIN
             },
         },
         Kind {
@@ -117,26 +133,23 @@ pub fn kinds() -> Vec<Kind> {
             derived: HostUpdatePolicy::crd,
             shape: Shape {
                 status: Status::EmptyWithoutSubresource,
-                conditions: None,
-                untyped_integers: &[],
-                atomic: &[],
-                required: &[],
-                bounds: &[],
-                rules: NO_RULES,
+                ..PLAIN
             },
         },
+    ]
+}
+
+/// DataImage, PreprovisioningImage.
+fn image_kinds() -> Vec<Kind> {
+    vec![
         Kind {
             kind: "DataImage",
             plural: "dataimages",
             derived: DataImage::crd,
             shape: Shape {
-                status: Status::Typed,
-                conditions: None,
                 untyped_integers: &["status.error.count"],
-                atomic: &[],
-                required: &[],
-                bounds: &[],
                 rules: data_image_rules,
+                ..PLAIN
             },
         },
         Kind {
@@ -144,27 +157,24 @@ pub fn kinds() -> Vec<Kind> {
             plural: "preprovisioningimages",
             derived: PreprovisioningImage::crd,
             shape: Shape {
-                status: Status::Typed,
-                conditions: Some(("status.conditions[]", true)),
-                untyped_integers: &[],
-                atomic: &[],
-                required: &[],
-                bounds: &[],
-                rules: NO_RULES,
+                conditions: CONDITIONS_BY_TYPE,
+                ..PLAIN
             },
         },
+    ]
+}
+
+/// BMCEventSubscription, HostClaim, HostDeployPolicy.
+fn claim_and_event_kinds() -> Vec<Kind> {
+    vec![
         Kind {
             kind: "BMCEventSubscription",
             plural: "bmceventsubscriptions",
             derived: BMCEventSubscription::crd,
             shape: Shape {
-                status: Status::Typed,
-                conditions: None,
-                untyped_integers: &[],
                 atomic: &["spec.httpHeadersRef"],
-                required: &[],
-                bounds: &[],
                 rules: event_subscription_rules,
+                ..PLAIN
             },
         },
         Kind {
@@ -172,46 +182,37 @@ pub fn kinds() -> Vec<Kind> {
             plural: "hostclaims",
             derived: HostClaim::crd,
             shape: Shape {
-                status: Status::Typed,
                 conditions: Some(("status.conditions[]", false)),
-                untyped_integers: &[],
                 atomic: &[
                     "spec.consumerRef",
                     "spec.userData",
                     "spec.networkData",
                     "spec.metaData",
                 ],
-                required: &[],
-                bounds: &[],
                 rules: host_claim_rules,
+                ..PLAIN
             },
         },
         Kind {
             kind: "HostDeployPolicy",
             plural: "hostdeploypolicies",
             derived: HostDeployPolicy::crd,
-            shape: Shape {
-                status: Status::Typed,
-                conditions: None,
-                untyped_integers: &[],
-                atomic: &[],
-                required: &[],
-                bounds: &[],
-                rules: NO_RULES,
-            },
+            shape: PLAIN,
         },
+    ]
+}
+
+/// BareMetalSwitch, HostNetworkAttachment.
+fn network_kinds() -> Vec<Kind> {
+    vec![
         Kind {
             kind: "BareMetalSwitch",
             plural: "baremetalswitches",
             derived: BareMetalSwitch::crd,
             shape: Shape {
-                status: Status::Typed,
-                conditions: Some(("status.conditions[]", true)),
-                untyped_integers: &[],
+                conditions: CONDITIONS_BY_TYPE,
                 atomic: &["spec.credentials"],
-                required: &[],
-                bounds: &[],
-                rules: NO_RULES,
+                ..PLAIN
             },
         },
         Kind {
@@ -220,9 +221,7 @@ pub fn kinds() -> Vec<Kind> {
             derived: HostNetworkAttachment::crd,
             shape: Shape {
                 status: Status::SubresourceOnly,
-                conditions: None,
                 untyped_integers: &["spec.nativeVLAN", "spec.mtu"],
-                atomic: &[],
                 required: &[("spec", "mode")],
                 // 4094 VLAN IDs exist; an entry is at most two 9-digit IDs.
                 bounds: &[
@@ -230,6 +229,7 @@ pub fn kinds() -> Vec<Kind> {
                     ("spec.allowedVLANs[]", "maxLength", 19),
                 ],
                 rules: network_attachment_rules,
+                ..PLAIN
             },
         },
     ]
@@ -250,9 +250,9 @@ impl Kind {
     pub fn crd(&self) -> Result<CustomResourceDefinition, CrdError> {
         let kind = self.kind;
         let shape = &self.shape;
-        let mut crd = crd::to_json(kind, &(self.derived)())?;
-        let schema = crd::normalize(kind, &mut crd)?;
-        let root = crd::node(kind, schema, "")?;
+        let mut crd = schema::to_json(kind, &(self.derived)())?;
+        let schema = schema::normalize(kind, &mut crd)?;
+        let root = schema::node(kind, schema, "")?;
         // Upstream's specs are `omitempty`: an object without spec is valid.
         root.remove("required");
         if shape.status == Status::EmptyWithoutSubresource
@@ -264,7 +264,7 @@ impl Kind {
             );
         }
         // An empty status type (HostDeployPolicy) is a plain object, as upstream's.
-        if let Ok(status) = crd::node(kind, schema, "status")
+        if let Ok(status) = schema::node(kind, schema, "status")
             && status
                 .get("properties")
                 .and_then(Value::as_object)
@@ -273,30 +273,31 @@ impl Kind {
             status.remove("properties");
         }
         if let Some((items, list_map)) = shape.conditions {
-            crd::condition_bounds(kind, schema, items)?;
+            schema::condition_bounds(kind, schema, items)?;
             if list_map {
-                let list = crd::node(kind, schema, items.trim_end_matches("[]"))?;
+                let list = schema::node(kind, schema, items.trim_end_matches("[]"))?;
                 list.insert("x-kubernetes-list-type".into(), json!("map"));
                 list.insert("x-kubernetes-list-map-keys".into(), json!(["type"]));
             }
         }
         for path in shape.untyped_integers {
-            crd::node(kind, schema, path)?.remove("format");
+            schema::node(kind, schema, path)?.remove("format");
         }
         for path in shape.atomic {
-            crd::node(kind, schema, path)?.insert("x-kubernetes-map-type".into(), json!("atomic"));
+            schema::node(kind, schema, path)?
+                .insert("x-kubernetes-map-type".into(), json!("atomic"));
         }
         for (object, field) in shape.required {
-            let object = crd::node(kind, schema, object)?;
+            let object = schema::node(kind, schema, object)?;
             let required = object.entry("required").or_insert_with(|| json!([]));
             if let Value::Array(required) = required {
                 required.push(json!(field));
             }
         }
         for (path, keyword, limit) in shape.bounds {
-            crd::node(kind, schema, path)?.insert((*keyword).into(), json!(limit));
+            schema::node(kind, schema, path)?.insert((*keyword).into(), json!(limit));
         }
-        crd::add_rules(kind, schema, &self.rules())?;
+        schema::add_rules(kind, schema, &self.rules())?;
         if shape.status == Status::SubresourceOnly
             && let Some(version) = crd
                 .pointer_mut("/spec/versions/0")
@@ -401,7 +402,7 @@ fn event_subscription_rules() -> Vec<CelRule> {
 /// HostClaim's image rules (shared with BareMetalHost). Upstream's label-selector
 /// checks are the admission policy `bmo-hostclaim-selector` (src/api/admission.rs).
 fn host_claim_rules() -> Vec<CelRule> {
-    crd::image_rules()
+    image_rules()
 }
 
 fn network_attachment_rules() -> Vec<CelRule> {

@@ -1,0 +1,314 @@
+//! Starting the network boot services: the provisioning address first, then HTTP,
+//! TFTP and DHCP as the settings switch them on, and [`Netboot`], the handle that
+//! keeps them running.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::address::{self, AddressError, Choice, Selector};
+use super::config::{DhcpIgnore, DhcpMode, NetbootConfig, NetbootConfigError};
+use super::deploy_images::DeployImages;
+use super::dhcp::policy::{Mode, Policy};
+use super::dhcp::server as dhcp_server;
+use super::files::{Loaders, TftpFiles};
+use super::host_ramdisks::HostRamdisks;
+use super::hosts::{HostDirectory, StaticHosts};
+use super::http::{self, HttpState};
+use super::http_server;
+use super::leases::{LeaseError, LeaseTable};
+use super::slots::Slots;
+use super::tftp;
+
+/// How often the provisioning address is re-checked.
+const FOLLOW_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How often expired lease records are looked for.
+const PRUNE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Removes lease records past their retention, now and then.
+async fn prune_leases(leases: LeaseTable) {
+    let mut every = tokio::time::interval(PRUNE_INTERVAL);
+    loop {
+        every.tick().await;
+        let removed = leases.prune();
+        if removed > 0 {
+            tracing::debug!(removed, left = leases.len(), "old lease records removed");
+        }
+    }
+}
+
+/// Why the network boot services could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum NetbootError {
+    #[error(transparent)]
+    Address(#[from] AddressError),
+    #[error(transparent)]
+    Leases(#[from] LeaseError),
+    #[error("cannot listen on {addr} for {service}: {source}; free the port or change {setting}")]
+    Bind {
+        service: &'static str,
+        addr: String,
+        setting: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("DHCP cannot start: {0}")]
+    Dhcp(String),
+}
+
+/// The running services. Dropping it stops them.
+pub struct Netboot {
+    /// The provisioning address, updated when it changes.
+    pub address: watch::Receiver<Choice>,
+    pub leases: LeaseTable,
+    pub http_addr: Option<SocketAddr>,
+    pub tftp_addr: Option<SocketAddr>,
+    /// TFTP transfers running (when TFTP is on).
+    pub tftp_sessions: Option<Slots>,
+    /// The hosts DHCP knows (`DHCP_HOSTS`); the host controller attaches the
+    /// cluster's BareMetalHosts to it.
+    pub known_hosts: HostDirectory,
+    /// The per-host ramdisks the HTTP server serves (empty unless bmo builds
+    /// PreprovisioningImages).
+    pub host_ramdisks: HostRamdisks,
+    http_port: u16,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Netboot {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Netboot {
+    /// The IPA kernel and ramdisk on bmo's HTTP server, as the provisioning IP changes.
+    pub fn deploy_images(&self) -> DeployImages {
+        DeployImages::new(self.address.clone(), self.http_port)
+    }
+
+    /// Writes pending lease changes; call before shutting down.
+    pub async fn shutdown(self) -> Result<(), LeaseError> {
+        self.leases.flush().await
+    }
+}
+
+/// Detects the provisioning address and starts the services `cfg` switches on.
+/// Sockets are opened on the calling runtime thread, hence in its network namespace.
+pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, NetbootError> {
+    let selector = Selector::from_config(&cfg.provisioning)?;
+    let choice = address::wait_for_address(&selector, cfg.provisioning.wait()).await?;
+    tracing::info!(address = %choice, "provisioning IP");
+    let address = address::follow(selector, choice.clone(), FOLLOW_INTERVAL);
+    let known_hosts = HostDirectory::new(StaticHosts::new(cfg.dhcp_hosts.as_ref()));
+    leases.set_limits(cfg.lease_limits());
+    leases.spawn_writer();
+    let mut tasks = vec![tokio::spawn(prune_leases(leases.clone()))];
+    let loaders = Loaders {
+        dir: cfg.ipxe_dir.clone(),
+    };
+
+    let host_ramdisks = HostRamdisks::new();
+    let mut http_addr = None;
+    let mut http_port = cfg.http_port;
+    if cfg.http {
+        let (local, task) = start_http(
+            cfg,
+            loaders.clone(),
+            leases.clone(),
+            address.clone(),
+            host_ramdisks.clone(),
+        )
+        .await?;
+        http_port = local.port();
+        http_addr = Some(local);
+        tasks.push(task);
+    }
+
+    let mut tftp_addr = None;
+    let mut tftp_sessions = None;
+    if cfg.tftp {
+        let (local, sessions, task) = start_tftp(cfg, loaders).await?;
+        tftp_addr = Some(local);
+        tftp_sessions = Some(sessions);
+        tasks.push(task);
+    }
+
+    if cfg.dhcp_mode != DhcpMode::Off {
+        let served = ServedByDhcp {
+            http_port,
+            known_hosts: known_hosts.clone(),
+            address: address.clone(),
+            leases: leases.clone(),
+        };
+        tasks.extend(start_dhcp(cfg, &choice, served)?);
+    }
+
+    Ok(Netboot {
+        address,
+        leases,
+        http_addr,
+        tftp_addr,
+        tftp_sessions,
+        known_hosts,
+        host_ramdisks,
+        http_port,
+        tasks,
+    })
+}
+
+/// Binds the HTTP boot server and starts serving; returns its address.
+async fn start_http(
+    cfg: &NetbootConfig,
+    loaders: Loaders,
+    leases: LeaseTable,
+    address: watch::Receiver<Choice>,
+    host_ramdisks: HostRamdisks,
+) -> Result<(SocketAddr, JoinHandle<()>), NetbootError> {
+    let bind = SocketAddr::new(cfg.http_bind, cfg.http_port);
+    let listener = tokio::net::TcpListener::bind(bind)
+        .await
+        .map_err(|source| NetbootError::Bind {
+            service: "HTTP boot",
+            addr: bind.to_string(),
+            setting: "HTTP_PORT or BMO_HTTP_BIND",
+            source,
+        })?;
+    let local = listener.local_addr().unwrap_or(bind);
+    let state = HttpState {
+        http_root: cfg.http_root.clone(),
+        images_dir: cfg.images_dir.clone(),
+        loaders,
+        leases,
+        address,
+        port: local.port(),
+        kernel_url: cfg.deploy_kernel_url.as_ref().map(ToString::to_string),
+        ramdisk_url: cfg.deploy_ramdisk_url.as_ref().map(ToString::to_string),
+        kernel_params: cfg.ipxe_kernel_params.clone(),
+        leases_access: cfg.http_leases,
+        host_ramdisks,
+    };
+    let app = http::router(state);
+    tracing::info!(addr = %local, root = %cfg.http_root.display(), images = %cfg.images_dir.display(), "serving HTTP boot");
+    let task = tokio::spawn(http_server::serve(listener, app, cfg.http_limits()));
+    Ok((local, task))
+}
+
+/// Binds the TFTP server and starts serving; returns its address and its transfers.
+async fn start_tftp(
+    cfg: &NetbootConfig,
+    loaders: Loaders,
+) -> Result<(SocketAddr, Slots, JoinHandle<()>), NetbootError> {
+    let socket = tokio::net::UdpSocket::bind(cfg.tftp_addr)
+        .await
+        .map_err(|source| NetbootError::Bind {
+            service: "TFTP",
+            addr: cfg.tftp_addr.to_string(),
+            setting: "BMO_TFTP_ADDR",
+            source,
+        })?;
+    let local = socket.local_addr().unwrap_or(cfg.tftp_addr);
+    tracing::info!(addr = %cfg.tftp_addr, loaders = ?loaders.available(), root = %cfg.tftp_root.display(), "serving TFTP");
+    let files = Arc::new(TftpFiles {
+        loaders,
+        images_dir: cfg.images_dir.clone(),
+        tftp_root: cfg.tftp_root.clone(),
+    });
+    let sessions = tftp::session_slots(
+        cfg.tftp_max_sessions as usize,
+        cfg.tftp_max_sessions_per_client as usize,
+    );
+    let task = tokio::spawn(tftp::serve(socket, files, sessions.clone()));
+    Ok((local, sessions, task))
+}
+
+/// What the DHCP server hands out and records, besides its settings.
+struct ServedByDhcp {
+    /// Port of bmo's HTTP boot server, for the iPXE script URL.
+    http_port: u16,
+    known_hosts: HostDirectory,
+    address: watch::Receiver<Choice>,
+    leases: LeaseTable,
+}
+
+/// Binds the DHCP ports on the provisioning interface (67, and 4011 in proxy mode)
+/// and starts serving.
+fn start_dhcp(
+    cfg: &NetbootConfig,
+    choice: &Choice,
+    served: ServedByDhcp,
+) -> Result<Vec<JoinHandle<()>>, NetbootError> {
+    let (policy, interface) = dhcp_policy(cfg, choice, &served)?;
+    let mut ports = vec![(67u16, false)];
+    if matches!(policy.mode, Mode::Proxy) {
+        ports.push((4011, true));
+    }
+    let mut tasks = Vec::new();
+    for (port, proxy_port) in ports {
+        let socket = dhcp_server::bind(&interface, port).map_err(|source| NetbootError::Bind {
+            service: "DHCP",
+            addr: format!("0.0.0.0:{port} on {interface}"),
+            setting: "BMO_DHCP_MODE",
+            source,
+        })?;
+        tasks.push(tokio::spawn(dhcp_server::serve(
+            socket,
+            policy.clone(),
+            served.http_port,
+            served.address.clone(),
+            served.leases.clone(),
+            proxy_port,
+        )));
+    }
+    tracing::info!(mode = ?cfg.dhcp_mode, %interface, server_ip = %policy.server_ip, known_hosts_only = policy.known_only, "serving DHCP");
+    Ok(tasks)
+}
+
+/// The DHCP answers' policy and the interface to serve on, from the settings and the
+/// provisioning address (which must be IPv4, on a known interface).
+fn dhcp_policy(
+    cfg: &NetbootConfig,
+    choice: &Choice,
+    served: &ServedByDhcp,
+) -> Result<(Policy, String), NetbootError> {
+    let IpAddr::V4(server_ip) = choice.ip else {
+        return Err(NetbootError::Dhcp(format!(
+            "the provisioning IP {} is IPv6; DHCPv4 needs an IPv4 one (set BMO_PROVISIONING_IP_FAMILY=ipv4)",
+            choice.ip
+        )));
+    };
+    let Some(interface) = choice.interface.clone() else {
+        return Err(NetbootError::Dhcp(
+            "the provisioning IP is on no known interface".into(),
+        ));
+    };
+    let prefix = u32::from(choice.prefix_len.unwrap_or(24).min(32));
+    let netmask = Ipv4Addr::from(u32::MAX.checked_shl(32 - prefix).unwrap_or(0));
+    let mode = match (cfg.dhcp_mode, cfg.dhcp_range) {
+        (DhcpMode::Proxy, _) => Mode::Proxy,
+        (_, Some(range)) => Mode::Full { range },
+        (_, None) => {
+            return Err(NetbootError::Dhcp(
+                NetbootConfigError::FullWithoutRange.to_string(),
+            ));
+        }
+    };
+    let policy = Policy {
+        mode,
+        server_ip,
+        netmask,
+        router: cfg.gateway_ip,
+        dns: cfg.dns_ip,
+        lease_secs: cfg.dhcp_lease_secs,
+        http_base: choice.http_base(served.http_port),
+        hosts: served.known_hosts.clone(),
+        known_only: cfg.dhcp_ignore == Some(DhcpIgnore::Unknown),
+    };
+    Ok((policy, interface))
+}
