@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use crate::credentials::Credentials;
 
 pub use guard::{AddressGuard, AddressRefused, AddressSettings};
-pub use parse::{BmcAddressError, redact_userinfo};
+pub use parse::{BmcAddressError, parse_mac, redact_userinfo};
 
 /// Default IPMI (RMCP+) UDP port.
 pub const IPMI_DEFAULT_PORT: u16 = 623;
@@ -327,11 +327,6 @@ pub struct DriverSettings {
 }
 
 impl BmcAddress {
-    /// Parses and validates an address.
-    pub fn parse(address: &str) -> Result<Self, BmcAddressError> {
-        parse::parse(address)
-    }
-
     /// The driver, interfaces and `driver_info` (without credentials);
     /// `disable_certificate_verification` is `spec.bmc.disableCertificateVerification`.
     pub fn driver_settings(&self, disable_certificate_verification: bool) -> DriverSettings {
@@ -519,22 +514,6 @@ impl AddressReport {
         }
         out
     }
-}
-
-/// Parses a MAC address written as six colon- or dash-separated hex pairs and returns
-/// it in Ironic's form (lower case, colons).
-pub fn parse_mac(mac: &str) -> Result<String, BmcAddressError> {
-    let parts: Vec<&str> = mac.split([':', '-']).collect();
-    let valid = parts.len() == 6
-        && parts
-            .iter()
-            .all(|p| p.len() == 2 && p.chars().all(|c| c.is_ascii_hexdigit()));
-    if !valid {
-        return Err(BmcAddressError::BadMac {
-            mac: mac.to_owned(),
-        });
-    }
-    Ok(parts.join(":").to_ascii_lowercase())
 }
 
 #[cfg(test)]

@@ -300,3 +300,26 @@ fn parse_port(port: &str, address: &str) -> Result<u16, BmcAddressError> {
         Ok(p) => Ok(p),
     }
 }
+
+impl BmcAddress {
+    /// Parses and validates an address.
+    pub fn parse(address: &str) -> Result<Self, BmcAddressError> {
+        parse(address)
+    }
+}
+
+/// Parses a MAC address written as six colon- or dash-separated hex pairs and returns
+/// it in Ironic's form (lower case, colons).
+pub fn parse_mac(mac: &str) -> Result<String, BmcAddressError> {
+    let parts: Vec<&str> = mac.split([':', '-']).collect();
+    let valid = parts.len() == 6
+        && parts
+            .iter()
+            .all(|p| p.len() == 2 && p.chars().all(|c| c.is_ascii_hexdigit()));
+    if !valid {
+        return Err(BmcAddressError::BadMac {
+            mac: mac.to_owned(),
+        });
+    }
+    Ok(parts.join(":").to_ascii_lowercase())
+}

@@ -12,10 +12,18 @@
 use k8s_openapi::api::admissionregistration::v1::{MatchResources, Validation, Variable};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 
-use super::{
-    DATA_IMAGE_LINK_LOCAL_POLICY, FIRMWARE_COMPONENTS_LINK_LOCAL_POLICY,
-    LINK_LOCAL_EXEMPTION_LABEL, LINK_LOCAL_POLICY, Policy, invalid, not_deleting, policy,
-};
+use super::builder::{Policy, invalid, not_deleting, policy};
+
+/// Name of the policy (and its binding) that refuses link-local and metadata
+/// addresses in BareMetalHosts.
+pub const LINK_LOCAL_POLICY: &str = "bmo-baremetalhost-link-local";
+/// Name of the same policy for DataImages.
+pub const DATA_IMAGE_LINK_LOCAL_POLICY: &str = "bmo-dataimage-link-local";
+/// Name of the same policy for HostFirmwareComponents.
+pub const FIRMWARE_COMPONENTS_LINK_LOCAL_POLICY: &str = "bmo-hostfirmwarecomponents-link-local";
+/// A namespace with this label set to `true` is exempt from the link-local policies
+/// (bmo itself still refuses what `BMO_ALLOWED_LINK_LOCAL_CIDRS` does not allow).
+pub const LINK_LOCAL_EXEMPTION_LABEL: &str = "bmo.metal3.io/allow-link-local-addresses";
 
 /// An IPv4 address part as `inet_aton` reads it: decimal, octal or hex.
 const PART: &str = "(0x[0-9a-f]*|[0-9]+)";

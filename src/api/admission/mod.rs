@@ -3,33 +3,27 @@
 //! (CRD CEL rules see neither), and HostClaim's label-selector checks (too costly for a
 //! CRD rule). They run inside kube-apiserver; no webhook is deployed.
 
-use k8s_openapi::api::admissionregistration::v1::{
-    MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
-    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
-    ValidatingAdmissionPolicySpec, Validation, Variable,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::admissionregistration::v1::{Validation, Variable};
 
 use super::host::{
     ALLOW_DELETE_WHILE_CONSUMED_ANNOTATION, DELETE_FOR_MOVE_ANNOTATION, HARDWARE_DETAILS_ANNOTATION,
 };
 use super::network::IN_USE_ANNOTATION;
-use super::{GROUP, VERSION};
 
+mod builder;
 mod link_local;
+
+pub use builder::Policy;
+use builder::{invalid, not_deleting, policy};
+pub use link_local::{
+    DATA_IMAGE_LINK_LOCAL_POLICY, FIRMWARE_COMPONENTS_LINK_LOCAL_POLICY,
+    LINK_LOCAL_EXEMPTION_LABEL, LINK_LOCAL_POLICY,
+};
 
 /// Name of the policy (and its binding) that refuses deleting hosts in use.
 pub const DELETE_GUARD_POLICY: &str = "bmo-baremetalhost-delete-guard";
 /// Name of the policy (and its binding) for namespace and annotation rules.
 pub const REFERENCES_POLICY: &str = "bmo-baremetalhost-references";
-
-/// A policy with its binding, and the file under `deploy/` that holds both.
-#[derive(Debug, Clone)]
-pub struct Policy {
-    pub file: &'static str,
-    pub policy: ValidatingAdmissionPolicy,
-    pub binding: ValidatingAdmissionPolicyBinding,
-}
 
 /// Name of the policy (and its binding) for HostClaim label selectors.
 pub const HOST_CLAIM_SELECTOR_POLICY: &str = "bmo-hostclaim-selector";
@@ -37,17 +31,6 @@ pub const HOST_CLAIM_SELECTOR_POLICY: &str = "bmo-hostclaim-selector";
 pub const EVENT_SUBSCRIPTION_POLICY: &str = "bmo-bmceventsubscription-references";
 /// Name of the policy (and its binding) that keeps HostNetworkAttachments in use.
 pub const ATTACHMENT_IN_USE_POLICY: &str = "bmo-hostnetworkattachment-in-use";
-
-/// Name of the policy (and its binding) that refuses link-local and metadata
-/// addresses in BareMetalHosts.
-pub const LINK_LOCAL_POLICY: &str = "bmo-baremetalhost-link-local";
-/// Name of the same policy for DataImages.
-pub const DATA_IMAGE_LINK_LOCAL_POLICY: &str = "bmo-dataimage-link-local";
-/// Name of the same policy for HostFirmwareComponents.
-pub const FIRMWARE_COMPONENTS_LINK_LOCAL_POLICY: &str = "bmo-hostfirmwarecomponents-link-local";
-/// A namespace with this label set to `true` is exempt from the link-local policies
-/// (bmo itself still refuses what `BMO_ALLOWED_LINK_LOCAL_CIDRS` does not allow).
-pub const LINK_LOCAL_EXEMPTION_LABEL: &str = "bmo.metal3.io/allow-link-local-addresses";
 
 /// Every admission policy bmo ships.
 pub fn policies() -> Vec<Policy> {
@@ -61,23 +44,6 @@ pub fn policies() -> Vec<Policy> {
         link_local::data_image_policy(),
         link_local::firmware_components_policy(),
     ]
-}
-
-/// Objects being deleted must stay updatable (finalizer removal), whatever they hold.
-fn not_deleting() -> Vec<MatchCondition> {
-    vec![MatchCondition {
-        name: "not-being-deleted".into(),
-        expression: "!has(object.metadata.deletionTimestamp)".into(),
-    }]
-}
-
-fn invalid(expression: String, message: &str) -> Validation {
-    Validation {
-        expression,
-        message: Some(message.into()),
-        message_expression: None,
-        reason: Some("Invalid".into()),
-    }
 }
 
 /// CEL: `value` is a valid label value.
@@ -348,53 +314,4 @@ fn references() -> Policy {
         variables,
         validations,
     )
-}
-
-fn policy(
-    file: &'static str,
-    name: &str,
-    resource: &str,
-    operations: &[&str],
-    match_conditions: Vec<MatchCondition>,
-    variables: Vec<Variable>,
-    validations: Vec<Validation>,
-) -> Policy {
-    let rules = MatchResources {
-        resource_rules: Some(vec![NamedRuleWithOperations {
-            api_groups: Some(vec![GROUP.into()]),
-            api_versions: Some(vec![VERSION.into()]),
-            operations: Some(operations.iter().map(|&op| op.into()).collect()),
-            resources: Some(vec![resource.into()]),
-            ..Default::default()
-        }]),
-        ..Default::default()
-    };
-    let meta = ObjectMeta {
-        name: Some(name.into()),
-        labels: Some([("app.kubernetes.io/part-of".to_owned(), "bmo".to_owned())].into()),
-        ..Default::default()
-    };
-    Policy {
-        file,
-        policy: ValidatingAdmissionPolicy {
-            metadata: meta.clone(),
-            spec: Some(ValidatingAdmissionPolicySpec {
-                failure_policy: Some("Fail".into()),
-                match_constraints: Some(rules),
-                match_conditions: (!match_conditions.is_empty()).then_some(match_conditions),
-                variables: (!variables.is_empty()).then_some(variables),
-                validations: Some(validations),
-                ..Default::default()
-            }),
-            status: None,
-        },
-        binding: ValidatingAdmissionPolicyBinding {
-            metadata: meta,
-            spec: ValidatingAdmissionPolicyBindingSpec {
-                policy_name: name.into(),
-                validation_actions: vec!["Deny".into()],
-                ..Default::default()
-            },
-        },
-    }
 }
