@@ -318,10 +318,11 @@ pub(super) struct Objects {
 }
 
 /// [`FirmwareStore`] in memory: objects by `namespace/name`, a resourceVersion and a
-/// uid per write, every status write and event recorded.
-#[derive(Default)]
+/// uid per write, every status write and event recorded. Clones share the objects
+/// (tests share one store between the controller and a concurrent writer).
+#[derive(Default, Clone)]
 pub struct MemoryFirmwareStore {
-    objects: Locked<Objects>,
+    objects: Arc<Locked<Objects>>,
 }
 
 impl MemoryFirmwareStore {

@@ -165,7 +165,7 @@ async fn an_unknown_component_gets_one_event_until_the_spec_changes() {
 /// node, as the host controller does when the clean steps start.
 struct RecordingWhileRead {
     provisioner: FixtureProvisioner,
-    store: std::sync::Arc<MemoryFirmwareStore>,
+    store: MemoryFirmwareStore,
 }
 
 impl crate::provisioner::FirmwareReader for RecordingWhileRead {
@@ -193,7 +193,7 @@ impl crate::provisioner::FirmwareReader for RecordingWhileRead {
 
 #[tokio::test]
 async fn updates_recorded_meanwhile_are_not_overwritten() {
-    let store = std::sync::Arc::new(MemoryFirmwareStore::default());
+    let store = MemoryFirmwareStore::default();
     let plain = context();
     let with = host("with");
     reconcile(&with, &plain, now()).await.expect("reconciled");
