@@ -93,7 +93,7 @@ pub async fn reconcile_claim<S: ClaimStore>(
         return release(claim, ctx).await;
     }
     if !has_finalizer {
-        ctx.store.add_finalizer(claim).await?;
+        ctx.store.set_finalizer(claim, true).await?;
         return Ok(Action::await_change());
     }
     let old = claim.status.clone().unwrap_or_default();
@@ -350,11 +350,11 @@ async fn release<S: ClaimStore>(
             }
             ctx.store.set_consumer(&host, None).await?;
             tracing::info!(claim = %key(claim), host = %key(&host), "HostClaim deleted: host released");
-            ctx.store.remove_finalizer(claim).await?;
+            ctx.store.set_finalizer(claim, false).await?;
             Ok(Action::await_change())
         }
         _ => {
-            ctx.store.remove_finalizer(claim).await?;
+            ctx.store.set_finalizer(claim, false).await?;
             Ok(Action::await_change())
         }
     }

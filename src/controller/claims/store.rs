@@ -30,15 +30,12 @@ pub const DRIVE_FIELD_MANAGER: &str = "bmo-hostclaim";
 
 /// The Kubernetes side of the HostClaim controller.
 pub trait ClaimStore: Send + Sync {
-    /// Adds the claim finalizer, if the finalizers are still as read.
-    fn add_finalizer(
+    /// Adds (`present`) or removes the claim finalizer, if the finalizers are still as
+    /// read.
+    fn set_finalizer(
         &self,
         claim: &HostClaim,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Removes the claim finalizer, if the finalizers are still as read.
-    fn remove_finalizer(
-        &self,
-        claim: &HostClaim,
+        present: bool,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Writes the claim's whole status (server-side apply).
     fn apply_status(
@@ -122,14 +119,9 @@ impl KubeClaimStore {
 }
 
 impl ClaimStore for KubeClaimStore {
-    async fn add_finalizer(&self, claim: &HostClaim) -> Result<(), StoreError> {
+    async fn set_finalizer(&self, claim: &HostClaim, present: bool) -> Result<(), StoreError> {
         let finalizer = HOST_CLAIM_FINALIZER;
-        self.kube.set_finalizer(claim, finalizer, true).await
-    }
-
-    async fn remove_finalizer(&self, claim: &HostClaim) -> Result<(), StoreError> {
-        let finalizer = HOST_CLAIM_FINALIZER;
-        self.kube.set_finalizer(claim, finalizer, false).await
+        self.kube.set_finalizer(claim, finalizer, present).await
     }
 
     async fn apply_status(
@@ -356,12 +348,9 @@ impl MemoryClaimStore {
 }
 
 impl ClaimStore for MemoryClaimStore {
-    async fn add_finalizer(&self, claim: &HostClaim) -> Result<(), StoreError> {
-        self.set_finalizers(claim, finalizers_with(claim, HOST_CLAIM_FINALIZER, true))
-    }
-
-    async fn remove_finalizer(&self, claim: &HostClaim) -> Result<(), StoreError> {
-        let wanted = finalizers_with(claim, HOST_CLAIM_FINALIZER, false);
+    /// As on the API server: a deleted claim without finalizers is gone.
+    async fn set_finalizer(&self, claim: &HostClaim, present: bool) -> Result<(), StoreError> {
+        let wanted = finalizers_with(claim, HOST_CLAIM_FINALIZER, present);
         let gone = wanted.is_empty() && claim.metadata.deletion_timestamp.is_some();
         self.set_finalizers(claim, wanted)?;
         if gone {

@@ -106,12 +106,20 @@ async fn a_claim_binds_drives_mirrors_and_on_deletion_deprovisions_and_releases(
         json!({"hasLabels": [{"name": "team", "value": "a"}]}),
     ));
     put_claim(&ctx.store, spec());
-    step(&ctx).await;
+    binds_and_drives_the_host(&ctx).await;
+    mirrors_the_provisioned_host(&ctx).await;
+    on_deletion_deprovisions_and_releases(&ctx).await;
+}
+
+/// The first passes: the finalizer, then the host bound, given the claim's image,
+/// power and user data (a copy), and the conditions saying so.
+async fn binds_and_drives_the_host(ctx: &ClaimContext<MemoryClaimStore>) {
+    step(ctx).await;
     let claim = ctx.store.claim("tenant", "web").expect("claim");
     assert_eq!(claim.finalizers(), [HOST_CLAIM_FINALIZER]);
 
-    step(&ctx).await;
-    let h = host(&ctx);
+    step(ctx).await;
+    let h = host(ctx);
     assert!(
         state_machine::bound_to(&h, &claim),
         "consumerRef names the claim"
@@ -131,21 +139,25 @@ async fn a_claim_binds_drives_mirrors_and_on_deletion_deprovisions_and_releases(
         .expect("user data copied");
     assert_eq!(copy.data, user_data("tenant", "ud", "#cloud-config\n").data);
     assert_eq!(
-        condition(&ctx, "Associated"),
+        condition(ctx, "Associated"),
         ("True".into(), "BareMetalHostAssociated".into())
     );
     assert_eq!(
-        condition(&ctx, "Synchronized"),
+        condition(ctx, "Synchronized"),
         ("True".into(), "ConfigurationSynced".into())
     );
     assert_eq!(
-        condition(&ctx, "Provisioned"),
+        condition(ctx, "Provisioned"),
         ("False".into(), "available".into())
     );
-    assert_eq!(condition(&ctx, "Ready").0, "False");
+    assert_eq!(condition(ctx, "Ready").0, "False");
+}
 
-    set_host_state(&ctx, ProvisioningState::Provisioned, true);
-    step(&ctx).await;
+/// The host provisioned and powered on: the claim's status follows it, and a second
+/// pass changes nothing on the host.
+async fn mirrors_the_provisioned_host(ctx: &ClaimContext<MemoryClaimStore>) {
+    set_host_state(ctx, ProvisioningState::Provisioned, true);
+    step(ctx).await;
     let status = ctx
         .store
         .claim("tenant", "web")
@@ -154,46 +166,50 @@ async fn a_claim_binds_drives_mirrors_and_on_deletion_deprovisions_and_releases(
     assert!(status.powered_on);
     assert_eq!(status.hardware_data.map(|r| r.name), Some("bm-0".into()));
     assert_eq!(
-        condition(&ctx, "Provisioned"),
+        condition(ctx, "Provisioned"),
         ("True".into(), "provisioned".into())
     );
     assert_eq!(
-        condition(&ctx, "Ready"),
+        condition(ctx, "Ready"),
         ("True".into(), "InfoReported".into())
     );
     // Settled: a second pass changes nothing on the host.
-    let version = host(&ctx).metadata.resource_version;
-    step(&ctx).await;
-    assert_eq!(host(&ctx).metadata.resource_version, version);
+    let version = host(ctx).metadata.resource_version;
+    step(ctx).await;
+    assert_eq!(host(ctx).metadata.resource_version, version);
+}
 
+/// The claim deleted: the host is deprovisioned, still bound until it is available
+/// again, then released, the user data copy removed and the finalizer with it.
+async fn on_deletion_deprovisions_and_releases(ctx: &ClaimContext<MemoryClaimStore>) {
     let mut deleted = ctx.store.claim("tenant", "web").expect("claim");
     deleted.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
     ctx.store.put_claim(deleted);
-    step(&ctx).await;
-    let h = host(&ctx);
+    step(ctx).await;
+    let h = host(ctx);
     assert!(h.spec.image.is_none() && !h.spec.online && h.spec.user_data.is_none());
     assert!(
         h.spec.consumer_ref.is_some(),
         "still bound while it deprovisions"
     );
     assert_eq!(
-        condition(&ctx, "Associated"),
+        condition(ctx, "Associated"),
         ("False".into(), "HostClaimDeleting".into())
     );
-    step(&ctx).await;
+    step(ctx).await;
     assert!(
         ctx.store.claim("tenant", "web").is_some(),
         "waits for the host"
     );
-    set_host_state(&ctx, ProvisioningState::Deprovisioning, false);
-    step(&ctx).await;
+    set_host_state(ctx, ProvisioningState::Deprovisioning, false);
+    step(ctx).await;
     assert!(
         ctx.store.claim("tenant", "web").is_some(),
         "waits for the host"
     );
-    set_host_state(&ctx, ProvisioningState::Available, false);
-    step(&ctx).await;
-    assert!(host(&ctx).spec.consumer_ref.is_none(), "host released");
+    set_host_state(ctx, ProvisioningState::Available, false);
+    step(ctx).await;
+    assert!(host(ctx).spec.consumer_ref.is_none(), "host released");
     assert!(
         ctx.store.stored_secret("infra", "bm-0-userdata").is_none(),
         "copy removed"

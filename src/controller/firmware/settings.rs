@@ -12,7 +12,7 @@ use super::store::{self, FirmwareStore};
 use crate::api::BareMetalHost;
 use crate::api::firmware::{FirmwareSchema, HostFirmwareSettings};
 use crate::controller::runtime::Next;
-use crate::controller::runtime::store::{ObjectError, StoreError};
+use crate::controller::runtime::store::{ObjectError, Read, StoreError};
 use crate::provisioner::FirmwareReader;
 
 /// One reconcile of `host`'s HostFirmwareSettings, as of `now`.
@@ -33,7 +33,7 @@ pub async fn reconcile<P: FirmwareReader, S: FirmwareStore>(
     }
     facts.settings = ctx
         .store
-        .settings(&namespace, &name)
+        .settings(&namespace, &name, Read::Cached)
         .await
         .map_err(ObjectError::store(&object))?;
     for _ in 0..MAX_STEPS {
@@ -78,7 +78,7 @@ async fn take<P: FirmwareReader, S: FirmwareStore>(
             None => return Ok(Some(Next::OnChange)),
         },
         Step::LookUpSchema(schema) => {
-            let found = ctx.store.schema(&namespace, &schema).await;
+            let found = ctx.store.schema(&namespace, &schema, Read::Cached).await;
             let found = found.map_err(store_err)?;
             facts.schema = Some(lookup(found, &settings));
         }
@@ -123,7 +123,7 @@ async fn create_settings<P, S: FirmwareStore>(
         Err(StoreError::Conflict) => {
             let namespace = host.namespace().unwrap_or_default();
             ctx.store
-                .current_settings(&namespace, &host.name_any())
+                .settings(&namespace, &host.name_any(), Read::Fresh)
                 .await
         }
         Err(e) => Err(e),
@@ -174,7 +174,7 @@ async fn current_schema<P, S: FirmwareStore>(
     name: &str,
 ) -> Result<Lookup<FirmwareSchema>, StoreError> {
     let namespace = settings.namespace().unwrap_or_default();
-    let found = ctx.store.current_schema(&namespace, name).await?;
+    let found = ctx.store.schema(&namespace, name, Read::Fresh).await?;
     Ok(lookup(found, settings))
 }
 

@@ -24,8 +24,7 @@ use crate::controller::runtime::store::events::Reporter;
 use crate::controller::runtime::store::memory::Locked;
 pub(super) use crate::controller::runtime::store::memory::{key, key_of, unchanged};
 use crate::controller::runtime::store::{
-    HostEvent, KubeClient, StatusApply, StoreError, cached, conflict_or, json_patch,
-    owner_reference,
+    HostEvent, KubeClient, Read, StatusApply, StoreError, conflict_or, json_patch, owner_reference,
 };
 
 /// Upstream's `source.component` on HostFirmwareSettings events.
@@ -46,21 +45,13 @@ pub trait FirmwareStore: Send + Sync {
         name: &str,
     ) -> impl Future<Output = Result<Option<BareMetalHost>, StoreError>> + Send;
 
-    /// The object, possibly from a cache a write behind.
+    /// The object, from where `read` says.
     fn settings(
         &self,
         namespace: &str,
         name: &str,
+        read: Read,
     ) -> impl Future<Output = Result<Option<HostFirmwareSettings>, StoreError>> + Send;
-
-    /// The object as the API server holds it now (after a create lost a race).
-    fn current_settings(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> impl Future<Output = Result<Option<HostFirmwareSettings>, StoreError>> + Send {
-        self.settings(namespace, name)
-    }
 
     /// Makes the host's HostFirmwareSettings (empty spec), owned by the host;
     /// [`StoreError::Conflict`] when one appeared meanwhile.
@@ -77,20 +68,13 @@ pub trait FirmwareStore: Send + Sync {
         settings: &HostFirmwareSettings,
     ) -> impl Future<Output = Result<HostFirmwareSettings, StoreError>> + Send;
 
+    /// The schema, from where `read` says.
     fn schema(
         &self,
         namespace: &str,
         name: &str,
+        read: Read,
     ) -> impl Future<Output = Result<Option<FirmwareSchema>, StoreError>> + Send;
-
-    /// The schema as the API server holds it now (after a write lost a race).
-    fn current_schema(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> impl Future<Output = Result<Option<FirmwareSchema>, StoreError>> + Send {
-        self.schema(namespace, name)
-    }
 
     /// Makes `schema`, owned by `settings`; [`StoreError::Conflict`] when it exists.
     fn create_schema(
@@ -195,19 +179,10 @@ impl FirmwareStore for KubeFirmwareStore {
         &self,
         namespace: &str,
         name: &str,
+        read: Read,
     ) -> Result<Option<HostFirmwareSettings>, StoreError> {
-        if let Some(settings) = cached(&self.caches.settings, namespace, name) {
-            return Ok(settings);
-        }
-        self.current_settings(namespace, name).await
-    }
-
-    async fn current_settings(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<HostFirmwareSettings>, StoreError> {
-        self.kube.get(namespace, name).await
+        let cache = &self.caches.settings;
+        self.kube.read(cache, namespace, name, read).await
     }
 
     async fn create_settings(
@@ -234,19 +209,10 @@ impl FirmwareStore for KubeFirmwareStore {
         &self,
         namespace: &str,
         name: &str,
+        read: Read,
     ) -> Result<Option<FirmwareSchema>, StoreError> {
-        if let Some(schema) = cached(&self.caches.schemas, namespace, name) {
-            return Ok(schema);
-        }
-        self.current_schema(namespace, name).await
-    }
-
-    async fn current_schema(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<FirmwareSchema>, StoreError> {
-        self.kube.get(namespace, name).await
+        let cache = &self.caches.schemas;
+        self.kube.read(cache, namespace, name, read).await
     }
 
     async fn create_schema(
@@ -334,6 +300,9 @@ impl FirmwareStore for KubeFirmwareStore {
     }
 }
 
+/// Where [`Objects`] keeps the objects of one kind.
+pub(super) type Kept<K> = fn(&mut Objects) -> &mut BTreeMap<String, K>;
+
 #[derive(Default)]
 pub(super) struct Objects {
     hosts: BTreeMap<String, BareMetalHost>,
@@ -349,10 +318,11 @@ pub(super) struct Objects {
 }
 
 /// [`FirmwareStore`] in memory: objects by `namespace/name`, a resourceVersion and a
-/// uid per write, every status write and event recorded.
-#[derive(Default)]
+/// uid per write, every status write and event recorded. Clones share the objects
+/// (tests share one store between the controller and a concurrent writer).
+#[derive(Default, Clone)]
 pub struct MemoryFirmwareStore {
-    objects: Locked<Objects>,
+    objects: Arc<Locked<Objects>>,
 }
 
 impl MemoryFirmwareStore {
@@ -438,6 +408,49 @@ impl Objects {
         Ok(adopted)
     }
 
+    /// Stores the new `object`, stamped, where `kept` says; [`StoreError::Conflict`]
+    /// when one of its name is there.
+    pub(super) fn create<K: Resource + Clone>(
+        &mut self,
+        kept: Kept<K>,
+        mut object: K,
+    ) -> Result<K, StoreError> {
+        let key = key_of(&object);
+        if kept(self).contains_key(&key) {
+            return Err(StoreError::Conflict);
+        }
+        self.stamp(&mut object);
+        kept(self).insert(key, object.clone());
+        Ok(object)
+    }
+
+    /// Stores `object` [`adopted`](Objects::adopted) by `host`, where `kept` says.
+    pub(super) fn adopt<K: Resource + Clone>(
+        &mut self,
+        kept: Kept<K>,
+        object: &K,
+        host: &BareMetalHost,
+    ) -> Result<K, StoreError> {
+        let stored = kept(self).get(&key_of(object)).cloned();
+        let adopted = self.adopted(stored.as_ref(), object, host)?;
+        kept(self).insert(key_of(&adopted), adopted.clone());
+        Ok(adopted)
+    }
+
+    /// Stores `object` with its new status, stamped, where `kept` says; counts the
+    /// status write.
+    pub(super) fn save_status<K: Resource>(&mut self, kept: Kept<K>, mut object: K) {
+        self.stamp(&mut object);
+        kept(self).insert(key_of(&object), object);
+        self.status_writes += 1;
+    }
+
+    /// Records an event about `object`.
+    pub(super) fn record<K: Resource>(&mut self, object: &K, reason: &str, message: &str) {
+        self.events
+            .push((key_of(object), reason.to_owned(), message.to_owned()));
+    }
+
     pub(super) fn stamp<K: Resource>(&mut self, object: &mut K) {
         self.version += 1;
         let meta = object.meta_mut();
@@ -460,6 +473,7 @@ impl FirmwareStore for MemoryFirmwareStore {
         &self,
         namespace: &str,
         name: &str,
+        _: Read,
     ) -> Result<Option<HostFirmwareSettings>, StoreError> {
         Ok(self.stored_settings(namespace, name))
     }
@@ -468,14 +482,7 @@ impl FirmwareStore for MemoryFirmwareStore {
         &self,
         host: &BareMetalHost,
     ) -> Result<HostFirmwareSettings, StoreError> {
-        let mut objects = self.lock();
-        let mut settings = new_settings(host);
-        if objects.settings.contains_key(&key_of(&settings)) {
-            return Err(StoreError::Conflict);
-        }
-        objects.stamp(&mut settings);
-        objects.settings.insert(key_of(&settings), settings.clone());
-        Ok(settings)
+        self.lock().create(|o| &mut o.settings, new_settings(host))
     }
 
     async fn adopt_settings(
@@ -483,32 +490,21 @@ impl FirmwareStore for MemoryFirmwareStore {
         host: &BareMetalHost,
         settings: &HostFirmwareSettings,
     ) -> Result<HostFirmwareSettings, StoreError> {
-        let mut objects = self.lock();
-        let stored = objects.settings.get(&key_of(settings)).cloned();
-        let adopted = objects.adopted(stored.as_ref(), settings, host)?;
-        objects.settings.insert(key_of(&adopted), adopted.clone());
-        Ok(adopted)
+        self.lock().adopt(|o| &mut o.settings, settings, host)
     }
 
     async fn schema(
         &self,
         namespace: &str,
         name: &str,
+        read: Read,
     ) -> Result<Option<FirmwareSchema>, StoreError> {
         let objects = self.lock();
         let key = key(namespace, name);
-        if let Some(stale) = objects.stale_schemas.get(&key) {
-            return Ok(stale.clone());
+        match objects.stale_schemas.get(&key) {
+            Some(stale) if read == Read::Cached => Ok(stale.clone()),
+            _ => Ok(objects.schemas.get(&key).cloned()),
         }
-        Ok(objects.schemas.get(&key).cloned())
-    }
-
-    async fn current_schema(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<FirmwareSchema>, StoreError> {
-        Ok(self.lock().schemas.get(&key(namespace, name)).cloned())
     }
 
     async fn create_schema(
@@ -516,15 +512,9 @@ impl FirmwareStore for MemoryFirmwareStore {
         settings: &HostFirmwareSettings,
         schema: &FirmwareSchema,
     ) -> Result<FirmwareSchema, StoreError> {
-        let mut objects = self.lock();
-        if objects.schemas.contains_key(&key_of(schema)) {
-            return Err(StoreError::Conflict);
-        }
         let mut schema = schema.clone();
         schema.metadata.owner_references = Some(vec![settings_owner(settings)]);
-        objects.stamp(&mut schema);
-        objects.schemas.insert(key_of(&schema), schema.clone());
-        Ok(schema)
+        self.lock().create(|o| &mut o.schemas, schema)
     }
 
     async fn own_schema(
@@ -551,20 +541,15 @@ impl FirmwareStore for MemoryFirmwareStore {
         status: &HostFirmwareSettingsStatus,
     ) -> Result<(), StoreError> {
         let mut objects = self.lock();
-        let key = key_of(settings);
-        let Some(mut stored) = objects.settings.get(&key).cloned() else {
+        let Some(mut stored) = objects.settings.get(&key_of(settings)).cloned() else {
             return Err(StoreError::Conflict);
         };
         stored.status = Some(status.clone());
-        objects.stamp(&mut stored);
-        objects.settings.insert(key, stored);
-        objects.status_writes += 1;
+        objects.save_status(|o| &mut o.settings, stored);
         Ok(())
     }
 
     async fn publish(&self, settings: &HostFirmwareSettings, reason: &str, message: &str) {
-        self.lock()
-            .events
-            .push((key_of(settings), reason.to_owned(), message.to_owned()));
+        self.lock().record(settings, reason, message);
     }
 }

@@ -59,11 +59,14 @@ fn facts(image: DataImage, host: Option<BareMetalHost>, cd: Option<CdRead>) -> F
     Facts { image, host, cd }
 }
 
-#[test]
-fn the_controller_owns_finalizes_and_releases_as_upstream() {
-    let plain = image(URL, None);
-    let h = host(&[]);
-    let cases = [
+/// A case of [`the_controller_owns_finalizes_and_releases_as_upstream`]: what it is,
+/// the facts, the step wanted.
+type Case = (&'static str, Facts, Step);
+
+/// `plain` (without the finalizer, or kept) before deletion, its host `h` missing,
+/// paused or there.
+fn cases_of_a_live_image(plain: &DataImage, h: &BareMetalHost) -> Vec<Case> {
+    vec![
         (
             "no host, no finalizer",
             facts(plain.clone(), None, None),
@@ -89,58 +92,57 @@ fn the_controller_owns_finalizes_and_releases_as_upstream() {
             facts(kept(plain.clone()), Some(h.clone()), None),
             Step::Wait(Requeue::OnChange),
         ),
+    ]
+}
+
+/// `plain`, kept, deleted: released at once from a detached host or one without a
+/// node, else once its virtual media is ejected.
+fn cases_of_a_deleted_image(plain: &DataImage, h: &BareMetalHost) -> Vec<Case> {
+    let gone = deleted(kept(plain.clone()));
+    let with_cd = |read| facts(gone.clone(), Some(h.clone()), Some(read));
+    vec![
         (
             "deleted, detached host",
-            facts(
-                deleted(kept(plain.clone())),
-                Some(host(&[DETACHED_ANNOTATION])),
-                None,
-            ),
+            facts(gone.clone(), Some(host(&[DETACHED_ANNOTATION])), None),
             Step::SetFinalizer(false),
         ),
         (
             "deleted",
-            facts(deleted(kept(plain.clone())), Some(h.clone()), None),
+            facts(gone.clone(), Some(h.clone()), None),
             Step::ReadCd,
         ),
         (
             "deleted, no node",
-            facts(
-                deleted(kept(plain.clone())),
-                Some(h.clone()),
-                Some(CdRead::NoNode),
-            ),
+            with_cd(CdRead::NoNode),
             Step::SetFinalizer(false),
         ),
         (
             "deleted, ejected",
-            facts(
-                deleted(kept(plain.clone())),
-                Some(h.clone()),
-                Some(cd(false, false, None)),
-            ),
+            with_cd(cd(false, false, None)),
             Step::SetFinalizer(false),
         ),
         (
             "deleted, busy",
-            facts(
-                deleted(kept(plain.clone())),
-                Some(h.clone()),
-                Some(cd(true, true, None)),
-            ),
+            with_cd(cd(true, true, None)),
             Step::Wait(Requeue::After(BUSY_POLL)),
         ),
         (
             "deleted, inserted",
-            facts(
-                deleted(kept(plain.clone())),
-                Some(h.clone()),
-                Some(cd(true, false, None)),
-            ),
+            with_cd(cd(true, false, None)),
             Step::Detach { status: None },
         ),
+    ]
+}
+
+#[test]
+fn the_controller_owns_finalizes_and_releases_as_upstream() {
+    let plain = image(URL, None);
+    let h = host(&[]);
+    let cases = [
+        cases_of_a_live_image(&plain, &h),
+        cases_of_a_deleted_image(&plain, &h),
     ];
-    for (what, facts, want) in cases {
+    for (what, facts, want) in cases.concat() {
         assert_eq!(next(&facts), want, "{what}");
     }
     let mut unfinalized = kept(plain);

@@ -25,7 +25,7 @@ use super::context::{FirmwareContext, FirmwareError, MAX_STEPS, node_of};
 use crate::api::BareMetalHost;
 use crate::api::firmware::HostFirmwareComponents;
 use crate::controller::runtime::Next;
-use crate::controller::runtime::store::{ObjectError, StoreError};
+use crate::controller::runtime::store::{ObjectError, Read, StoreError};
 use crate::provisioner::FirmwareReader;
 
 /// What of a HostFirmwareComponents the host controller acts on: its conditions
@@ -106,11 +106,8 @@ async fn take<P: FirmwareReader, S: ComponentsStore>(
         Step::Idle => return Ok(Taken::Next(Next::OnChange)),
         Step::Done(after) => return Ok(Taken::Next(Next::After(after))),
         Step::LookUp => {
-            let found = if lost_race {
-                ctx.store.current_components(&namespace, &name).await
-            } else {
-                ctx.store.components(&namespace, &name).await
-            };
+            let read = if lost_race { Read::Fresh } else { Read::Cached };
+            let found = ctx.store.components(&namespace, &name, read).await;
             facts.object = Some(found.map_err(ObjectError::store(object_name))?);
         }
         Step::ReadComponents => match ctx.provisioner.firmware_components(&node_of(host)).await? {

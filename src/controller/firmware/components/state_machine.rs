@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::controller::runtime::conditions::HasConditions;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
@@ -13,8 +15,8 @@ use crate::api::firmware::{
 };
 pub use crate::api::firmware_pending::{PendingUpdates, pending_updates};
 use crate::controller::firmware::state_machine::{
-    REQUEUE, REQUEUE_CHANGE_DETECTED, condition_true, has_node, ironic_read_firmware, owned_by,
-    set_condition, stamp_transitions,
+    FirmwareStatus, REQUEUE, changed_status, has_node, ironic_read_firmware, owned_by,
+    set_condition,
 };
 use crate::controller::runtime::store::managed_fields::has_updates;
 
@@ -24,8 +26,8 @@ pub const REASON_OK: &str = "OK";
 pub const REASON_INVALID_COMPONENT: &str = "InvalidComponent";
 /// Upstream's prefix of the `Valid` message and of the event.
 pub const INVALID_MESSAGE: &str = "Invalid Firmware Components";
-/// Upstream's event reason for refused updates.
-pub const EVENT_VALIDATION_FAILED: &str = "ValidationFailed";
+/// Upstream's event reason for refused updates (as for refused settings).
+pub use crate::controller::firmware::state_machine::EVENT_VALIDATION_FAILED;
 
 /// What one reconcile knows so far.
 #[derive(Debug, Clone, Default)]
@@ -97,23 +99,32 @@ pub fn next(facts: &Facts) -> Step {
     if !owned_by(object.owner_references(), host.metadata.uid.as_deref()) || status_updated {
         return Step::Adopt;
     }
-    let (mut status, events) = status_for(object, components);
-    let requeue = if condition_true(&status.conditions, COMPONENTS_CHANGE_DETECTED) {
-        REQUEUE_CHANGE_DETECTED
-    } else {
-        REQUEUE
-    };
-    if object.status.as_ref() == Some(&status) {
-        return Step::Done(requeue);
-    }
-    if let Some(now) = &facts.now {
-        stamp_transitions(&mut status.conditions, now);
-    }
-    status.last_updated = facts.now.clone();
-    Step::SaveStatus {
+    let (status, events) = status_for(object, components);
+    let now = facts.now.as_ref();
+    match changed_status(
+        object.status.as_ref(),
         status,
-        events,
-        requeue,
+        COMPONENTS_CHANGE_DETECTED,
+        now,
+    ) {
+        (None, requeue) => Step::Done(requeue),
+        (Some(status), requeue) => Step::SaveStatus {
+            status,
+            events,
+            requeue,
+        },
+    }
+}
+
+impl HasConditions for HostFirmwareComponentsStatus {
+    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+        &mut self.conditions
+    }
+}
+
+impl FirmwareStatus for HostFirmwareComponentsStatus {
+    fn last_updated_mut(&mut self) -> &mut Option<Time> {
+        &mut self.last_updated
     }
 }
 
@@ -324,39 +335,30 @@ mod tests {
 
     #[test]
     fn hosts_without_a_node_paused_detached_or_unmanaged_are_left_alone() {
-        let mut f = facts(None, bmc());
-        f.host.as_mut().unwrap().status = None;
-        assert_eq!(next(&f), Step::Idle);
+        /// The step for facts whose host is changed by `change`.
+        fn next_for(change: impl FnOnce(&mut BareMetalHost)) -> Step {
+            let mut f = facts(None, bmc());
+            change(f.host.as_mut().unwrap());
+            next(&f)
+        }
+        assert_eq!(next_for(|h| h.status = None), Step::Idle);
         for annotation in [
             "baremetalhost.metal3.io/paused",
             "baremetalhost.metal3.io/detached",
         ] {
-            let mut f = facts(None, bmc());
-            f.host
-                .as_mut()
-                .unwrap()
-                .annotations_mut()
-                .insert(annotation.into(), String::new());
-            assert_eq!(next(&f), Step::Idle, "{annotation}");
+            let annotate = |h: &mut BareMetalHost| {
+                h.annotations_mut().insert(annotation.into(), String::new());
+            };
+            assert_eq!(next_for(annotate), Step::Idle, "{annotation}");
         }
-        let mut f = facts(None, bmc());
-        f.host
-            .as_mut()
-            .unwrap()
-            .status
-            .as_mut()
-            .unwrap()
-            .provisioning
-            .state = crate::api::ProvisioningState::Unmanaged;
-        assert_eq!(next(&f), Step::Idle);
-        let mut f = facts(None, bmc());
-        f.host
-            .as_mut()
-            .unwrap()
-            .status
-            .as_mut()
-            .unwrap()
-            .operational_status = crate::api::OperationalStatus::Detached;
-        assert_eq!(next(&f), Step::Idle);
+        let unmanaged = |h: &mut BareMetalHost| {
+            h.status.as_mut().unwrap().provisioning.state =
+                crate::api::ProvisioningState::Unmanaged;
+        };
+        assert_eq!(next_for(unmanaged), Step::Idle);
+        let detached = |h: &mut BareMetalHost| {
+            h.status.as_mut().unwrap().operational_status = crate::api::OperationalStatus::Detached;
+        };
+        assert_eq!(next_for(detached), Step::Idle);
     }
 }

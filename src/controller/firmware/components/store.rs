@@ -13,11 +13,11 @@ use crate::api::firmware::{
     HostFirmwareComponents, HostFirmwareComponentsSpec, HostFirmwareComponentsStatus,
 };
 use crate::controller::firmware::store::{
-    KubeFirmwareStore, MemoryFirmwareStore, key, key_of, unchanged,
+    KubeFirmwareStore, MemoryFirmwareStore, key_of, unchanged,
 };
 use crate::controller::runtime::store::events::Reporter;
 use crate::controller::runtime::store::{
-    HostEvent, StatusApply, StoreError, cached, owner_reference,
+    HostEvent, Read, StatusApply, StoreError, owner_reference,
 };
 
 /// Upstream's `source.component` on HostFirmwareComponents events.
@@ -32,21 +32,13 @@ pub const REPORTER: Reporter = Reporter {
 
 /// The Kubernetes side of the HostFirmwareComponents controller.
 pub trait ComponentsStore: Send + Sync {
-    /// The object, possibly from a cache a write behind.
+    /// The object, from where `read` says.
     fn components(
         &self,
         namespace: &str,
         name: &str,
+        read: Read,
     ) -> impl Future<Output = Result<Option<HostFirmwareComponents>, StoreError>> + Send;
-
-    /// The object as the API server holds it now (after a write lost a race).
-    fn current_components(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> impl Future<Output = Result<Option<HostFirmwareComponents>, StoreError>> + Send {
-        self.components(namespace, name)
-    }
 
     /// Makes the host's HostFirmwareComponents (empty `spec.updates`), owned by the
     /// host; [`StoreError::Conflict`] when one appeared meanwhile.
@@ -93,19 +85,10 @@ impl ComponentsStore for KubeFirmwareStore {
         &self,
         namespace: &str,
         name: &str,
+        read: Read,
     ) -> Result<Option<HostFirmwareComponents>, StoreError> {
-        match cached(&self.caches.components, namespace, name) {
-            Some(components) => Ok(components),
-            None => self.current_components(namespace, name).await,
-        }
-    }
-
-    async fn current_components(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<HostFirmwareComponents>, StoreError> {
-        self.kube.get(namespace, name).await
+        let cache = &self.caches.components;
+        self.kube.read(cache, namespace, name, read).await
     }
 
     async fn create_components(
@@ -161,22 +144,17 @@ impl ComponentsStore for MemoryFirmwareStore {
         &self,
         namespace: &str,
         name: &str,
+        _: Read,
     ) -> Result<Option<HostFirmwareComponents>, StoreError> {
-        Ok(self.lock().components.get(&key(namespace, name)).cloned())
+        Ok(self.stored_components(namespace, name))
     }
 
     async fn create_components(
         &self,
         host: &BareMetalHost,
     ) -> Result<HostFirmwareComponents, StoreError> {
-        let mut objects = self.lock();
-        let mut object = new_components(host);
-        if objects.components.contains_key(&key_of(&object)) {
-            return Err(StoreError::Conflict);
-        }
-        objects.stamp(&mut object);
-        objects.components.insert(key_of(&object), object.clone());
-        Ok(object)
+        self.lock()
+            .create(|o| &mut o.components, new_components(host))
     }
 
     async fn adopt_components(
@@ -184,11 +162,7 @@ impl ComponentsStore for MemoryFirmwareStore {
         host: &BareMetalHost,
         object: &HostFirmwareComponents,
     ) -> Result<HostFirmwareComponents, StoreError> {
-        let mut objects = self.lock();
-        let stored = objects.components.get(&key_of(object)).cloned();
-        let adopted = objects.adopted(stored.as_ref(), object, host)?;
-        objects.components.insert(key_of(&adopted), adopted.clone());
-        Ok(adopted)
+        self.lock().adopt(|o| &mut o.components, object, host)
     }
 
     async fn apply_components_status(
@@ -197,13 +171,10 @@ impl ComponentsStore for MemoryFirmwareStore {
         status: &HostFirmwareComponentsStatus,
     ) -> Result<(), StoreError> {
         let mut objects = self.lock();
-        let key = key_of(object);
-        unchanged(objects.components.get(&key), object)?;
+        unchanged(objects.components.get(&key_of(object)), object)?;
         let mut stored = object.clone();
         stored.status = Some(status.clone());
-        objects.stamp(&mut stored);
-        objects.components.insert(key, stored);
-        objects.status_writes += 1;
+        objects.save_status(|o| &mut o.components, stored);
         Ok(())
     }
 
@@ -213,53 +184,6 @@ impl ComponentsStore for MemoryFirmwareStore {
         reason: &str,
         message: &str,
     ) {
-        self.lock()
-            .events
-            .push((key_of(object), reason.to_owned(), message.to_owned()));
-    }
-}
-
-/// A shared store (tests share one between the controller and a concurrent writer).
-impl<T: ComponentsStore> ComponentsStore for std::sync::Arc<T> {
-    async fn components(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<HostFirmwareComponents>, StoreError> {
-        self.as_ref().components(namespace, name).await
-    }
-
-    async fn create_components(
-        &self,
-        host: &BareMetalHost,
-    ) -> Result<HostFirmwareComponents, StoreError> {
-        self.as_ref().create_components(host).await
-    }
-
-    async fn adopt_components(
-        &self,
-        host: &BareMetalHost,
-        object: &HostFirmwareComponents,
-    ) -> Result<HostFirmwareComponents, StoreError> {
-        self.as_ref().adopt_components(host, object).await
-    }
-
-    async fn apply_components_status(
-        &self,
-        object: &HostFirmwareComponents,
-        status: &HostFirmwareComponentsStatus,
-    ) -> Result<(), StoreError> {
-        self.as_ref().apply_components_status(object, status).await
-    }
-
-    async fn publish_components(
-        &self,
-        object: &HostFirmwareComponents,
-        reason: &str,
-        message: &str,
-    ) {
-        self.as_ref()
-            .publish_components(object, reason, message)
-            .await;
+        self.lock().record(object, reason, message);
     }
 }

@@ -1,16 +1,19 @@
 //! Reconciler tests: the fixture provisioner and the in-memory store.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::json;
 
 use super::*;
 use crate::api::firmware::FirmwareComponentStatus;
 use crate::controller::firmware::state_machine::REQUEUE;
+use crate::controller::firmware::state_machine::tests::{
+    memory_context, now, test_host, upstream_status_update,
+};
 use crate::controller::firmware::{FirmwareContext, MemoryFirmwareStore};
 use crate::provisioner::FixtureProvisioner;
 
 fn host(name: &str) -> BareMetalHost {
-    crate::controller::firmware::state_machine::tests::test_host(name, &format!("node-{name}"))
+    test_host(name, &format!("node-{name}"))
 }
 
 fn bmc(version: &str) -> Vec<FirmwareComponentStatus> {
@@ -26,15 +29,7 @@ fn context() -> FirmwareContext<FixtureProvisioner, MemoryFirmwareStore> {
     let provisioner = FixtureProvisioner::default();
     provisioner.set_firmware_components("ns~with", bmc("1.00"));
     provisioner.set_firmware_components("ns~without", Vec::new());
-    FirmwareContext {
-        provisioner,
-        store: MemoryFirmwareStore::default(),
-        namespace: None,
-    }
-}
-
-fn now() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).expect("valid time"))
+    memory_context(provisioner)
 }
 
 fn condition(object: &HostFirmwareComponents, kind: &str) -> Option<(String, String)> {
@@ -109,12 +104,7 @@ async fn upstreams_object_is_adopted_with_the_updates_it_flashed() {
         uid: "someone-else".into(),
         ..OwnerReference::default()
     }]);
-    left.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
-        manager: Some("baremetal-operator".into()),
-        operation: Some("Update".into()),
-        subresource: Some("status".into()),
-        ..ManagedFieldsEntry::default()
-    }]);
+    left.metadata.managed_fields = Some(vec![upstream_status_update()]);
     ctx.store.put_components(left);
     reconcile(&with, &ctx, now()).await.expect("reconciled");
     let object = ctx.store.stored_components("ns", "with").expect("kept");
@@ -175,7 +165,7 @@ async fn an_unknown_component_gets_one_event_until_the_spec_changes() {
 /// node, as the host controller does when the clean steps start.
 struct RecordingWhileRead {
     provisioner: FixtureProvisioner,
-    store: std::sync::Arc<MemoryFirmwareStore>,
+    store: MemoryFirmwareStore,
 }
 
 impl crate::provisioner::FirmwareReader for RecordingWhileRead {
@@ -203,7 +193,7 @@ impl crate::provisioner::FirmwareReader for RecordingWhileRead {
 
 #[tokio::test]
 async fn updates_recorded_meanwhile_are_not_overwritten() {
-    let store = std::sync::Arc::new(MemoryFirmwareStore::default());
+    let store = MemoryFirmwareStore::default();
     let plain = context();
     let with = host("with");
     reconcile(&with, &plain, now()).await.expect("reconciled");

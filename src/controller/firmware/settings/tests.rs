@@ -1,16 +1,19 @@
 //! Reconciler tests: the fixture provisioner and the in-memory store.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::json;
 
 use super::state_machine::{REQUEUE, schema_name};
 use super::*;
 use crate::api::firmware::{FirmwareSchema, FirmwareSchemaSpec, SETTINGS_VALID, SettingSchema};
 use crate::controller::firmware::MemoryFirmwareStore;
+use crate::controller::firmware::state_machine::tests::{
+    memory_context, now, test_host, upstream_status_update,
+};
 use crate::provisioner::{BiosSettings, FixtureProvisioner};
 
 fn host(name: &str, node: &str) -> BareMetalHost {
-    crate::controller::firmware::state_machine::tests::test_host(name, node)
+    test_host(name, node)
 }
 
 fn bios() -> BiosSettings {
@@ -32,15 +35,7 @@ fn context() -> FirmwareContext<FixtureProvisioner, MemoryFirmwareStore> {
     let provisioner = FixtureProvisioner::default();
     provisioner.set_bios("ns~a", bios());
     provisioner.set_bios("ns~b", bios());
-    FirmwareContext {
-        provisioner,
-        store: MemoryFirmwareStore::default(),
-        namespace: None,
-    }
-}
-
-fn now() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).expect("valid time"))
+    memory_context(provisioner)
 }
 
 fn schema_owners(ctx: &FirmwareContext<FixtureProvisioner, MemoryFirmwareStore>) -> Vec<String> {
@@ -157,13 +152,9 @@ async fn a_host_without_a_node_gets_nothing_yet() {
     assert!(ctx.store.stored_settings("ns", "a").is_none());
 }
 
-#[tokio::test]
-async fn upstreams_objects_are_adopted_not_duplicated() {
-    let ctx = context();
-    let h = host("a", "node-a");
-    ctx.store.put_host(h.clone());
-    // As upstream's operator leaves them: the host as owner, a status written with
-    // Update (a setting the BMC no longer reports), and the schema under its hash name.
+/// Host a's HostFirmwareSettings as upstream's operator leaves it: the host as owner,
+/// a status written with Update (a setting the BMC no longer reports).
+fn upstreams_settings() -> HostFirmwareSettings {
     let mut settings: HostFirmwareSettings = serde_json::from_value(json!({
         "apiVersion": "metal3.io/v1alpha1", "kind": "HostFirmwareSettings",
         "metadata": {"name": "a", "namespace": "ns", "uid": "upstream-hfs", "generation": 1,
@@ -179,13 +170,13 @@ async fn upstreams_objects_are_adopted_not_duplicated() {
         uid: "a-uid".into(),
         ..OwnerReference::default()
     }]);
-    settings.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
-        manager: Some("baremetal-operator".into()),
-        operation: Some("Update".into()),
-        subresource: Some("status".into()),
-        ..ManagedFieldsEntry::default()
-    }]);
-    ctx.store.put_settings(settings);
+    settings.metadata.managed_fields = Some(vec![upstream_status_update()]);
+    settings
+}
+
+/// The schema of host a's BIOS as upstream's operator leaves it: under its hash
+/// name, owned by upstream's settings object.
+fn upstreams_schema() -> FirmwareSchema {
     let name = schema_name(&bios().schema);
     let mut schema = FirmwareSchema::new(
         &name,
@@ -202,7 +193,16 @@ async fn upstreams_objects_are_adopted_not_duplicated() {
         uid: "upstream-hfs".into(),
         ..OwnerReference::default()
     }]);
-    ctx.store.put_schema(schema);
+    schema
+}
+
+#[tokio::test]
+async fn upstreams_objects_are_adopted_not_duplicated() {
+    let ctx = context();
+    let h = host("a", "node-a");
+    ctx.store.put_host(h.clone());
+    ctx.store.put_settings(upstreams_settings());
+    ctx.store.put_schema(upstreams_schema());
 
     reconcile(&h, &ctx, now()).await.expect("reconciled");
 
@@ -213,6 +213,14 @@ async fn upstreams_objects_are_adopted_not_duplicated() {
         1,
         "already owned: not added twice"
     );
+    the_settings_are_adopted_and_judged(&ctx);
+}
+
+/// Upstream's settings object kept, the host among its owners once, its status taken
+/// over and written anew: the stale setting gone, the refused one reported.
+fn the_settings_are_adopted_and_judged(
+    ctx: &FirmwareContext<FixtureProvisioner, MemoryFirmwareStore>,
+) {
     let adopted = ctx.store.stored_settings("ns", "a").expect("kept");
     assert_eq!(adopted.metadata.uid.as_deref(), Some("upstream-hfs"));
     assert_eq!(adopted.owner_references().len(), 1);

@@ -21,6 +21,7 @@ use crate::api::firmware::{
     SETTINGS_CHANGE_DETECTED, SETTINGS_VALID, SchemaReference, SettingSchema, SettingType,
 };
 pub use crate::api::firmware_pending::{PendingSettings, pending_settings, value_text};
+use crate::controller::runtime::conditions::HasConditions;
 use crate::controller::runtime::store::managed_fields::has_updates;
 use crate::provisioner::BiosSettings;
 
@@ -129,24 +130,63 @@ pub fn next(facts: &Facts) -> Step {
     if !owned_by(schema.owner_references(), settings.metadata.uid.as_deref()) {
         return Step::OwnSchema;
     }
-    let (mut status, events) = status_for(settings, bios, schema);
-    let requeue = if condition_true(&status.conditions, SETTINGS_CHANGE_DETECTED) {
+    let (status, events) = status_for(settings, bios, schema);
+    let now = facts.now.as_ref();
+    match changed_status(
+        settings.status.as_ref(),
+        status,
+        SETTINGS_CHANGE_DETECTED,
+        now,
+    ) {
+        (None, requeue) => Step::Done(requeue),
+        (Some(status), requeue) => Step::SaveStatus {
+            status,
+            events,
+            requeue,
+        },
+    }
+}
+
+/// A firmware object's status: conditions set one by one, and when it was last
+/// updated.
+pub(crate) trait FirmwareStatus: HasConditions + PartialEq {
+    fn last_updated_mut(&mut self) -> &mut Option<Time>;
+}
+
+impl HasConditions for HostFirmwareSettingsStatus {
+    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+        &mut self.conditions
+    }
+}
+
+impl FirmwareStatus for HostFirmwareSettingsStatus {
+    fn last_updated_mut(&mut self) -> &mut Option<Time> {
+        &mut self.last_updated
+    }
+}
+
+/// `status` to save, stamped at `now` (new transitions and `lastUpdated`), unless
+/// the object's `current` status is the same (`None`); and when to look again, sooner
+/// while condition `change_detected` is true.
+pub(crate) fn changed_status<S: FirmwareStatus>(
+    current: Option<&S>,
+    mut status: S,
+    change_detected: &str,
+    now: Option<&Time>,
+) -> (Option<S>, Duration) {
+    let requeue = if condition_true(status.conditions_mut(), change_detected) {
         REQUEUE_CHANGE_DETECTED
     } else {
         REQUEUE
     };
-    if settings.status.as_ref() == Some(&status) {
-        return Step::Done(requeue);
+    if current == Some(&status) {
+        return (None, requeue);
     }
-    if let Some(now) = &facts.now {
-        stamp_transitions(&mut status.conditions, now);
+    if let Some(now) = now {
+        stamp_transitions(status.conditions_mut(), now);
     }
-    status.last_updated = facts.now.clone();
-    Step::SaveStatus {
-        status,
-        events,
-        requeue,
-    }
+    *status.last_updated_mut() = now.cloned();
+    (Some(status), requeue)
 }
 
 /// The host has an Ironic node (its UUID is recorded) and is not being deleted, and

@@ -197,8 +197,32 @@ fn bios() -> BiosSettings {
     BiosSettings { settings, schema }
 }
 
-fn now() -> Time {
+/// The time the firmware tests run at.
+pub(crate) fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).expect("valid time"))
+}
+
+/// What upstream's operator leaves on a status it wrote: an Update by its field
+/// manager.
+pub(crate) fn upstream_status_update() -> ManagedFieldsEntry {
+    ManagedFieldsEntry {
+        manager: Some("baremetal-operator".into()),
+        operation: Some("Update".into()),
+        subresource: Some("status".into()),
+        ..ManagedFieldsEntry::default()
+    }
+}
+
+/// The firmware controllers' context on `provisioner` and an empty in-memory store.
+pub(crate) fn memory_context<P>(
+    provisioner: P,
+) -> crate::controller::firmware::FirmwareContext<P, crate::controller::firmware::MemoryFirmwareStore>
+{
+    crate::controller::firmware::FirmwareContext {
+        provisioner,
+        store: Default::default(),
+        namespace: None,
+    }
 }
 
 fn kind(step: &Step) -> &'static str {
@@ -215,19 +239,36 @@ fn kind(step: &Step) -> &'static str {
     }
 }
 
-#[test]
-fn steps_follow_what_is_known() {
-    let upstream_status_update = ManagedFieldsEntry {
-        manager: Some("baremetal-operator".into()),
-        operation: Some("Update".into()),
-        subresource: Some("status".into()),
-        ..ManagedFieldsEntry::default()
-    };
-    let mut written_by_upstream = hfs(json!({}), vec![owner("h-uid")]);
-    written_by_upstream.metadata.managed_fields = Some(vec![upstream_status_update]);
-    let mut deleted = host("node-1");
-    deleted.metadata.deletion_timestamp = Some(now());
-    let ours = || Some(hfs(json!({}), vec![owner("h-uid")]));
+/// A case of [`steps_follow_what_is_known`]: what it is, the facts, the step's kind.
+type Case = (&'static str, Facts, &'static str);
+
+/// Facts of `host` and its settings object `settings`, nothing read yet.
+fn known(host: BareMetalHost, settings: Option<HostFirmwareSettings>) -> Facts {
+    Facts {
+        host: Some(host),
+        settings,
+        ..Facts::default()
+    }
+}
+
+/// The settings object of host `h-uid`, as bmo made it.
+fn ours() -> Option<HostFirmwareSettings> {
+    Some(hfs(json!({}), vec![owner("h-uid")]))
+}
+
+/// Facts of a host with a node, its settings object ours and its BIOS read, the
+/// schema as looked up.
+fn bios_read(schema: Option<Lookup<FirmwareSchema>>) -> Facts {
+    Facts {
+        bios: Some(bios()),
+        schema,
+        ..known(host("node-1"), ours())
+    }
+}
+
+/// Hosts whose BIOS Ironic has not read, or that are gone or going.
+fn cases_of_the_host() -> Vec<Case> {
+    use crate::api::ProvisioningState::{Inspecting, Preparing, Registering};
     let in_state = |state| {
         let mut h = host("node-1");
         if let Some(s) = h.status.as_mut() {
@@ -235,139 +276,102 @@ fn steps_follow_what_is_known() {
         }
         h
     };
-    let table: Vec<(&str, Facts, &str)> = vec![
+    let mut deleted = host("node-1");
+    deleted.metadata.deletion_timestamp = Some(now());
+    vec![
         ("no host", Facts::default(), "Idle"),
         (
             "registering host without a settings object: made before Ironic read the BIOS",
-            Facts {
-                host: Some(in_state(crate::api::ProvisioningState::Registering)),
-                ..Facts::default()
-            },
+            known(in_state(Registering), None),
             "CreateSettings",
         ),
         (
             "registering host: Ironic has not read the BIOS yet",
-            Facts {
-                host: Some(in_state(crate::api::ProvisioningState::Registering)),
-                settings: ours(),
-                ..Facts::default()
-            },
+            known(in_state(Registering), ours()),
             "Idle",
         ),
         (
             "inspecting host: Ironic reads the BIOS again when inspection ends",
-            Facts {
-                host: Some(in_state(crate::api::ProvisioningState::Inspecting)),
-                settings: ours(),
-                ..Facts::default()
-            },
+            known(in_state(Inspecting), ours()),
             "Idle",
         ),
         (
             "preparing host",
-            Facts {
-                host: Some(in_state(crate::api::ProvisioningState::Preparing)),
-                settings: ours(),
-                ..Facts::default()
-            },
+            known(in_state(Preparing), ours()),
             "ReadBios",
         ),
-        (
-            "host without a node",
-            Facts {
-                host: Some(host("")),
-                ..Facts::default()
-            },
-            "Idle",
-        ),
-        (
-            "host being deleted",
-            Facts {
-                host: Some(deleted),
-                ..Facts::default()
-            },
-            "Idle",
-        ),
+        ("host without a node", known(host(""), None), "Idle"),
+        ("host being deleted", known(deleted, None), "Idle"),
+    ]
+}
+
+/// A host with a node, and its settings object missing, someone else's or ours.
+fn cases_of_the_settings_object() -> Vec<Case> {
+    let mut written_by_upstream = hfs(json!({}), vec![owner("h-uid")]);
+    written_by_upstream.metadata.managed_fields = Some(vec![upstream_status_update()]);
+    let another_hosts = hfs(json!({}), vec![owner("old-uid")]);
+    vec![
         (
             "no settings object",
-            Facts {
-                host: Some(host("node-1")),
-                ..Facts::default()
-            },
+            known(host("node-1"), None),
             "CreateSettings",
         ),
         (
             "settings object of another host of that name",
-            Facts {
-                host: Some(host("node-1")),
-                settings: Some(hfs(json!({}), vec![owner("old-uid")])),
-                ..Facts::default()
-            },
+            known(host("node-1"), Some(another_hosts)),
             "AdoptSettings",
         ),
         (
             "status written by upstream with Update",
-            Facts {
-                host: Some(host("node-1")),
-                settings: Some(written_by_upstream),
-                ..Facts::default()
-            },
+            known(host("node-1"), Some(written_by_upstream)),
             "AdoptSettings",
         ),
         (
             "ours, BIOS not read",
-            Facts {
-                host: Some(host("node-1")),
-                settings: ours(),
-                ..Facts::default()
-            },
+            known(host("node-1"), ours()),
             "ReadBios",
         ),
+    ]
+}
+
+/// The BIOS read, and its schema not looked up, missing, someone else's or ours.
+fn cases_of_the_schema() -> Vec<Case> {
+    let everything = Facts {
+        now: Some(now()),
+        ..bios_read(Some(Lookup::Found(schema_object(true))))
+    };
+    vec![
         (
             "read, schema not looked up",
-            Facts {
-                host: Some(host("node-1")),
-                settings: ours(),
-                bios: Some(bios()),
-                ..Facts::default()
-            },
+            bios_read(None),
             "LookUpSchema",
         ),
         (
             "schema missing",
-            Facts {
-                host: Some(host("node-1")),
-                settings: ours(),
-                bios: Some(bios()),
-                schema: Some(Lookup::Missing),
-                ..Facts::default()
-            },
+            bios_read(Some(Lookup::Missing)),
             "CreateSchema",
         ),
         (
             "schema of another host",
-            Facts {
-                host: Some(host("node-1")),
-                settings: ours(),
-                bios: Some(bios()),
-                schema: Some(Lookup::Found(schema_object(false))),
-                ..Facts::default()
-            },
+            bios_read(Some(Lookup::Found(schema_object(false)))),
             "OwnSchema",
         ),
         (
             "everything known, status not written",
-            Facts {
-                host: Some(host("node-1")),
-                settings: ours(),
-                bios: Some(bios()),
-                schema: Some(Lookup::Found(schema_object(true))),
-                now: Some(now()),
-            },
+            everything,
             "SaveStatus",
         ),
+    ]
+}
+
+#[test]
+fn steps_follow_what_is_known() {
+    let table = [
+        cases_of_the_host(),
+        cases_of_the_settings_object(),
+        cases_of_the_schema(),
     ];
-    for (case, facts, expected) in table {
+    for (case, facts, expected) in table.concat() {
         assert_eq!(kind(&next(&facts)), expected, "{case}");
     }
 }

@@ -3,17 +3,22 @@
 //! (with the take-over of fields written with Update, when asked), the kind's
 //! finalizer, the host as an owner, a new object, and upstream-shaped events.
 
+use std::sync::OnceLock;
+
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::reflector;
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use super::events::{Reporter, upstream_event};
-use super::{FIELD_MANAGER, HostEvent, StoreError, add_owner, conflict_or, patch_finalizers};
+use super::{
+    FIELD_MANAGER, HostEvent, Read, StoreError, add_owner, cached, conflict_or, patch_finalizers,
+};
 
 /// An object of one of bmo's namespaced kinds.
 pub trait Object:
@@ -108,6 +113,23 @@ impl KubeClient {
         name: &str,
     ) -> Result<Option<K>, StoreError> {
         Ok(self.api::<K>(namespace).get_opt(name).await?)
+    }
+
+    /// The object `namespace/name` as `read` says: from `cache` when it may and the
+    /// cache has listed, else from the API server; `None` when it does not exist.
+    pub async fn read<K: Object>(
+        &self,
+        cache: &OnceLock<reflector::Store<K>>,
+        namespace: &str,
+        name: &str,
+        read: Read,
+    ) -> Result<Option<K>, StoreError> {
+        if read == Read::Cached
+            && let Some(object) = cached(cache, namespace, name)
+        {
+            return Ok(object);
+        }
+        self.get(namespace, name).await
     }
 
     /// Makes `object` as bmo; [`StoreError::Conflict`] when it exists already.

@@ -46,6 +46,16 @@ where
     )
 }
 
+/// Where a read may come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    /// The controller's cache once it has listed (possibly a write behind), else the
+    /// API server.
+    Cached,
+    /// The API server, as it holds the object now (after a write lost a race).
+    Fresh,
+}
+
 /// A Kubernetes call that did not go through.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
