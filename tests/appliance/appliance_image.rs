@@ -481,11 +481,18 @@ fn containerfiles_are_complete() {
         "src".into(),
     ];
     for line in manifest.lines() {
+        // A bench is `benches/NAME.rs` or a folder `benches/NAME/` with its `main.rs`.
         if let Some(name) = line.trim().strip_prefix("name = \"")
             && let Some(name) = name.strip_suffix('"')
-            && Path::new(ROOT).join(format!("benches/{name}.rs")).exists()
         {
-            needed.push(format!("benches/{name}.rs"));
+            for bench in [
+                format!("benches/{name}.rs"),
+                format!("benches/{name}/main.rs"),
+            ] {
+                if Path::new(ROOT).join(&bench).exists() {
+                    needed.push(bench);
+                }
+            }
         }
     }
     for entry in walk(&Path::new(ROOT).join("src")) {
