@@ -3,20 +3,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Predicate, predicates, watcher};
 use kube::{Api, ResourceExt};
-use tracing::Instrument;
 
 use super::state_machine::{DataKind, HOST_CLAIM_KIND};
 use super::{ClaimContext, ClaimError, ClaimStore, KubeClaimStore, reconcile_claim};
 use crate::api::{BareMetalHost, HostClaim};
+use crate::controller::runtime::controller::{self, Reconciler, own_watch};
 use crate::controller::runtime::store::StoreError;
-use crate::controller::runtime::watch::WatchBackoff;
+use crate::controller::runtime::watch::api_in;
 
 /// Pause after a failed reconcile (an API call refused or the API server away).
 const ERROR_RETRY: Duration = Duration::from_secs(5);
@@ -40,21 +39,11 @@ pub async fn run(
     let client = store.client().clone();
     // Claims come from tenant namespaces, so they are watched everywhere; the hosts
     // they bind are those bmo manages (WATCH_NAMESPACE, when set).
-    let claims: Api<HostClaim> = Api::all(client.clone());
-    let hosts: Api<BareMetalHost> = match &namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let secrets: Api<PartialObjectMeta<Secret>> = Api::all(client.clone());
-    let (reader, writer) = reflector::store();
-    let changes = watcher(claims, watcher::Config::default())
-        .backoff(WatchBackoff::default())
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(claim_change_predicate(), Default::default());
-    let ctx = Arc::new(ClaimContext { store, namespace });
-    let claims_by_secret = reader.clone();
-    Controller::for_stream(changes, reader)
+    let controller = own_watch(Api::all(client.clone()), |_| (), claim_change_predicate());
+    let hosts: Api<BareMetalHost> = api_in(&client, namespace.as_deref());
+    let secrets: Api<PartialObjectMeta<Secret>> = Api::all(client);
+    let claims_by_secret = controller.store();
+    let controller = controller
         .watches(hosts, watcher::Config::default(), |host| claim_of(&host))
         // A claim's Secret made or changed: copied again at once.
         .watches(secrets, watcher::Config::default(), move |secret| {
@@ -66,40 +55,32 @@ pub async fn run(
                 .filter(|c| refers_to(c, &ns, &name))
                 .map(|c| ObjectRef::from_obj(c.as_ref()))
                 .collect::<Vec<_>>()
-        })
-        .trigger_backoff(WatchBackoff::default())
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "HostClaim reconcile did not finish");
+        });
+    let ctx = Arc::new(ClaimContext { store, namespace });
+    controller::run(controller, ctx, shutdown).await;
+}
+
+impl<S: ClaimStore + Send + Sync + 'static> Reconciler for ClaimContext<S> {
+    type Object = HostClaim;
+    type Error = ClaimError;
+    const KIND: &'static str = "HostClaim";
+    const SHUTDOWN_GRACE: Option<Duration> = None;
+
+    fn span(namespace: &str, name: &str) -> tracing::Span {
+        tracing::info_span!("hostclaim", namespace, name)
+    }
+
+    async fn reconcile(self: Arc<Self>, claim: Arc<HostClaim>) -> Result<Action, ClaimError> {
+        reconcile_claim(&claim, &self).await
+    }
+
+    fn retry(&self, claim: &HostClaim, error: &ClaimError) -> Action {
+        match error {
+            ClaimError::Store(StoreError::Conflict) => Action::requeue(CONFLICT_RETRY),
+            ClaimError::Store(_) => {
+                tracing::warn!(claim = %claim.name_any(), namespace = claim.namespace().unwrap_or_default(), %error, "HostClaim reconcile failed; retrying");
+                Action::requeue(ERROR_RETRY)
             }
-        })
-        .await;
-}
-
-async fn reconcile<S: ClaimStore>(
-    claim: Arc<HostClaim>,
-    ctx: Arc<ClaimContext<S>>,
-) -> Result<Action, ClaimError> {
-    let span = tracing::info_span!(
-        "hostclaim",
-        namespace = claim.namespace().unwrap_or_default(),
-        name = claim.name_any()
-    );
-    reconcile_claim(&claim, &ctx).instrument(span).await
-}
-
-fn error_policy<S: ClaimStore>(
-    claim: Arc<HostClaim>,
-    error: &ClaimError,
-    _: Arc<ClaimContext<S>>,
-) -> Action {
-    match error {
-        ClaimError::Store(StoreError::Conflict) => Action::requeue(CONFLICT_RETRY),
-        ClaimError::Store(_) => {
-            tracing::warn!(claim = %claim.name_any(), namespace = claim.namespace().unwrap_or_default(), %error, "HostClaim reconcile failed; retrying");
-            Action::requeue(ERROR_RETRY)
         }
     }
 }

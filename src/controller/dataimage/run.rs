@@ -7,25 +7,27 @@
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
+use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
-use kube::runtime::controller::{Action, Controller};
+use futures::StreamExt;
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, ResourceExt};
-use tracing::Instrument;
+use kube::runtime::watcher::DefaultBackoff;
 
 use super::{DataImageContext, DataImageError, DataImageStore, KubeDataImageStore};
 use crate::api::host::{DETACHED_ANNOTATION, PAUSED_ANNOTATION};
 use crate::api::{BareMetalHost, DataImage};
+use crate::controller::runtime::controller::{self, Reconciler, own_watch_with};
 use crate::controller::runtime::shared_watch::Subscription;
 use crate::controller::runtime::store::managed_fields;
+use crate::controller::runtime::watch::api_in;
 use crate::provisioner::DataImageProvisioner;
 
 /// How soon a reconcile that failed is tried again (upstream's delay).
-const RETRY: std::time::Duration = std::time::Duration::from_secs(60);
+const RETRY: Duration = Duration::from_secs(60);
 /// How long reconciles in flight may take to finish after the shutdown signal.
-const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 /// What of a DataImage wakes it: generation, finalizers and owners.
 fn image_change(image: &DataImage) -> Option<u64> {
@@ -63,62 +65,39 @@ pub async fn run<P: DataImageProvisioner + 'static>(
     hosts: Subscription<BareMetalHost>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let client = ctx.store.client().clone();
-    let images: Api<DataImage> = match &ctx.namespace {
-        Some(ns) => Api::namespaced(client, ns),
-        None => Api::all(client),
-    };
-    let (reader, writer) = kube::runtime::reflector::store();
-    let _ = ctx.store.cache.set(reader.clone());
-    let image_changes = watcher(images, watcher::Config::default())
-        .default_backoff()
-        .modify(managed_fields::trim)
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(image_change, Default::default());
+    let images = api_in(ctx.store.client(), ctx.namespace.as_deref());
+    // kube-runtime's own backoff, unlike the other controllers' watches.
+    let controller = own_watch_with(
+        images,
+        managed_fields::trim,
+        image_change,
+        DefaultBackoff::default,
+    );
+    let _ = ctx.store.cache.set(controller.store());
     let host_changes = hosts.changed(host_change).filter_map(|h| async move {
         Some(ObjectRef::<DataImage>::new(&h.name_any()).within(&h.namespace()?))
     });
-    let listed = reader.clone();
-    let shutdown = shutdown.shared();
-    let reconciling = Controller::for_stream(image_changes, reader)
-        .reconcile_on(host_changes)
-        .graceful_shutdown_on(shutdown.clone())
-        .run(reconcile_image, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "DataImage reconcile did not finish");
-            }
-        });
-    crate::controller::runtime::watch::run_until_shutdown(
-        reconciling,
-        shutdown,
-        &listed,
-        SHUTDOWN_GRACE,
-    )
-    .await;
+    controller::run(controller.reconcile_on(host_changes), ctx, shutdown).await;
 }
 
-async fn reconcile_image<P: DataImageProvisioner, S: DataImageStore>(
-    image: Arc<DataImage>,
-    ctx: Arc<DataImageContext<P, S>>,
-) -> Result<Action, DataImageError> {
-    let span = tracing::info_span!(
-        "dataimage",
-        namespace = %image.namespace().unwrap_or_default(),
-        name = %image.name_any()
-    );
-    super::reconcile(&image, &ctx)
-        .instrument(span)
-        .await
-        .map(Action::from)
-}
+impl<P: DataImageProvisioner + 'static, S: DataImageStore + 'static> Reconciler
+    for DataImageContext<P, S>
+{
+    type Object = DataImage;
+    type Error = DataImageError;
+    const KIND: &'static str = "DataImage";
+    const SHUTDOWN_GRACE: Option<Duration> = Some(SHUTDOWN_GRACE);
 
-fn error_policy<P: DataImageProvisioner, S: DataImageStore>(
-    image: Arc<DataImage>,
-    error: &DataImageError,
-    _ctx: Arc<DataImageContext<P, S>>,
-) -> Action {
-    tracing::warn!(dataimage = %super::name_of(&image), %error, "DataImage reconcile failed; retrying");
-    Action::requeue(RETRY)
+    fn span(namespace: &str, name: &str) -> tracing::Span {
+        tracing::info_span!("dataimage", %namespace, %name)
+    }
+
+    async fn reconcile(self: Arc<Self>, image: Arc<DataImage>) -> Result<Action, DataImageError> {
+        super::reconcile(&image, &self).await.map(Action::from)
+    }
+
+    fn retry(&self, image: &DataImage, error: &DataImageError) -> Action {
+        tracing::warn!(dataimage = %super::name_of(image), %error, "DataImage reconcile failed; retrying");
+        Action::requeue(RETRY)
+    }
 }

@@ -13,14 +13,15 @@
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
+use std::time::Duration;
 
+use futures::StreamExt;
 use futures::future::ready;
-use futures::{FutureExt, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
-use kube::{Api, ResourceExt};
 use tracing::Instrument;
 
 use super::components::ComponentsStore;
@@ -32,10 +33,10 @@ use crate::api::firmware::{
 };
 use crate::api::{BareMetalHost, BareMetalHostStatus, OperationalStatus, ProvisioningState};
 use crate::controller::runtime::Next;
+use crate::controller::runtime::controller::{self, Reconciler};
 use crate::controller::runtime::shared_watch::Feeds;
-use crate::controller::runtime::store::managed_fields;
 use crate::controller::runtime::turns::Turns;
-use crate::controller::runtime::watch::{WatchBackoff, watch_failed};
+use crate::controller::runtime::watch::{api_in, cached};
 use crate::provisioner::FirmwareReader;
 
 /// What of a host matters here: its generation, its node, whether it is paused or
@@ -149,14 +150,6 @@ pub async fn run<P: FirmwareReader + 'static>(
     feeds: Feeds,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let client = ctx.store.client().clone();
-    let (schemas, policies): (Api<FirmwareSchema>, Api<HostUpdatePolicy>) = match &ctx.namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client, ns),
-        ),
-        None => (Api::all(client.clone()), Api::all(client)),
-    };
     let reader = feeds.hosts.cache();
     let firmware = (feeds.settings.cache(), feeds.components.cache());
     let host_changes = feeds
@@ -175,94 +168,88 @@ pub async fn run<P: FirmwareReader + 'static>(
         .changed(components_change)
         .filter(|c| ready(!as_made(c.as_ref(), c.spec.updates.is_empty())))
         .filter_map(|c| async move { same_name(c.as_ref()) });
+    let (client, namespace) = (ctx.store.client(), ctx.namespace.as_deref());
     // FirmwareSchemas wake no host; the watch only keeps the cache.
-    let (schemas_cache, schemas_writer) = reflector::store();
-    let _ = caches.schemas.set(schemas_cache);
-    let schemas_kept = watcher(schemas, watcher::Config::default())
-        .backoff(WatchBackoff::default())
-        .modify(managed_fields::trim)
-        .reflect(schemas_writer)
-        .filter_map(|event| {
-            if let Err(e) = event {
-                watch_failed("FirmwareSchemas", &e);
-            }
-            ready(None::<ObjectRef<BareMetalHost>>)
-        });
+    let (schemas, schema_events) = cached(
+        api_in::<FirmwareSchema>(client, namespace),
+        watcher::Config::default(),
+        "FirmwareSchemas",
+    );
+    let _ = caches.schemas.set(schemas);
+    let schemas_kept = schema_events.filter_map(|_| ready(None::<ObjectRef<BareMetalHost>>));
     // A HostUpdatePolicy not owned by its host yet wakes the host of its name, which
     // adds itself to the owners (see [`super::policy`]); that write wakes nothing.
-    let (policies_cache, policies_writer) = reflector::store();
-    let _ = caches.policies.set(policies_cache);
-    let policy_changes = watcher(policies, watcher::Config::default())
-        .backoff(WatchBackoff::default())
-        .modify(managed_fields::trim)
-        .reflect(policies_writer)
-        .applied_objects()
-        .filter_map(|policy| {
-            ready(match policy {
-                Ok(policy) if !super::policy::owned_by_its_host(&policy) => same_name(&policy),
-                Ok(_) => None,
-                Err(e) => {
-                    watch_failed("HostUpdatePolicies", &e);
-                    None
-                }
-            })
-        });
-    let listed = reader.clone();
+    let (policies, policy_events) = cached(
+        api_in::<HostUpdatePolicy>(client, namespace),
+        watcher::Config::default(),
+        "HostUpdatePolicies",
+    );
+    let _ = caches.policies.set(policies);
+    let policy_changes = policy_events.applied_objects().filter_map(|policy| {
+        ready(
+            policy
+                .ok()
+                .filter(|policy| !super::policy::owned_by_its_host(policy))
+                .and_then(|policy| same_name(&policy)),
+        )
+    });
     // Hosts take turns as in the host controller: with every host applied at once,
     // reads of a thousand hosts' BIOS settings are not all sent together.
     let turns = Arc::new(Turns::new(concurrency, reader.clone(), |_| ()));
-    let shutdown = shutdown.shared();
-    let reconciling = Controller::for_shared_stream(host_changes, reader)
+    let controller = Controller::for_shared_stream(host_changes, reader)
         .reconcile_on(settings_changes)
         .reconcile_on(components_changes)
         .reconcile_on(schemas_kept)
-        .reconcile_on(policy_changes)
-        .graceful_shutdown_on(shutdown.clone())
-        .run(
-            turns.reconciler(shutdown.clone(), reconcile_host),
-            error_policy,
-            ctx,
-        )
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "firmware reconcile did not finish");
-            }
-        });
-    crate::controller::runtime::watch::run_until_shutdown(
-        reconciling,
-        shutdown,
-        &listed,
-        SHUTDOWN_GRACE,
-    )
-    .await;
+        .reconcile_on(policy_changes);
+    controller::run_in_turns(controller, ctx, turns, shutdown).await;
 }
 
 /// How long firmware reconciles in flight may take to finish after the shutdown signal.
-const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
-/// Both kinds for one host, and its HostUpdatePolicy: each is reconciled even when
-/// another could not be; the sooner look-again wins.
-async fn reconcile_host<P: FirmwareReader, S: FirmwareStore + ComponentsStore + PolicyStore>(
-    host: Arc<BareMetalHost>,
-    ctx: Arc<FirmwareContext<P, S>>,
-) -> Result<Action, FirmwareError> {
-    let namespace = host.namespace().unwrap_or_default();
-    let name = host.name_any();
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let span = tracing::info_span!("hostfirmwaresettings", %namespace, %name);
-    let settings = super::reconcile(&host, &ctx, now.clone())
-        .instrument(span)
-        .await;
-    let span = tracing::info_span!("hostfirmwarecomponents", %namespace, %name);
-    let components = super::components::reconcile(&host, &ctx, now)
-        .instrument(span)
-        .await;
-    let span = tracing::info_span!("hostupdatepolicy", %namespace, %name);
-    let policy = super::policy::reconcile(&host, &ctx).instrument(span).await;
-    Ok(Action::from(sooner(
-        sooner(settings?, components?),
-        policy?,
-    )))
+impl<P, S> Reconciler for FirmwareContext<P, S>
+where
+    P: FirmwareReader + 'static,
+    S: FirmwareStore + ComponentsStore + PolicyStore + 'static,
+{
+    type Object = BareMetalHost;
+    type Error = FirmwareError;
+    const KIND: &'static str = "firmware";
+    const SHUTDOWN_GRACE: Option<Duration> = Some(SHUTDOWN_GRACE);
+
+    /// None: each of the three reconciles opens its own.
+    fn span(_: &str, _: &str) -> tracing::Span {
+        tracing::Span::none()
+    }
+
+    /// Both kinds for one host, and its HostUpdatePolicy: each is reconciled even
+    /// when another could not be; the sooner look-again wins.
+    async fn reconcile(self: Arc<Self>, host: Arc<BareMetalHost>) -> Result<Action, FirmwareError> {
+        let namespace = host.namespace().unwrap_or_default();
+        let name = host.name_any();
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let span = tracing::info_span!("hostfirmwaresettings", %namespace, %name);
+        let settings = super::reconcile(&host, &self, now.clone())
+            .instrument(span)
+            .await;
+        let span = tracing::info_span!("hostfirmwarecomponents", %namespace, %name);
+        let components = super::components::reconcile(&host, &self, now)
+            .instrument(span)
+            .await;
+        let span = tracing::info_span!("hostupdatepolicy", %namespace, %name);
+        let policy = super::policy::reconcile(&host, &self)
+            .instrument(span)
+            .await;
+        Ok(Action::from(sooner(
+            sooner(settings?, components?),
+            policy?,
+        )))
+    }
+
+    fn retry(&self, host: &BareMetalHost, error: &FirmwareError) -> Action {
+        tracing::warn!(host = %host.namespaced_name(), %error, "firmware reconcile failed; retrying");
+        Action::requeue(PROVISIONER_RETRY)
+    }
 }
 
 /// The sooner of two look-agains.
@@ -272,15 +259,6 @@ fn sooner(a: Next, b: Next) -> Next {
         (Next::After(x), Next::OnChange) | (Next::OnChange, Next::After(x)) => Next::After(x),
         (Next::OnChange, Next::OnChange) => Next::OnChange,
     }
-}
-
-fn error_policy<P: FirmwareReader, S: FirmwareStore>(
-    host: Arc<BareMetalHost>,
-    error: &FirmwareError,
-    _ctx: Arc<FirmwareContext<P, S>>,
-) -> Action {
-    tracing::warn!(host = %host.namespaced_name(), %error, "firmware reconcile failed; retrying");
-    Action::requeue(PROVISIONER_RETRY)
 }
 
 #[cfg(test)]

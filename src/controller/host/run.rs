@@ -23,9 +23,10 @@ use crate::api::BareMetalHost;
 use crate::api::firmware::{HostFirmwareComponents, HostFirmwareSettings};
 use crate::controller::runtime::backoff;
 use crate::controller::runtime::shared_watch::{Feeds, Subscription, Watches};
-use crate::controller::runtime::store::managed_fields;
 use crate::controller::runtime::turns::Turns;
-use crate::controller::runtime::watch::{Stopped, WatchBackoff, run_until_shutdown, watch_failed};
+use crate::controller::runtime::watch::{
+    Stopped, WatchBackoff, api_in, cached, run_until_shutdown, watch_failed,
+};
 use crate::metrics;
 use crate::netboot::leases::{LeaseEvent, LeaseTable};
 use crate::netboot::mac::MacAddr;
@@ -61,17 +62,11 @@ pub async fn run_with<P: Provisioner + 'static>(
     feeds: Feeds,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let client = ctx.store.client().clone();
-    let (secrets, labelled_secrets): (Api<PartialObjectMeta<Secret>>, Api<Secret>) =
-        match &ctx.settings.namespace {
-            Some(ns) => (
-                Api::namespaced(client.clone(), ns),
-                Api::namespaced(client.clone(), ns),
-            ),
-            None => (Api::all(client.clone()), Api::all(client.clone())),
-        };
+    let (client, namespace) = (ctx.store.client(), ctx.settings.namespace.as_deref());
+    let secrets: Api<PartialObjectMeta<Secret>> = api_in(client, namespace);
     let reader = feeds.hosts.cache();
-    let labelled_secret_changes = labelled_secret_changes(&ctx, labelled_secrets, reader.clone());
+    let labelled_secret_changes =
+        labelled_secret_changes(&ctx, api_in(client, namespace), reader.clone());
     let unlabelled = format!("{}!={}", SECRET_LABEL.0, SECRET_LABEL.1);
     // The watched hosts, by MAC: bmo's DHCP server knows them, and a DHCP exchange
     // wakes the hosts with the client's MAC.
@@ -132,7 +127,12 @@ pub async fn run_with<P: Provisioner + 'static>(
             ctx,
         )
         .for_each(|result| async move { report_reconcile(result) });
-    match run_until_shutdown(reconciling, shutdown, &listed, SHUTDOWN_GRACE).await {
+    report_stopped(run_until_shutdown(reconciling, shutdown, &listed, SHUTDOWN_GRACE).await);
+}
+
+/// Logs how the host controller stopped, unless every reconcile finished.
+fn report_stopped(stopped: Stopped) {
+    match stopped {
         Stopped::Finished => {}
         Stopped::BeforeFirstList => {
             tracing::info!("host controller stopped before its first list of hosts succeeded");
@@ -153,26 +153,16 @@ fn labelled_secret_changes<P: Provisioner + 'static>(
     hosts: reflector::Store<BareMetalHost>,
 ) -> impl futures::Stream<Item = ObjectRef<BareMetalHost>> + use<P> {
     let labelled = format!("{}={}", SECRET_LABEL.0, SECRET_LABEL.1);
-    let (secret_cache, secret_cache_writer) = reflector::store();
-    ctx.store.cache_labelled_secrets(secret_cache);
-    watcher(
+    let (secret_cache, secret_events) = cached(
         labelled_secrets,
         watcher::Config::default().labels(&labelled),
-    )
-    .backoff(WatchBackoff::default())
-    .modify(managed_fields::trim)
-    .reflect(secret_cache_writer)
-    .touched_objects()
-    .filter_map(|secret| {
-        futures::future::ready(match secret {
-            Ok(secret) => Some(secret),
-            Err(e) => {
-                watch_failed("labelled Secrets", &e);
-                None
-            }
-        })
-    })
-    .flat_map(move |secret| futures::stream::iter(hosts_using_secret(&hosts, &secret.metadata)))
+        "labelled Secrets",
+    );
+    ctx.store.cache_labelled_secrets(secret_cache);
+    secret_events
+        .touched_objects()
+        .filter_map(|secret| futures::future::ready(secret.ok()))
+        .flat_map(move |secret| futures::stream::iter(hosts_using_secret(&hosts, &secret.metadata)))
 }
 
 /// A HostFirmwareSettings or HostFirmwareComponents judged anew (its conditions

@@ -10,24 +10,23 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{WatchStreamExt, predicates, watcher};
+use kube::runtime::{predicates, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use tracing::Instrument;
 
 use super::build::{self, NETWORK_DATA_KEYS, NetworkData};
 use crate::api::PreprovisioningImage;
+use crate::controller::runtime::controller::{self, Reconciler, own_watch};
 use crate::controller::runtime::store::events::{Reporter, upstream_event};
 use crate::controller::runtime::store::patch_finalizers;
 use crate::controller::runtime::store::{FIELD_MANAGER, StoreError};
-use crate::controller::runtime::watch::WatchBackoff;
+use crate::controller::runtime::watch::api_in;
 use crate::netboot::host_ramdisks::RamdiskServer;
 
 /// Who bmo's image events say posted them.
@@ -89,77 +88,73 @@ pub async fn run(
     instance: Option<String>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (images, secrets): (Api<PreprovisioningImage>, Api<PartialObjectMeta<Secret>>) =
-        match &namespace {
-            Some(ns) => (
-                Api::namespaced(client.clone(), ns),
-                Api::namespaced(client.clone(), ns),
-            ),
-            None => (Api::all(client.clone()), Api::all(client.clone())),
-        };
-    let (reader, writer) = reflector::store();
-    let changes = watcher(images, watcher::Config::default())
-        .backoff(WatchBackoff::default())
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(predicates::generation, Default::default());
+    let namespace = namespace.as_deref();
+    let controller = own_watch(api_in(&client, namespace), |_| (), predicates::generation);
+    let secrets: Api<PartialObjectMeta<Secret>> = api_in(&client, namespace);
     let ctx = Arc::new(BuildContext {
         client,
         server,
         instance,
-        images: reader.clone(),
+        images: controller.store(),
     });
-    let by_secret = reader.clone();
-    Controller::for_stream(changes, reader)
-        // A network data Secret made or changed: the image is built again at once.
-        .watches(secrets, watcher::Config::default(), move |secret| {
-            let ns = secret.metadata.namespace.unwrap_or_default();
-            let name = secret.metadata.name.unwrap_or_default();
-            by_secret
-                .state()
-                .iter()
-                .filter(|i| {
-                    i.namespace().as_deref() == Some(ns.as_str())
-                        && i.spec.network_data_name.as_deref() == Some(name.as_str())
-                })
-                .map(|i| ObjectRef::from_obj(i.as_ref()))
-                .collect::<Vec<_>>()
-        })
-        .trigger_backoff(WatchBackoff::default())
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "PreprovisioningImage reconcile did not finish");
-            }
-        })
-        .await;
+    let by_secret = controller.store();
+    // A network data Secret made or changed: the image is built again at once.
+    let controller = controller.watches(secrets, watcher::Config::default(), move |secret| {
+        let ns = secret.metadata.namespace.unwrap_or_default();
+        let name = secret.metadata.name.unwrap_or_default();
+        by_secret
+            .state()
+            .iter()
+            .filter(|i| {
+                i.namespace().as_deref() == Some(ns.as_str())
+                    && i.spec.network_data_name.as_deref() == Some(name.as_str())
+            })
+            .map(|i| ObjectRef::from_obj(i.as_ref()))
+            .collect::<Vec<_>>()
+    });
+    controller::run(controller, ctx, shutdown).await;
 }
 
-async fn reconcile(
-    image: Arc<PreprovisioningImage>,
-    ctx: Arc<BuildContext>,
-) -> Result<Action, BuildError> {
-    let span = tracing::info_span!(
-        "preprovisioningimage",
-        namespace = image.namespace().unwrap_or_default(),
-        name = image.name_any()
-    );
-    let key = format!(
-        "{}/{}",
-        image.namespace().unwrap_or_default(),
-        image.name_any()
-    );
-    if image.metadata.deletion_timestamp.is_some() {
-        return release(&image, &ctx)
-            .instrument(span)
-            .await
-            .map_err(|source| BuildError::Store { image: key, source });
+impl Reconciler for BuildContext {
+    type Object = PreprovisioningImage;
+    type Error = BuildError;
+    const KIND: &'static str = "PreprovisioningImage";
+    const SHUTDOWN_GRACE: Option<Duration> = None;
+
+    fn span(namespace: &str, name: &str) -> tracing::Span {
+        tracing::info_span!("preprovisioningimage", namespace, name)
     }
-    reconcile_image(&image, &ctx)
-        .instrument(span)
-        .await
-        .map_err(|source| BuildError::Kube { image: key, source })
+
+    async fn reconcile(
+        self: Arc<Self>,
+        image: Arc<PreprovisioningImage>,
+    ) -> Result<Action, BuildError> {
+        let key = format!(
+            "{}/{}",
+            image.namespace().unwrap_or_default(),
+            image.name_any()
+        );
+        if image.metadata.deletion_timestamp.is_some() {
+            return release(&image, &self)
+                .await
+                .map_err(|source| BuildError::Store { image: key, source });
+        }
+        reconcile_image(&image, &self)
+            .await
+            .map_err(|source| BuildError::Kube { image: key, source })
+    }
+
+    fn retry(&self, image: &PreprovisioningImage, error: &BuildError) -> Action {
+        if let BuildError::Store {
+            source: StoreError::Conflict,
+            ..
+        } = error
+        {
+            return Action::requeue(CONFLICT_RETRY);
+        }
+        tracing::warn!(image = %image.name_any(), %error, "PreprovisioningImage reconcile failed; retrying");
+        Action::requeue(ERROR_RETRY)
+    }
 }
 
 /// An image being deleted: its ramdisk is no longer served, and upstream's
@@ -188,26 +183,7 @@ async fn reconcile_image(
     let namespace = image.namespace().unwrap_or_default();
     let name = image.name_any();
     forget_deleted(ctx);
-    let network = match &image.spec.network_data_name {
-        None => NetworkData::None,
-        Some(secret) => {
-            let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-            match secrets.get_opt(secret).await? {
-                None => NetworkData::Missing {
-                    name: secret.clone(),
-                },
-                Some(found) => NetworkData::Found {
-                    name: secret.clone(),
-                    version: found.resource_version().unwrap_or_default(),
-                    data: found.data.and_then(|data| {
-                        NETWORK_DATA_KEYS
-                            .iter()
-                            .find_map(|k| data.get(*k).map(|v| v.0.clone()))
-                    }),
-                },
-            }
-        }
-    };
+    let network = network_data(image, ctx, &namespace).await?;
     let base = ctx.server.base_ramdisk();
     let server = build::Server {
         base_ramdisk: base.is_file(),
@@ -271,6 +247,32 @@ async fn reconcile_image(
     }))
 }
 
+/// The network data Secret `image` names, read from `namespace`.
+async fn network_data(
+    image: &PreprovisioningImage,
+    ctx: &BuildContext,
+    namespace: &str,
+) -> Result<NetworkData, kube::Error> {
+    let Some(secret) = &image.spec.network_data_name else {
+        return Ok(NetworkData::None);
+    };
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    Ok(match secrets.get_opt(secret).await? {
+        None => NetworkData::Missing {
+            name: secret.clone(),
+        },
+        Some(found) => NetworkData::Found {
+            name: secret.clone(),
+            version: found.resource_version().unwrap_or_default(),
+            data: found.data.and_then(|data| {
+                NETWORK_DATA_KEYS
+                    .iter()
+                    .find_map(|k| data.get(*k).map(|v| v.0.clone()))
+            }),
+        },
+    })
+}
+
 /// Stops serving the ramdisks of images that are gone.
 fn forget_deleted(ctx: &BuildContext) {
     let present: HashSet<(String, String)> = ctx
@@ -282,20 +284,4 @@ fn forget_deleted(ctx: &BuildContext) {
     ctx.server
         .ramdisks
         .retain(|ns, name| present.contains(&(ns.to_owned(), name.to_owned())));
-}
-
-fn error_policy(
-    image: Arc<PreprovisioningImage>,
-    error: &BuildError,
-    _: Arc<BuildContext>,
-) -> Action {
-    if let BuildError::Store {
-        source: StoreError::Conflict,
-        ..
-    } = error
-    {
-        return Action::requeue(CONFLICT_RETRY);
-    }
-    tracing::warn!(image = %image.name_any(), %error, "PreprovisioningImage reconcile failed; retrying");
-    Action::requeue(ERROR_RETRY)
 }

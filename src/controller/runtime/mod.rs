@@ -1,10 +1,13 @@
-//! What every controller runs on, and imports no controller: the watches shared
-//! between controllers ([`shared_watch`]), the backoff of a failed watch and the
+//! What every controller runs on, and imports no controller: a kind's controller on
+//! kube-runtime ([`controller`]: its own watch, a span per reconcile, the error
+//! policy, the stop at shutdown), the watches shared between controllers
+//! ([`shared_watch`]), the namespaces watched, the backoff of a failed watch and the
 //! shutdown grace ([`watch`]), turns in line for reconciles ([`turns`]), the store
 //! helpers every kind's store uses ([`store`]), conditions ([`conditions`]) and the
 //! seams where one controller acts for another kind ([`seams`]).
 
 pub mod conditions;
+pub mod controller;
 pub mod seams;
 pub mod shared_watch;
 pub mod store;

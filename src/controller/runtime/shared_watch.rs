@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 
 use super::store::managed_fields;
-use super::watch::{WatchBackoff, watch_failed};
+use super::watch::{WatchBackoff, api_in, watch_failed};
 use crate::api::BareMetalHost;
 use crate::api::firmware::{HostFirmwareComponents, HostFirmwareSettings};
 
@@ -198,28 +198,19 @@ pub struct Feeds {
 impl Watches {
     /// Watches of `namespace`, or of all namespaces.
     pub fn new(client: &kube::Client, namespace: Option<&str>) -> Self {
-        fn api<K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>>(
-            client: &kube::Client,
-            namespace: Option<&str>,
-        ) -> Api<K> {
-            match namespace {
-                Some(ns) => Api::namespaced(client.clone(), ns),
-                None => Api::all(client.clone()),
-            }
-        }
         Self {
             hosts: SharedWatch::new(
-                api(client, namespace),
+                api_in(client, namespace),
                 "BareMetalHosts",
                 managed_fields::trim,
             ),
             settings: SharedWatch::new(
-                api(client, namespace),
+                api_in(client, namespace),
                 "HostFirmwareSettings",
                 managed_fields::trim,
             ),
             components: SharedWatch::new(
-                api(client, namespace),
+                api_in(client, namespace),
                 "HostFirmwareComponents",
                 managed_fields::trim,
             ),

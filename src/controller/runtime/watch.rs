@@ -1,12 +1,51 @@
-//! Watching the API server: the backoff of a failed watch, its log line, and how a
-//! controller stops at shutdown.
+//! Watching the API server: which namespaces, the backoff of a failed watch, its
+//! log line, a watch kept in a cache, and how a controller stops at shutdown.
 
+use std::fmt::Debug;
 use std::time::Duration;
 
-use futures::FutureExt;
-use kube::runtime::reflector;
+use futures::{FutureExt, Stream, TryStreamExt};
+use kube::core::NamespaceResourceScope;
 use kube::runtime::utils::Backoff;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+
+use super::store::managed_fields;
+
+/// The objects of `namespace` (WATCH_NAMESPACE), or of every namespace.
+pub fn api_in<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// A watch of `api`'s objects (those `config` selects) kept in the returned cache,
+/// without their managed fields: its events, once cached. A failed watch is logged
+/// as one of `kind` ([`watch_failed`]) and tried again on [`WatchBackoff`].
+pub fn cached<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    kind: &'static str,
+) -> (
+    reflector::Store<K>,
+    impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + use<K>,
+)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (cache, writer) = reflector::store();
+    let events = watcher(api, config)
+        .backoff(WatchBackoff::default())
+        .modify(managed_fields::trim)
+        .reflect(writer)
+        .inspect_err(move |e| watch_failed(kind, e));
+    (cache, events)
+}
 
 /// How the controllers stop: `reconciling` runs until it ends, or until `shutdown`
 /// resolves and then reconciles in flight get `grace` to finish. Before `listed` had

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use crate::api::network::IN_USE_ANNOTATION;
 use crate::api::{BareMetalHost, HostNetworkAttachment};
 use crate::controller::runtime::store::{StoreError, conflict_or};
-use crate::controller::runtime::watch::WatchBackoff;
+use crate::controller::runtime::watch::{WatchBackoff, api_in};
 
 use super::store::SWITCH_FIELD_MANAGER;
 
@@ -76,10 +76,8 @@ pub async fn run(
     mut host_events: watch::Receiver<u64>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let attachments_api: Api<PartialObjectMeta<HostNetworkAttachment>> = match &namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
+    let attachments_api: Api<PartialObjectMeta<HostNetworkAttachment>> =
+        api_in(&client, namespace.as_deref());
     let (attachments, attachment_writer) = reflector::store();
     let mut attachment_events = watcher(attachments_api, watcher::Config::default())
         .backoff(WatchBackoff::default())

@@ -8,9 +8,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use futures::stream::BoxStream;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Secret;
 use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
@@ -19,7 +21,7 @@ use tracing::Instrument;
 
 use super::{KubeSwitchStore, MISSING_SECRET_RETRY, SwitchTargets, credentials_ref};
 use crate::api::BareMetalSwitch;
-use crate::controller::runtime::watch::WatchBackoff;
+use crate::controller::runtime::watch::{WatchBackoff, api_in};
 
 /// Pause before a namespace whose write failed is written again.
 const ERROR_RETRY: Duration = Duration::from_secs(5);
@@ -32,39 +34,9 @@ pub async fn run(
     namespace: Option<String>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let client = store.client().clone();
-    let switches: Api<BareMetalSwitch> = match &namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let secrets: Api<PartialObjectMeta<Secret>> = match &namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
+    let (client, namespace) = (store.client(), namespace.as_deref());
     let (reader, writer) = reflector::store();
-    // Raw events, not touched objects: the reflector fills its store only at the end
-    // of a (re)list, so the whole list is one change, seen once the store holds it.
-    let switch_changes = watcher(switches, watcher::Config::default())
-        .backoff(WatchBackoff::default())
-        .reflect(writer)
-        .filter_map(|event| async move {
-            match event.ok()? {
-                watcher::Event::Apply(s) | watcher::Event::Delete(s) => {
-                    Some(Change::Namespace(s.namespace()))
-                }
-                watcher::Event::InitDone => Some(Change::Listed),
-                watcher::Event::Init | watcher::Event::InitApply(_) => None,
-            }
-        });
-    let secret_changes = watcher(secrets, watcher::Config::default())
-        .backoff(WatchBackoff::default())
-        .touched_objects()
-        .filter_map(|event| async move {
-            event
-                .ok()
-                .map(|s| Change::Secret(s.namespace().unwrap_or_default(), s.name_any()))
-        });
-    let mut changes = stream::select(switch_changes, secret_changes).boxed();
+    let mut changes = changes(api_in(client, namespace), api_in(client, namespace), writer);
     let mut shutdown = std::pin::pin!(shutdown);
     // Namespaces to write again, and when.
     let mut due: BTreeMap<String, Instant> = BTreeMap::new();
@@ -88,33 +60,75 @@ pub async fn run(
             },
             () = sleep => {}
         }
-        let now = Instant::now();
-        let ready: BTreeSet<String> = due
+        write_due(&store, &targets, &reader, &mut due).await;
+    }
+}
+
+/// What may change a namespace's configuration: its switches, and Secrets.
+fn changes(
+    switches: Api<BareMetalSwitch>,
+    secrets: Api<PartialObjectMeta<Secret>>,
+    writer: Writer<BareMetalSwitch>,
+) -> BoxStream<'static, Change> {
+    // Raw events, not touched objects: the reflector fills its store only at the end
+    // of a (re)list, so the whole list is one change, seen once the store holds it.
+    let switch_changes = watcher(switches, watcher::Config::default())
+        .backoff(WatchBackoff::default())
+        .reflect(writer)
+        .filter_map(|event| async move {
+            match event.ok()? {
+                watcher::Event::Apply(s) | watcher::Event::Delete(s) => {
+                    Some(Change::Namespace(s.namespace()))
+                }
+                watcher::Event::InitDone => Some(Change::Listed),
+                watcher::Event::Init | watcher::Event::InitApply(_) => None,
+            }
+        });
+    let secret_changes = watcher(secrets, watcher::Config::default())
+        .backoff(WatchBackoff::default())
+        .touched_objects()
+        .filter_map(|event| async move {
+            event
+                .ok()
+                .map(|s| Change::Secret(s.namespace().unwrap_or_default(), s.name_any()))
+        });
+    stream::select(switch_changes, secret_changes).boxed()
+}
+
+/// Writes the configuration of the namespaces `due` by now; one whose write failed,
+/// or that misses a Secret, is due again later.
+async fn write_due(
+    store: &KubeSwitchStore,
+    targets: &SwitchTargets,
+    reader: &Store<BareMetalSwitch>,
+    due: &mut BTreeMap<String, Instant>,
+) {
+    let now = Instant::now();
+    let ready: BTreeSet<String> = due
+        .iter()
+        .filter(|(_, at)| **at <= now)
+        .map(|(ns, _)| ns.clone())
+        .collect();
+    for ns in ready {
+        due.remove(&ns);
+        let state = reader.state();
+        let members: Vec<&BareMetalSwitch> = state
             .iter()
-            .filter(|(_, at)| **at <= now)
-            .map(|(ns, _)| ns.clone())
+            .map(AsRef::as_ref)
+            .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
             .collect();
-        for ns in ready {
-            due.remove(&ns);
-            let state = reader.state();
-            let members: Vec<&BareMetalSwitch> = state
-                .iter()
-                .map(AsRef::as_ref)
-                .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
-                .collect();
-            let span = tracing::info_span!("switches", namespace = %ns);
-            match super::reconcile_namespace(&store, &targets, &ns, &members)
-                .instrument(span)
-                .await
-            {
-                Ok(true) => {
-                    due.insert(ns, Instant::now() + MISSING_SECRET_RETRY);
-                }
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(namespace = %ns, error = %e, "cannot write the switch configuration; retrying");
-                    due.insert(ns, Instant::now() + ERROR_RETRY);
-                }
+        let span = tracing::info_span!("switches", namespace = %ns);
+        match super::reconcile_namespace(store, targets, &ns, &members)
+            .instrument(span)
+            .await
+        {
+            Ok(true) => {
+                due.insert(ns, Instant::now() + MISSING_SECRET_RETRY);
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(namespace = %ns, error = %e, "cannot write the switch configuration; retrying");
+                due.insert(ns, Instant::now() + ERROR_RETRY);
             }
         }
     }

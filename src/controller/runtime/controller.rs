@@ -1,0 +1,147 @@
+//! A kind's controller on kube-runtime: the kind says what it reconciles and how
+//! ([`Reconciler`]) and builds its `Controller` with what wakes an object (its own
+//! watch from [`own_watch`], plus any `.watches` or `.reconcile_on` of its own);
+//! [`run`] does the rest: a span per reconcile, the error policy, the log line of a
+//! reconcile that did not finish, and the stop at shutdown.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::utils::Backoff;
+use kube::runtime::{Predicate, WatchStreamExt, reflector, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tracing::Instrument;
+
+use super::turns::Turns;
+use super::watch::{WatchBackoff, run_until_shutdown};
+use crate::api::BareMetalHost;
+
+/// What a kind's controller tells [`run`]; implemented by its context.
+pub trait Reconciler: Send + Sync + Sized + 'static {
+    /// The objects it reconciles.
+    type Object: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync;
+    /// Why a reconcile did not finish.
+    type Error: std::error::Error + Send + Sync + 'static;
+    /// Names the kind in the log: "HostClaim" (a reconcile that "did not finish").
+    const KIND: &'static str;
+    /// How long reconciles in flight may take to finish after the shutdown signal;
+    /// `None`: as long as they take.
+    const SHUTDOWN_GRACE: Option<Duration>;
+
+    /// The span of one object's reconcile (a kind whose reconcile opens its own
+    /// spans returns `Span::none()`).
+    fn span(namespace: &str, name: &str) -> tracing::Span;
+
+    /// One reconcile of `object`, in its span.
+    fn reconcile(
+        self: Arc<Self>,
+        object: Arc<Self::Object>,
+    ) -> impl Future<Output = Result<Action, Self::Error>> + Send + 'static;
+
+    /// After a reconcile of `object` failed with `error`: logs it and says when to
+    /// try again.
+    fn retry(&self, object: &Self::Object, error: &Self::Error) -> Action;
+}
+
+/// The watch of a controller's own objects as the start of its `Controller`: each
+/// object is cached (after `trim`) and wakes when its `change` hash moved; a failed
+/// watch is tried again on [`WatchBackoff`].
+pub fn own_watch<K>(
+    api: Api<K>,
+    trim: fn(&mut K),
+    change: impl Predicate<K> + Send + 'static,
+) -> Controller<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    own_watch_with(api, trim, change, WatchBackoff::default)
+}
+
+/// [`own_watch`], trying a failed watch again on `backoff`'s pauses.
+pub fn own_watch_with<K, B>(
+    api: Api<K>,
+    trim: fn(&mut K),
+    change: impl Predicate<K> + Send + 'static,
+    backoff: fn() -> B,
+) -> Controller<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    B: Backoff + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let changes = watcher(api, watcher::Config::default())
+        .backoff(backoff())
+        .modify(trim)
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(change, Default::default());
+    Controller::for_stream(changes, reader).trigger_backoff(backoff())
+}
+
+/// Runs `controller` (its wakes added) until `shutdown` resolves, reconciling with
+/// `ctx`.
+pub async fn run<R: Reconciler>(
+    controller: Controller<R::Object>,
+    ctx: Arc<R>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    drive(controller, reconcile_in_span::<R>, ctx, shutdown.shared()).await;
+}
+
+/// [`run`] for a controller of hosts whose reconciles take `turns`.
+pub async fn run_in_turns<R, T>(
+    controller: Controller<BareMetalHost>,
+    ctx: Arc<R>,
+    turns: Arc<Turns<T>>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) where
+    R: Reconciler<Object = BareMetalHost>,
+    T: Ord + Send + 'static,
+{
+    let shutdown = shutdown.shared();
+    let reconcile = turns.reconciler(shutdown.clone(), reconcile_in_span::<R>);
+    drive(controller, reconcile, ctx, shutdown).await;
+}
+
+async fn drive<R, Fut>(
+    controller: Controller<R::Object>,
+    reconcile: impl FnMut(Arc<R::Object>, Arc<R>) -> Fut,
+    ctx: Arc<R>,
+    shutdown: impl Future<Output = ()> + Clone + Send + Sync + 'static,
+) where
+    R: Reconciler,
+    Fut: Future<Output = Result<Action, R::Error>> + Send + 'static,
+{
+    let listed = controller.store();
+    let reconciling = controller
+        .graceful_shutdown_on(shutdown.clone())
+        .run(reconcile, error_policy::<R>, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "{} reconcile did not finish", R::KIND);
+            }
+        });
+    match R::SHUTDOWN_GRACE {
+        Some(grace) => {
+            run_until_shutdown(reconciling, shutdown, &listed, grace).await;
+        }
+        None => reconciling.await,
+    }
+}
+
+fn reconcile_in_span<R: Reconciler>(
+    object: Arc<R::Object>,
+    ctx: Arc<R>,
+) -> impl Future<Output = Result<Action, R::Error>> + Send + 'static {
+    let span = R::span(&object.namespace().unwrap_or_default(), &object.name_any());
+    ctx.reconcile(object).instrument(span)
+}
+
+fn error_policy<R: Reconciler>(object: Arc<R::Object>, error: &R::Error, ctx: Arc<R>) -> Action {
+    ctx.retry(&object, error)
+}
