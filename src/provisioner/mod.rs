@@ -21,6 +21,7 @@ mod types;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 
+pub use configdrive::parse_document;
 pub use fixture::{FixtureHost, FixtureOperation, FixtureProvisioner, FixtureState};
 pub use ironic::{IronicProvisioner, ProvisionerSettings};
 pub use types::{

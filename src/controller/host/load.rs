@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use super::context::Context;
 use super::errors::{ReconcileError, store_err};
-use super::state_machine::{self, CredentialsCheck, Facts, PendingSettings, PendingUpdates};
+use super::state_machine::{
+    self, CredentialsCheck, Facts, PendingSettings, PendingUpdates, SpecProblem,
+};
 use super::store::Store;
 use super::{preprov_image, request, secrets};
 use crate::api::BareMetalHost;
@@ -17,7 +19,7 @@ use crate::provisioner::{self, DeployRamdisk, Provisioner};
 pub(super) struct Loaded {
     pub(super) facts: Facts,
     /// The host as the provisioner takes it, or why the spec gives none.
-    pub(super) phost: Result<provisioner::Host, String>,
+    pub(super) phost: Result<provisioner::Host, SpecProblem>,
     /// The stored hardware details with the lease table's NIC details, when those
     /// changed them.
     pub(super) lease_details: Option<crate::api::HardwareDetails>,
@@ -60,6 +62,28 @@ async fn deploy_ramdisk<P: Provisioner, S: Store>(
     Ok((default, wait.then_some(poll)))
 }
 
+/// `phost` with the network data of `spec.preprovisioningNetworkDataName`, or why
+/// that Secret is unusable.
+async fn with_network_data<P: Provisioner, S: Store>(
+    host: &BareMetalHost,
+    ctx: &Context<P, S>,
+    mut phost: provisioner::Host,
+) -> Result<Result<provisioner::Host, SpecProblem>, ReconcileError> {
+    let data = secrets::preprovisioning_network_data(host, &ctx.store)
+        .await
+        .map_err(store_err(host))?;
+    Ok(match data {
+        Ok(data) => {
+            phost.preprovisioning_network_data = data;
+            Ok(phost)
+        }
+        Err(message) => Err(SpecProblem {
+            message,
+            in_secret: true,
+        }),
+    })
+}
+
 /// Reads the BMC Secret, the lease table and the slots into the facts of a reconcile.
 pub(super) async fn load<P: Provisioner, S: Store>(
     host: &BareMetalHost,
@@ -89,7 +113,15 @@ pub(super) async fn load<P: Provisioner, S: Store>(
     let (ramdisk, waiting_for_image) = deploy_ramdisk(host, ctx).await?;
     let phost = request::host_input(host, loaded.credentials, credentials_changed, &ramdisk)
         .map_err(|e| e.to_string());
-    let phost = ctx.address_guard.checked(host, phost).await;
+    let phost = ctx
+        .address_guard
+        .checked(host, phost)
+        .await
+        .map_err(SpecProblem::in_spec);
+    let phost = match phost {
+        Ok(phost) => with_network_data(host, ctx, phost).await?,
+        Err(problem) => Err(problem),
+    };
     let lease_details = host
         .status
         .as_ref()

@@ -12,7 +12,9 @@ use super::context::{Context, host_labels};
 use super::errors::{ReconcileError, store_err};
 use super::load::{Loaded, load};
 use super::save::{self, Extras, save};
-use super::state_machine::{self, CallResult, Facts, Gate, RegistrationCheck, Step, Update};
+use super::state_machine::{
+    self, CallResult, Facts, Gate, RegistrationCheck, SpecProblem, Step, Update,
+};
 use super::store::{Store, StoreError};
 use super::{act, legacy_firmware, status_annotations};
 use crate::api::{BareMetalHost, HardwareDetails, OperationalStatus, ProvisioningState};
@@ -126,7 +128,7 @@ struct Steps<'a, P, S> {
     ctx: &'a Context<P, S>,
     facts: Facts,
     /// The host as the provisioner takes it, or why the spec gives none.
-    phost: Result<provisioner::Host, String>,
+    phost: Result<provisioner::Host, SpecProblem>,
     /// The stored hardware details with the lease table's NIC details, when those
     /// changed them.
     lease_details: Option<HardwareDetails>,

@@ -101,7 +101,7 @@ pub fn host_input(
         disable_power_off: bmh.spec.disable_power_off,
         deploy_ramdisk: deploy_ramdisk.clone(),
         restart_on_failure: false,
-        // Reading preprovisioningNetworkDataName is not wired yet.
+        // Read from its Secret by the reconcile (`load::with_network_data`).
         preprovisioning_network_data: None,
     })
 }

@@ -242,10 +242,11 @@ fn hosts_using_secret(
             .iter()
             .filter(|h| h.namespace().as_deref() == Some(ns.as_str()))
             .filter(|h| {
-                h.spec
-                    .bmc
+                let spec = &h.spec;
+                spec.bmc
                     .as_ref()
                     .is_some_and(|b| b.credentials_name == name)
+                    || spec.preprovisioning_network_data_name.as_deref() == Some(name)
             })
             .map(|h| ObjectRef::from_obj(h.as_ref())),
     );

@@ -7,6 +7,7 @@ use super::state_machine::CredentialsCheck;
 use super::store::{Store, StoreError, secret_is_held, secret_is_owned};
 use crate::api::BareMetalHost;
 use crate::credentials::{Credentials, SecretString};
+use crate::provisioner::parse_document;
 
 /// The BMC Secret as the reconciler found it.
 pub struct LoadedCredentials {
@@ -135,6 +136,53 @@ pub async fn read_data<S: Store>(
     Ok(secret
         .and_then(|s| s.data)
         .and_then(|data| keys.iter().find_map(|k| data.get(*k).map(|v| v.0.clone()))))
+}
+
+/// The key of a network data Secret that holds the data; `value` is read when it is
+/// missing, as upstream does.
+const NETWORK_DATA_KEY: &str = "networkData";
+
+/// The network data of the host's `spec.preprovisioningNetworkDataName`, checked to
+/// be a JSON or YAML mapping: `None` when the field is empty. The inner error names
+/// the Secret and the key and says what to fix. A host being deleted needs no
+/// network data, so a missing Secret does not keep its node.
+pub async fn preprovisioning_network_data<S: Store>(
+    host: &BareMetalHost,
+    store: &S,
+) -> Result<Result<Option<Vec<u8>>, String>, StoreError> {
+    let Some(name) = host
+        .spec
+        .preprovisioning_network_data_name
+        .as_deref()
+        .filter(|n| !n.is_empty() && host.metadata.deletion_timestamp.is_none())
+    else {
+        return Ok(Ok(None));
+    };
+    let namespace = host.namespace().unwrap_or_default();
+    let field = "spec.preprovisioningNetworkDataName";
+    let Some(secret) = store.secret(&namespace, name).await? else {
+        return Ok(Err(format!(
+            "{field}: Secret {namespace}/{name} does not exist; create it with the network data under the key {NETWORK_DATA_KEY}, or clear the field"
+        )));
+    };
+    let data = secret.data.as_ref().and_then(|d| {
+        d.get(NETWORK_DATA_KEY)
+            .or_else(|| d.get("value"))
+            .map(|v| v.0.clone())
+    });
+    let Some(bytes) = data else {
+        return Ok(Err(format!(
+            "{field}: Secret {namespace}/{name} has no key {NETWORK_DATA_KEY}; put the network data (JSON or YAML) under it"
+        )));
+    };
+    let problem = match parse_document("networkData", &bytes) {
+        Ok(document) if document.is_object() => return Ok(Ok(Some(bytes))),
+        Ok(_) => "is not a mapping (links, networks, services)".to_owned(),
+        Err(e) => e.message,
+    };
+    Ok(Err(format!(
+        "{field}: Secret {namespace}/{name}, key {NETWORK_DATA_KEY}: the network data {problem}"
+    )))
 }
 
 /// The BMC Secret the host's status says was last tried.

@@ -26,6 +26,7 @@ mod errors;
 mod firmware_map;
 mod firmware_updates;
 mod lifecycle;
+mod network_data;
 mod servicing;
 mod settled;
 mod wakes;
@@ -80,6 +81,18 @@ fn bmc_secret(name: &str) -> Secret {
         ("username".to_owned(), ByteString(b"admin".to_vec())),
         ("password".to_owned(), ByteString(b"password".to_vec())),
     ]));
+    secret
+}
+
+/// A network data Secret holding `data` under `networkData`.
+fn network_data_secret(name: &str, data: &str) -> Secret {
+    let mut secret = Secret::default();
+    secret.metadata.name = Some(name.to_owned());
+    secret.metadata.namespace = Some(NS.to_owned());
+    secret.data = Some(BTreeMap::from([(
+        "networkData".to_owned(),
+        ByteString(data.as_bytes().to_vec()),
+    )]));
     secret
 }
 

@@ -4,7 +4,7 @@
 
 use kube::ResourceExt;
 
-use super::facts::RebootRequest;
+use super::facts::{RebootRequest, SpecProblem};
 use super::queries::status;
 use super::step::{ErrorChange, Operation, Requeue, Update};
 use crate::api::host::{
@@ -50,16 +50,21 @@ pub fn gate(host: &BareMetalHost) -> Gate {
 /// one registration error and no retries until the spec changes. `None` where it does
 /// not matter (deletion, hosts not yet managed); the host then goes on without a
 /// provisioner view.
-pub fn spec_error(host: &BareMetalHost, message: String) -> Option<Update> {
+pub fn spec_error(host: &BareMetalHost, problem: &SpecProblem) -> Option<Update> {
     let state = host.provisioning_state();
     let deleting = host.metadata.deletion_timestamp.is_some();
     if deleting || matches!(state, State::None | State::Unmanaged) {
         return None;
     }
+    let message = problem.message.clone();
     Some(Update {
         error: ErrorChange::Set(ErrorType::Registration, message.clone()),
         event: Some(("RegistrationError".into(), message, true)),
-        requeue: Requeue::OnChange,
+        requeue: if problem.in_secret {
+            Requeue::Backoff
+        } else {
+            Requeue::OnChange
+        },
         ..Default::default()
     })
 }

@@ -19,8 +19,9 @@ pub struct Facts {
     /// A reboot is asked for by annotation: `Some(hard)` while one is present.
     pub reboot: Option<RebootRequest>,
     /// Why the spec gives the provisioner no usable view of the host (a bad BMC
-    /// address, an unknown hardware profile); `None` when it does.
-    pub spec_problem: Option<String>,
+    /// address, an unknown hardware profile, a missing network data Secret); `None`
+    /// when it does.
+    pub spec_problem: Option<SpecProblem>,
     /// NICs' DHCP hostnames or leased addresses (bmo's lease table) changed the
     /// stored hardware details.
     pub lease_details_changed: bool,
@@ -45,6 +46,25 @@ pub struct Facts {
     /// The DataImage of a provisioned host about to be powered on was seen to (it
     /// is attached, changed or ejected first, as upstream does).
     pub data_image_checked: bool,
+}
+
+/// Why the spec gives the provisioner no usable view of the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecProblem {
+    pub message: String,
+    /// A Secret the spec names is missing or unusable: it can be fixed without the
+    /// host changing, so the host looks again on the error backoff.
+    pub in_secret: bool,
+}
+
+impl SpecProblem {
+    /// A problem only a change of the host's spec fixes.
+    pub fn in_spec(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            in_secret: false,
+        }
+    }
 }
 
 /// A `reboot.metal3.io[/suffix]` annotation.

@@ -25,7 +25,7 @@ pub use checks::{
 };
 pub use facts::{
     CredentialsCheck, Facts, PendingSettings, PendingUpdates, RebootRequest, RegistrationCheck,
-    ServicingAllowed,
+    ServicingAllowed, SpecProblem,
 };
 pub use next::next;
 pub use plan::plan;

@@ -23,7 +23,7 @@ pub fn next(host: &BareMetalHost, facts: &Facts) -> Step {
         return Step::SaveLeaseDetails;
     }
     if let Some(problem) = &facts.spec_problem
-        && let Some(update) = spec_error(host, problem.clone())
+        && let Some(update) = spec_error(host, problem)
     {
         return Step::Transition(update);
     }

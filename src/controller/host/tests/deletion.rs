@@ -59,8 +59,9 @@ fn secret_finalizers(ctx: &TestContext, name: &str) -> Vec<String> {
 #[tokio::test]
 async fn upstreams_secret_finalizer_goes_when_the_host_no_longer_needs_the_secret() {
     let ctx = context();
-    for name in ["h-bmc", "h-bmc-new", "h-net"] {
-        let mut secret = bmc_secret(name);
+    let network = network_data_secret("h-net", r#"{"links": []}"#);
+    for secret in [bmc_secret("h-bmc"), bmc_secret("h-bmc-new"), network] {
+        let mut secret = secret;
         secret.metadata.finalizers = Some(vec![SECRET_FINALIZER.into(), "other/keep".into()]);
         ctx.store.put_secret(secret);
     }

@@ -66,10 +66,8 @@ async fn with_preprovisioning_images_a_host_inspects_only_once_its_image_is_read
     use crate::controller::preprov_image::build;
     let mut ctx = site("p", json!({"preprovisioningNetworkDataName": "p-net"}));
     ctx.preprovisioning_images = true;
-    let mut network = Secret::default();
-    network.metadata.name = Some("p-net".into());
-    network.metadata.namespace = Some(NS.into());
-    ctx.store.put_secret(network);
+    ctx.store
+        .put_secret(network_data_secret("p-net", r#"{"links": []}"#));
     drive(&ctx, "p", in_state(State::Inspecting)).await;
     for _ in 0..3 {
         assert_eq!(step(&ctx, "p").await, Next::After(Duration::from_secs(2)));

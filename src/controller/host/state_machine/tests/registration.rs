@@ -82,7 +82,7 @@ fn a_provisioned_host_whose_record_is_not_deployed_is_readopted_first() {
 fn a_spec_the_provisioner_cannot_use_is_one_error_and_deletion_still_releases() {
     let h = host(json!({}), "available", json!({}));
     let f = Facts {
-        spec_problem: Some("unknown BMC scheme".into()),
+        spec_problem: Some(SpecProblem::in_spec("unknown BMC scheme")),
         ..facts()
     };
     match next(&h, &f) {
