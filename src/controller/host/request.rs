@@ -6,7 +6,7 @@
 use k8s_openapi::api::core::v1::SecretReference;
 
 use super::secrets::read_data;
-use super::state_machine::{PendingSettings, PendingUpdates};
+use super::state_machine::{self, PendingSettings, PendingUpdates};
 use super::store::{Store, StoreError};
 use crate::api::host::HARDWARE_PROFILES;
 use crate::api::{BareMetalHost, InspectionMode};
@@ -148,7 +148,7 @@ pub async fn provision_request<S: Store>(
     Ok(ProvisionRequest {
         image: spec.image.clone(),
         custom_deploy: spec.custom_deploy.as_ref().map(|c| c.method.clone()),
-        root_device_hints: spec.root_device_hints.clone(),
+        root_device_hints: state_machine::root_device_hints(host),
         instance_uuid: host.metadata.uid.clone().unwrap_or_default(),
         user_data,
         network_data,

@@ -1,6 +1,7 @@
-//! Upstream's two annotations that bring status in from outside: the status saved
-//! before a move between clusters, and hardware details inspected by other means.
-//! Each is consumed (removed) once looked at.
+//! What brings status in from outside, as upstream: the status annotation saved
+//! before a move between clusters, and hardware details inspected by other means,
+//! by annotation or, for a host that does not inspect, in the HardwareData of its
+//! name. Each annotation is consumed (removed) once looked at.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
@@ -75,7 +76,38 @@ pub async fn take_in<S: Store>(
             .await?;
         return Ok(true);
     }
-    Ok(false)
+    take_in_hardware_data(host, store, now).await
+}
+
+/// A host that does not inspect takes its hardware details from the HardwareData of
+/// its name when that holds other details than its status (inspected by other
+/// means, or made before the host); whether it did.
+async fn take_in_hardware_data<S: Store>(
+    host: &BareMetalHost,
+    store: &S,
+    now: Time,
+) -> Result<bool, StoreError> {
+    if !host.inspection_disabled() || host.metadata.deletion_timestamp.is_some() {
+        return Ok(false);
+    }
+    let mut status = host.status.clone().unwrap_or_default();
+    let Some(details) = store.hardware_data(host).await? else {
+        return Ok(false);
+    };
+    if status.hardware.as_ref() == Some(&details) {
+        return Ok(false);
+    }
+    status.hardware = Some(details);
+    status.last_updated = Some(now);
+    store.apply_status(host, &status).await?;
+    let message = format!(
+        "hardware details taken from HardwareData {}",
+        host.namespaced_name()
+    );
+    store
+        .publish(host, event("UpdateHardwareDetails", message, false))
+        .await;
+    Ok(true)
 }
 
 /// Restores the status saved in the status annotation `raw`, unless it names a node

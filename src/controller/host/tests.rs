@@ -23,6 +23,7 @@ type TestContext = Context<FixtureProvisioner, MemoryStore>;
 mod deletion;
 mod deploy_ramdisk;
 mod errors;
+mod external_inspection;
 mod firmware_map;
 mod firmware_updates;
 mod lifecycle;

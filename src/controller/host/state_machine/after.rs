@@ -26,6 +26,9 @@ pub fn after(host: &BareMetalHost, op: Operation, result: &CallResult) -> Update
             event: op
                 .start_reason()
                 .map(|(reason, message)| (reason.to_owned(), message.to_owned(), false)),
+            // The inspect annotation asked for this inspection: once it started,
+            // keeping the annotation would ask for the next one.
+            clear_inspect_annotation: matches!(op, Operation::Inspect { .. }),
             ..Default::default()
         },
         CallResult::Failed(message) => {

@@ -2,6 +2,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::queries::{hardware_profile, root_device_hints};
 use super::step::{ErrorChange, Update};
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, OperationalStatus, ProvisioningState as State,
@@ -42,7 +43,7 @@ pub fn apply(host: &BareMetalHost, status: &mut BareMetalHostStatus, update: &Up
         Some(true) => {
             status.provisioning.image = host.spec.image.clone();
             status.provisioning.custom_deploy = host.spec.custom_deploy.clone();
-            status.provisioning.root_device_hints = host.spec.root_device_hints.clone();
+            status.provisioning.root_device_hints = root_device_hints(host);
             status.provisioning_fail_count = 0;
         }
         Some(false) => {
@@ -68,6 +69,12 @@ pub fn apply(host: &BareMetalHost, status: &mut BareMetalHostStatus, update: &Up
             status.provisioning_fail_count = 0;
         }
         status.provisioning.state = next;
+        // Recorded once registered, as upstream's profile matching does.
+        if status.hardware_profile.is_none()
+            && !matches!(next, State::None | State::Unmanaged | State::Registering)
+        {
+            status.hardware_profile = Some(hardware_profile(host));
+        }
         if matches!(
             next,
             State::Registering | State::Inspecting | State::Provisioning

@@ -30,8 +30,8 @@ pub use facts::{
 pub use next::next;
 pub use plan::plan;
 pub use queries::{
-    delete_delayed_by_detach, needs_provisioning, needs_registration, provisioning_cancelled,
-    with_reported_power,
+    delete_delayed_by_detach, hardware_profile, needs_provisioning, needs_registration,
+    provisioning_cancelled, root_device_hints, with_reported_power,
 };
 pub use servicing::{servicing_under_way, wants_servicing_facts};
 pub use step::{

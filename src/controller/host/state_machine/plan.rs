@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::facts::{CredentialsCheck, Facts, PendingSettings, PendingUpdates};
 use super::queries::{
-    annotation, delete_delayed_by_detach, detached, needs_provisioning, provisioning_cancelled,
-    status,
+    annotation, delete_delayed_by_detach, detach_forced, detached, needs_provisioning,
+    provisioning_cancelled, status,
 };
 use super::servicing;
 use super::step::{
@@ -44,10 +44,13 @@ pub fn plan(host: &BareMetalHost, facts: &Facts) -> Step {
         if st.operational_status == OperationalStatus::Detached {
             return Step::Wait(SLOW_POLL);
         }
-        if matches!(
+        let stable = matches!(
             state,
             State::Provisioned | State::ExternallyProvisioned | State::Ready | State::Available
-        ) {
+        );
+        // Forced, the provisioner aborts what the node is doing; the provisioning
+        // state stays, and deleting the host then skips deprovisioning.
+        if stable || detach_forced(host) {
             return Step::Call(Operation::Detach);
         }
         return Step::Wait(STEADY_POLL);

@@ -4,7 +4,7 @@ use super::facts::Facts;
 use super::step::Update;
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, CustomDeploy, Image, OperationalStatus,
-    ProvisioningState as State,
+    ProvisioningState as State, RootDeviceHints,
 };
 
 pub(super) fn status(host: &BareMetalHost) -> BareMetalHostStatus {
@@ -67,16 +67,23 @@ pub(super) fn detached(host: &BareMetalHost) -> bool {
     annotation(host, crate::api::host::DETACHED_ANNOTATION).is_some()
 }
 
-/// The `deleteAction` of the detached annotation is `delay`.
-pub fn delete_delayed_by_detach(host: &BareMetalHost) -> bool {
+/// A field of the detached annotation's JSON value (any other value, `""`
+/// included, has none: upstream documents that it may be anything).
+fn detach_option(host: &BareMetalHost, field: &str) -> Option<serde_json::Value> {
     annotation(host, crate::api::host::DETACHED_ANNOTATION)
         .and_then(|v| serde_json::from_str::<serde_json::Value>(v).ok())
-        .and_then(|v| {
-            v.get("deleteAction")
-                .and_then(|a| a.as_str())
-                .map(str::to_owned)
-        })
-        .is_some_and(|a| a == "delay")
+        .and_then(|v| v.get(field).cloned())
+}
+
+/// The `deleteAction` of the detached annotation is `delay`.
+pub fn delete_delayed_by_detach(host: &BareMetalHost) -> bool {
+    detach_option(host, "deleteAction").is_some_and(|a| a == "delay")
+}
+
+/// The detached annotation says `"force": true`: detach also in the middle of an
+/// operation (inspecting, provisioning, ...), as upstream does.
+pub(super) fn detach_forced(host: &BareMetalHost) -> bool {
+    detach_option(host, "force").is_some_and(|f| f == true)
 }
 
 /// Whether the provisioner must (re-)register the host before the state's own work.
@@ -103,4 +110,46 @@ pub fn with_reported_power(host: &BareMetalHost, facts: &Facts, mut update: Upda
             .filter(|on| *on != status(host).powered_on);
     }
     update
+}
+
+/// The host's hardware profile as upstream names it in `status.hardwareProfile`: the
+/// one recorded, else the spec's, else `libvirt` for a libvirt BMC, else `unknown`.
+pub fn hardware_profile(host: &BareMetalHost) -> String {
+    let recorded = host
+        .status
+        .as_ref()
+        .and_then(|s| s.hardware_profile.clone());
+    let asked = host.spec.hardware_profile.clone();
+    let libvirt = host
+        .spec
+        .bmc
+        .as_ref()
+        .is_some_and(|b| b.address.starts_with("libvirt"));
+    recorded
+        .into_iter()
+        .chain(asked)
+        .find(|p| !p.is_empty())
+        .unwrap_or_else(|| if libvirt { "libvirt" } else { "unknown" }.to_owned())
+}
+
+/// The root device hints a deployment uses: the spec's, else those of the hardware
+/// profile the spec names. Upstream's default profile (`unknown`, `/dev/sda`) gives
+/// none here: guessing the disk's name misplaces the OS on virtio and NVMe disks.
+pub fn root_device_hints(host: &BareMetalHost) -> Option<RootDeviceHints> {
+    if let Some(hints) = &host.spec.root_device_hints {
+        return Some(hints.clone());
+    }
+    let (device_name, hctl) = match host.spec.hardware_profile.as_deref()? {
+        "unknown" => (Some("/dev/sda"), None),
+        "libvirt" => (Some("/dev/vda"), None),
+        "openstack" => (Some("/dev/vdb"), None),
+        "dell" => (None, Some("0:0:0:0")),
+        "dell-raid" => (None, Some("0:2:0:0")),
+        _ => return None,
+    };
+    Some(RootDeviceHints {
+        device_name: device_name.map(str::to_owned),
+        hctl: hctl.map(str::to_owned),
+        ..Default::default()
+    })
 }

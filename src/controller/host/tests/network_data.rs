@@ -4,7 +4,7 @@
 use super::*;
 
 const STATIC_ADDRESS: &str = r#"{"links": [{"id": "eth0", "type": "phy", "ethernet_mac_address": "52:54:00:00:00:01"}],
- "networks": [{"id": "prov", "link": "eth0", "type": "ipv4", "ip_address": "192.168.111.20", "netmask": "255.255.255.0"}],
+ "networks": [{"id": "prov", "network_id": "prov", "link": "eth0", "type": "ipv4", "ip_address": "192.168.111.20", "netmask": "255.255.255.0"}],
  "services": []}"#;
 
 fn error_of(ctx: &TestContext, name: &str) -> (Option<String>, String, i64) {

@@ -77,3 +77,47 @@ fn detach_and_reattach() {
         })
     ));
 }
+
+#[test]
+fn only_a_forced_detach_interrupts_an_operation_and_its_state_stays() {
+    let forced = r#"{"force": true}"#;
+    for state in ["inspecting", "provisioning", "preparing", "deprovisioning"] {
+        let st = json!({"provisioning": {"state": state, "ID": "n"}});
+        let spec = json!({"image": image()});
+        for (value, call) in [("", false), (r#"{"force": false}"#, false), (forced, true)] {
+            let h = with_annotation(
+                host(spec.clone(), state, st.clone()),
+                crate::api::host::DETACHED_ANNOTATION,
+                value,
+            );
+            let planned = plan(&h, &facts());
+            assert_eq!(
+                planned == Step::Call(Operation::Detach),
+                call,
+                "{state} with {value:?}: {planned:?}"
+            );
+        }
+        let h = with_annotation(
+            host(spec.clone(), state, st.clone()),
+            crate::api::host::DETACHED_ANNOTATION,
+            forced,
+        );
+        let update = after(&h, Operation::Detach, &CallResult::Done);
+        assert_eq!(update.operational_status, Some(OperationalStatus::Detached));
+        assert_eq!(update.state, None, "{state}: the provisioning state stays");
+
+        // Deleted once detached: straight to deleting, no deprovisioning or power-off.
+        let mut detached_st = st.clone();
+        detached_st["operationalStatus"] = json!("detached");
+        let h = with_annotation(
+            host(spec, state, detached_st),
+            crate::api::host::DETACHED_ANNOTATION,
+            forced,
+        );
+        assert_eq!(
+            next_state(&plan(&deleting(h), &facts())),
+            Some(State::Deleting),
+            "{state}"
+        );
+    }
+}

@@ -245,3 +245,38 @@ fn removing_the_image_deprovisions_a_provisioned_host() {
     );
     assert_eq!(next_state(&plan(&h, &facts())), None);
 }
+
+#[test]
+fn the_inspect_annotation_asks_for_one_inspection_and_goes_once_it_started() {
+    let available = with_annotation(
+        host(json!({"image": null}), "available", json!({})),
+        crate::api::host::INSPECT_ANNOTATION,
+        "",
+    );
+    assert_eq!(
+        next_state(&plan(&available, &facts())),
+        Some(State::Inspecting)
+    );
+    let inspecting = with_annotation(
+        host(json!({"image": null}), "inspecting", json!({})),
+        crate::api::host::INSPECT_ANNOTATION,
+        "",
+    );
+    assert_eq!(
+        plan(&inspecting, &facts()),
+        Step::Call(Operation::Inspect { refresh: true })
+    );
+    let op = Operation::Inspect { refresh: true };
+    let started = CallResult::Started {
+        after: Duration::from_secs(10),
+    };
+    assert!(after(&inspecting, op, &started).clear_inspect_annotation);
+    let on_the_way = CallResult::InProgress {
+        after: Duration::from_secs(10),
+        changed: true,
+    };
+    assert!(
+        !after(&inspecting, op, &on_the_way).clear_inspect_annotation,
+        "kept until the inspection itself started"
+    );
+}

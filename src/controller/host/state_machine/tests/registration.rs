@@ -110,3 +110,57 @@ fn lease_details_are_saved_first_except_while_deleting() {
     let d = deleting(host(json!({}), "deleting", json!({})));
     assert_eq!(next(&d, &f), Step::Call(Operation::Delete));
 }
+
+#[test]
+fn the_hardware_profile_is_recorded_once_registered_and_an_explicit_one_gives_hints() {
+    let leaving = |spec: serde_json::Value| {
+        let h = host(spec, "registering", json!({}));
+        let update = Update {
+            state: Some(State::Inspecting),
+            ..Default::default()
+        };
+        applied(&h, &update).hardware_profile
+    };
+    assert_eq!(leaving(json!({})).as_deref(), Some("unknown"));
+    assert_eq!(
+        leaving(json!({"bmc": {"address": "libvirt://x", "credentialsName": "c"}})).as_deref(),
+        Some("libvirt")
+    );
+    assert_eq!(
+        leaving(json!({"hardwareProfile": "dell"})).as_deref(),
+        Some("dell")
+    );
+    let still = host(json!({}), "", json!({}));
+    let registering = Update {
+        state: Some(State::Registering),
+        ..Default::default()
+    };
+    assert_eq!(applied(&still, &registering).hardware_profile, None);
+
+    // Hints: the spec's win; an explicit profile gives its own; none by default.
+    let hints = |spec: serde_json::Value| root_device_hints(&host(spec, "available", json!({})));
+    assert_eq!(hints(json!({})), None);
+    let libvirt = hints(json!({"hardwareProfile": "libvirt"})).expect("hints");
+    assert_eq!(libvirt.device_name.as_deref(), Some("/dev/vda"));
+    let raid = hints(json!({"hardwareProfile": "dell-raid"})).expect("hints");
+    assert_eq!(raid.hctl.as_deref(), Some("0:2:0:0"));
+    let own =
+        hints(json!({"hardwareProfile": "libvirt", "rootDeviceHints": {"deviceName": "/dev/sdb"}}))
+            .expect("hints");
+    assert_eq!(own.device_name.as_deref(), Some("/dev/sdb"));
+    // What a deployment records is what it used.
+    let h = host(
+        json!({"hardwareProfile": "openstack", "image": image()}),
+        "provisioning",
+        json!({}),
+    );
+    let done = Update {
+        record_provisioned: Some(true),
+        ..Default::default()
+    };
+    let recorded = applied(&h, &done)
+        .provisioning
+        .root_device_hints
+        .expect("recorded");
+    assert_eq!(recorded.device_name.as_deref(), Some("/dev/vdb"));
+}
