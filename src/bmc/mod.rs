@@ -11,7 +11,7 @@ mod parse;
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
 use crate::credentials::Credentials;
@@ -221,25 +221,41 @@ impl fmt::Display for BmcType {
 
 /// Ironic node interfaces a BMC type chooses. The deploy and inspect interfaces are
 /// the provisioner's choice (they depend on the image and the inspection mode).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Interfaces {
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub boot: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub bios: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub management: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub power: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub raid: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub vendor: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub firmware: Option<&'static str>,
 }
 
+/// Only the chosen interfaces, as `{"boot": "ipxe", …}`: the others are Ironic's
+/// defaults.
+impl Serialize for Interfaces {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.chosen())
+    }
+}
+
 impl Interfaces {
+    /// The interfaces chosen, as (name without `_interface`, value).
+    pub fn chosen(&self) -> impl Iterator<Item = (&'static str, &'static str)> {
+        [
+            ("boot", self.boot),
+            ("bios", self.bios),
+            ("management", self.management),
+            ("power", self.power),
+            ("raid", self.raid),
+            ("vendor", self.vendor),
+            ("firmware", self.firmware),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| Some((name, value?)))
+    }
+
     /// A Redfish BMC's, booting through `boot`.
     fn redfish(boot: &'static str) -> Self {
         Self {
@@ -461,15 +477,10 @@ impl AddressReport {
             line("port:", p.to_string());
         }
         line("ironic driver:", self.settings.driver.to_owned());
-        let ifaces = serde_json::to_value(self.settings.interfaces)
-            .ok()
-            .and_then(|v| v.as_object().cloned())
-            .unwrap_or_default();
-        for (name, value) in &ifaces {
-            line(
-                &format!("{name}_interface:"),
-                value.as_str().unwrap_or_default().to_owned(),
-            );
+        let mut ifaces: Vec<_> = self.settings.interfaces.chosen().collect();
+        ifaces.sort_unstable();
+        for (name, value) in ifaces {
+            line(&format!("{name}_interface:"), value.to_owned());
         }
         for (key, value) in &self.settings.driver_info {
             let shown = match value {

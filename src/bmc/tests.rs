@@ -206,17 +206,30 @@ fn idrac_uses_idrac_interfaces_everywhere() {
     );
 }
 
+/// The `driver_info` of `address` has each (key, value) of `expected`.
+fn assert_info(address: &str, expected: &[(&str, &str)]) {
+    let info = info(address);
+    for (key, value) in expected {
+        assert_eq!(info[*key], *value, "{address}: {key}");
+    }
+}
+
 #[test]
 fn ipmi_driver_info_defaults_port_and_privilege() {
-    let i = info("ipmi://192.0.2.10");
-    assert_eq!(i["ipmi_address"], "192.0.2.10");
-    assert_eq!(i["ipmi_port"], "623");
-    assert_eq!(i["ipmi_priv_level"], "ADMINISTRATOR");
-    assert_eq!(i["ipmi_username"], "admin");
-    assert_eq!(i["ipmi_password"], "pw");
-    let i = info("ipmi://192.0.2.10:6230?privilegelevel=OPERATOR");
-    assert_eq!(i["ipmi_port"], "6230");
-    assert_eq!(i["ipmi_priv_level"], "OPERATOR");
+    assert_info(
+        "ipmi://192.0.2.10",
+        &[
+            ("ipmi_address", "192.0.2.10"),
+            ("ipmi_port", "623"),
+            ("ipmi_priv_level", "ADMINISTRATOR"),
+            ("ipmi_username", "admin"),
+            ("ipmi_password", "pw"),
+        ],
+    );
+    assert_info(
+        "ipmi://192.0.2.10:6230?privilegelevel=OPERATOR",
+        &[("ipmi_port", "6230"), ("ipmi_priv_level", "OPERATOR")],
+    );
 }
 
 #[test]
@@ -241,30 +254,41 @@ fn bare_host_and_host_port_mean_ipmi() {
 
 #[test]
 fn libvirt_is_ipmi_through_virtualbmc() {
-    let i = info("libvirt://192.168.122.1:6233/");
-    assert_eq!(i["ipmi_address"], "192.168.122.1");
-    assert_eq!(i["ipmi_port"], "6233");
+    assert_info(
+        "libvirt://192.168.122.1:6233/",
+        &[("ipmi_address", "192.168.122.1"), ("ipmi_port", "6233")],
+    );
 }
 
 #[test]
 fn redfish_address_keeps_transport_port_and_system_id() {
-    let i = info("redfish://10.0.0.5:8443/redfish/v1/Systems/1");
-    assert_eq!(i["redfish_address"], "https://10.0.0.5:8443");
-    assert_eq!(i["redfish_system_id"], "/redfish/v1/Systems/1");
-    assert_eq!(i["redfish_username"], "admin");
-    assert_eq!(i["redfish_password"], "pw");
-    assert!(!i.contains_key("redfish_verify_ca"));
-
-    let i = info("redfish+http://bmc.example.com/redfish/v1/Systems/abc");
-    assert_eq!(i["redfish_address"], "http://bmc.example.com");
-    let i = info("idrac-virtualmedia+https://[fd00::5]:443/redfish/v1/Systems/System.Embedded.1");
-    assert_eq!(i["redfish_address"], "https://[fd00::5]:443");
-    assert_eq!(
-        i["redfish_system_id"],
-        "/redfish/v1/Systems/System.Embedded.1"
+    let address = "redfish://10.0.0.5:8443/redfish/v1/Systems/1";
+    assert_info(
+        address,
+        &[
+            ("redfish_address", "https://10.0.0.5:8443"),
+            ("redfish_system_id", "/redfish/v1/Systems/1"),
+            ("redfish_username", "admin"),
+            ("redfish_password", "pw"),
+        ],
     );
-    let i = info("redfish:10.0.0.5");
-    assert_eq!(i["redfish_address"], "https://10.0.0.5");
+    assert!(!info(address).contains_key("redfish_verify_ca"));
+
+    assert_info(
+        "redfish+http://bmc.example.com/redfish/v1/Systems/abc",
+        &[("redfish_address", "http://bmc.example.com")],
+    );
+    assert_info(
+        "idrac-virtualmedia+https://[fd00::5]:443/redfish/v1/Systems/System.Embedded.1",
+        &[
+            ("redfish_address", "https://[fd00::5]:443"),
+            ("redfish_system_id", "/redfish/v1/Systems/System.Embedded.1"),
+        ],
+    );
+    assert_info(
+        "redfish:10.0.0.5",
+        &[("redfish_address", "https://10.0.0.5")],
+    );
 }
 
 #[test]
@@ -333,14 +357,10 @@ fn driver_settings_never_contain_credentials() {
     }
 }
 
-/// What [`BmcAddress::parse`] is expected to refuse: the address, the kind of error
-/// and a text its message contains.
-type Refusal = (&'static str, fn(&BmcAddressError) -> bool, &'static str);
-
-/// Each address is refused with the expected error, whose message contains the
-/// expected text and never the password.
-fn assert_refused(cases: &[Refusal]) {
-    for (address, is_expected, text) in cases {
+/// Each address is refused with an error `is_expected` accepts, whose message
+/// contains the text paired with the address and never the password.
+fn assert_refused(is_expected: fn(&BmcAddressError) -> bool, cases: &[(&str, &str)]) {
+    for (address, text) in cases {
         let err = BmcAddress::parse(address).expect_err(address);
         assert!(is_expected(&err), "{address:?}: wrong error {err:?}");
         let message = err.to_string();
@@ -358,151 +378,77 @@ fn assert_refused(cases: &[Refusal]) {
 #[test]
 fn empty_or_unknown_bmc_types_say_what_is_wrong() {
     use BmcAddressError as E;
-    assert_refused(&[
-        ("", |e| matches!(e, E::Empty), "empty"),
-        ("   ", |e| matches!(e, E::Empty), "empty"),
-        (
-            "foo://10.0.0.1",
-            |e| matches!(e, E::UnknownScheme { .. }),
-            "unknown BMC type 'foo'",
-        ),
-        (
-            "ipmi+https://10.0.0.1",
-            |e| matches!(e, E::UnknownScheme { .. }),
-            "accepted: ipmi, libvirt",
-        ),
-        (
-            "redfish+ftp://10.0.0.1",
-            |e| matches!(e, E::UnknownScheme { .. }),
-            "redfish+ftp",
-        ),
-        (
-            "ilo4://10.0.0.1",
-            |e| matches!(e, E::UnknownScheme { .. }),
-            "ilo4",
-        ),
-    ]);
+    assert_refused(
+        |e| matches!(e, E::Empty),
+        &[("", "empty"), ("   ", "empty")],
+    );
+    assert_refused(
+        |e| matches!(e, E::UnknownScheme { .. }),
+        &[
+            ("foo://10.0.0.1", "unknown BMC type 'foo'"),
+            ("ipmi+https://10.0.0.1", "accepted: ipmi, libvirt"),
+            ("redfish+ftp://10.0.0.1", "redfish+ftp"),
+            ("ilo4://10.0.0.1", "ilo4"),
+        ],
+    );
 }
 
 #[test]
 fn addresses_without_a_host_or_with_a_bad_port_say_so() {
     use BmcAddressError as E;
-    assert_refused(&[
-        (
-            "redfish://",
-            |e| matches!(e, E::MissingHost { .. }),
-            "has no host",
-        ),
-        (
-            "redfish:///redfish/v1/Systems/1",
-            |e| matches!(e, E::MissingHost { .. }),
-            "has no host",
-        ),
-        (
-            "ipmi://:623",
-            |e| matches!(e, E::MissingHost { .. }),
-            "has no host",
-        ),
-        (
-            "redfish://[]:443",
-            |e| matches!(e, E::MissingHost { .. }),
-            "has no host",
-        ),
-        (
-            "redfish://10.0.0.1:abc",
-            |e| matches!(e, E::BadPort { .. }),
-            "invalid port 'abc'",
-        ),
-        (
-            "redfish://10.0.0.1:",
-            |e| matches!(e, E::BadPort { .. }),
-            "invalid port ''",
-        ),
-        (
-            "10.0.0.1:0",
-            |e| matches!(e, E::BadPort { .. }),
-            "1 to 65535",
-        ),
-        (
-            "10.0.0.1:65536",
-            |e| matches!(e, E::BadPort { .. }),
-            "65536",
-        ),
-        (
-            "redfish://[fd00::1]:99999",
-            |e| matches!(e, E::BadPort { .. }),
-            "99999",
-        ),
-    ]);
+    assert_refused(
+        |e| matches!(e, E::MissingHost { .. }),
+        &[
+            ("redfish://", "has no host"),
+            ("redfish:///redfish/v1/Systems/1", "has no host"),
+            ("ipmi://:623", "has no host"),
+            ("redfish://[]:443", "has no host"),
+        ],
+    );
+    assert_refused(
+        |e| matches!(e, E::BadPort { .. }),
+        &[
+            ("redfish://10.0.0.1:abc", "invalid port 'abc'"),
+            ("redfish://10.0.0.1:", "invalid port ''"),
+            ("10.0.0.1:0", "1 to 65535"),
+            ("10.0.0.1:65536", "65536"),
+            ("redfish://[fd00::1]:99999", "99999"),
+        ],
+    );
 }
 
 #[test]
 fn bad_hosts_say_what_is_wrong() {
     use BmcAddressError as E;
-    assert_refused(&[
-        (
-            "redfish://10.0.0.300",
-            |e| matches!(e, E::BadHost { .. }),
-            "invalid host '10.0.0.300'",
-        ),
-        (
-            "redfish://bmc_1.example.com",
-            |e| matches!(e, E::BadHost { .. }),
-            "bmc_1",
-        ),
-        (
-            "redfish://-bmc.example.com",
-            |e| matches!(e, E::BadHost { .. }),
-            "-bmc",
-        ),
-        (
-            "redfish://bmc..example.com",
-            |e| matches!(e, E::BadHost { .. }),
-            "invalid host",
-        ),
-        (
-            "redfish://[fd00::zz]",
-            |e| matches!(e, E::BadHost { .. }),
-            "fd00::zz",
-        ),
-        (
-            "redfish://[fd00::1",
-            |e| matches!(e, E::BadHost { .. }),
-            "invalid host",
-        ),
-        (
-            "redfish://[fd00::1]x",
-            |e| matches!(e, E::BadHost { .. }),
-            "invalid host",
-        ),
-        (
-            "redfish://fd00::1:443",
-            |e| matches!(e, E::BadHost { .. }),
-            "in brackets",
-        ),
-    ]);
+    assert_refused(
+        |e| matches!(e, E::BadHost { .. }),
+        &[
+            ("redfish://10.0.0.300", "invalid host '10.0.0.300'"),
+            ("redfish://bmc_1.example.com", "bmc_1"),
+            ("redfish://-bmc.example.com", "-bmc"),
+            ("redfish://bmc..example.com", "invalid host"),
+            ("redfish://[fd00::zz]", "fd00::zz"),
+            ("redfish://[fd00::1", "invalid host"),
+            ("redfish://[fd00::1]x", "invalid host"),
+            ("redfish://fd00::1:443", "in brackets"),
+        ],
+    );
 }
 
 #[test]
 fn credentials_and_whitespace_in_addresses_are_refused() {
     use BmcAddressError as E;
-    assert_refused(&[
-        (
-            "redfish://admin:pw@10.0.0.1",
-            |e| matches!(e, E::CredentialsInAddress { .. }),
-            "credentialsName",
-        ),
-        (
-            "foo://admin:pw@10.0.0.1",
-            |e| matches!(e, E::CredentialsInAddress { .. }),
-            "foo://***@10.0.0.1",
-        ),
-        (
-            "redfish://10.0.0.1/a b",
-            |e| matches!(e, E::BadCharacters { .. }),
-            "whitespace",
-        ),
-    ]);
+    assert_refused(
+        |e| matches!(e, E::CredentialsInAddress { .. }),
+        &[
+            ("redfish://admin:pw@10.0.0.1", "credentialsName"),
+            ("foo://admin:pw@10.0.0.1", "foo://***@10.0.0.1"),
+        ],
+    );
+    assert_refused(
+        |e| matches!(e, E::BadCharacters { .. }),
+        &[("redfish://10.0.0.1/a b", "whitespace")],
+    );
 }
 
 /// Spellings a hostile or careless user might write; none may come back in a message.
@@ -544,65 +490,63 @@ fn no_error_repeats_the_userinfo_of_an_address() {
     }
 }
 
+/// [`crate::bmc::redact_userinfo`] turns each address into the one paired with it.
+fn assert_redacted(cases: &[(&str, &str)]) {
+    for (address, redacted) in cases {
+        assert_eq!(crate::bmc::redact_userinfo(address), *redacted, "{address}");
+    }
+}
+
 #[test]
 fn an_at_sign_anywhere_is_refused_as_credentials() {
-    for address in [
-        "redfish://admin:pa/Secret@10.0.0.1/",
-        "redfish://10.0.0.1/x?user=a@b",
-    ] {
-        let err = BmcAddress::parse(address).expect_err(address);
-        assert!(
-            matches!(err, BmcAddressError::CredentialsInAddress { .. }),
-            "{address}: {err:?}"
-        );
-    }
-    assert_eq!(
-        crate::bmc::redact_userinfo("redfish://admin:pa/Secret@10.0.0.1/"),
-        "redfish://***@10.0.0.1/"
+    use BmcAddressError as E;
+    assert_refused(
+        |e| matches!(e, E::CredentialsInAddress { .. }),
+        &[
+            ("redfish://admin:pa/Secret@10.0.0.1/", "credentialsName"),
+            ("redfish://10.0.0.1/x?user=a@b", "credentialsName"),
+        ],
     );
-    assert_eq!(
-        crate::bmc::redact_userinfo("redfish://10.0.0.1/"),
-        "redfish://10.0.0.1/"
-    );
+    assert_redacted(&[
+        (
+            "redfish://admin:pa/Secret@10.0.0.1/",
+            "redfish://***@10.0.0.1/",
+        ),
+        ("redfish://10.0.0.1/", "redfish://10.0.0.1/"),
+    ]);
 }
 
 #[test]
 fn percent_encoded_userinfo_is_refused_as_credentials_and_never_repeated() {
-    let err = BmcAddress::parse("redfish://admin%3Apass%40host/").expect_err("encoded userinfo");
-    assert!(
-        matches!(err, BmcAddressError::CredentialsInAddress { .. }),
-        "{err:?}"
+    use BmcAddressError as E;
+    assert_refused(
+        |e| matches!(e, E::CredentialsInAddress { .. }),
+        &[("redfish://admin%3Apass%40host/", "credentialsName")],
     );
-    assert_eq!(
-        crate::bmc::redact_userinfo("redfish://admin%3Apass%40host/"),
-        "redfish://***%40host/"
+    assert_refused(
+        |e| matches!(e, E::EncodedHost { .. }),
+        &[("redfish://admin%3Apass/", "percent-encoding")],
     );
-    let err = BmcAddress::parse("redfish://admin%3Apass/").expect_err("encoded host");
-    assert!(
-        matches!(err, BmcAddressError::EncodedHost { .. }),
-        "{err:?}"
-    );
-    assert_eq!(
-        crate::bmc::redact_userinfo("redfish://admin%3Apass/redfish/v1"),
-        "redfish://***/redfish/v1"
-    );
-    // A path may hold percent-encoding; only the host part is hidden.
-    assert_eq!(
-        crate::bmc::redact_userinfo("redfish://10.0.0.1/Systems/a%2Fb"),
-        "redfish://10.0.0.1/Systems/a%2Fb"
-    );
+    assert_redacted(&[
+        ("redfish://admin%3Apass%40host/", "redfish://***%40host/"),
+        (
+            "redfish://admin%3Apass/redfish/v1",
+            "redfish://***/redfish/v1",
+        ),
+        // A path may hold percent-encoding; only the host part is hidden.
+        (
+            "redfish://10.0.0.1/Systems/a%2Fb",
+            "redfish://10.0.0.1/Systems/a%2Fb",
+        ),
+    ]);
 }
 
 #[test]
 fn a_bare_bracketed_ipv6_address_is_refused_as_upstream_does() {
-    for address in ["[2001:db8::1]", "[fd00::10]"] {
-        let err = BmcAddress::parse(address).expect_err(address);
-        assert!(
-            matches!(err, BmcAddressError::BracketedIpv6WithoutPort { .. }),
-            "{address}: {err:?}"
-        );
-        assert!(err.to_string().contains(":623"), "{err}");
-    }
+    assert_refused(
+        |e| matches!(e, BmcAddressError::BracketedIpv6WithoutPort { .. }),
+        &[("[2001:db8::1]", ":623"), ("[fd00::10]", ":623")],
+    );
     // With a port or a scheme, and without brackets, it is an IPMI address.
     for address in ["[2001:db8::1]:623", "ipmi://[2001:db8::1]", "2001:db8::1"] {
         let parsed = BmcAddress::parse(address).unwrap_or_else(|e| panic!("{address}: {e}"));

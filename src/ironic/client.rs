@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use hyper::body::Bytes;
 use reqwest::{Method, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -258,20 +259,27 @@ impl IronicClient {
         query: &[(&str, &str)],
         body: Option<&B>,
     ) -> Result<Option<T>, IronicError> {
-        let result = self.send(method.clone(), segments, query, body).await;
+        let answer = self.send(&method, segments, query, body).await;
         // Recorded once the answer is in, whatever it is: a list taken after this
         // shows the write's effect.
         self.record_node_write(&method, segments);
-        result
+        let Some(bytes) = answer? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| self.decode_error(&method, &segments.join("/"), &e.to_string()))
     }
 
-    async fn send<T: DeserializeOwned, B: Serialize + ?Sized>(
+    /// The body of a successful answer, `None` when empty. Not generic over the
+    /// answer's type: the retry loop is compiled once per request body type.
+    async fn send<B: Serialize + ?Sized>(
         &self,
-        method: Method,
+        method: &Method,
         segments: &[&str],
         query: &[(&str, &str)],
         body: Option<&B>,
-    ) -> Result<Option<T>, IronicError> {
+    ) -> Result<Option<Bytes>, IronicError> {
         let url = self.url(segments);
         let path = segments.join("/");
         let mut attempt = 0;
@@ -294,12 +302,8 @@ impl IronicClient {
             let status = resp.status();
             if status.is_success() {
                 let bytes = resp.bytes().await.map_err(|e| self.unreachable(e))?;
-                if status == StatusCode::NO_CONTENT || bytes.is_empty() {
-                    return Ok(None);
-                }
-                return serde_json::from_slice(&bytes)
-                    .map(Some)
-                    .map_err(|e| self.decode_error(&method, &path, &e.to_string()));
+                let empty = status == StatusCode::NO_CONTENT || bytes.is_empty();
+                return Ok((!empty).then_some(bytes));
             }
             if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
                 return Err(IronicError::Unauthorized {

@@ -7,13 +7,20 @@ use serde_json::{Value, json};
 
 use super::client::IronicClient;
 use super::error::{IronicError, unless_not_found, without_credentials};
-use super::types::{
-    BiosSetting, BiosSettingList, FirmwareComponent, FirmwareComponentList, Microversion,
-    VirtualMedia,
-};
+use super::types::{BiosSetting, FirmwareComponent, Microversion, VirtualMedia};
 
 /// The first microversion that reads a node's virtual media (`GET .../vmedia`).
 const GET_VMEDIA: Microversion = Microversion::new(1, 93);
+
+#[derive(serde::Deserialize)]
+struct BiosSettingList {
+    bios: Vec<BiosSetting>,
+}
+
+#[derive(serde::Deserialize)]
+struct FirmwareComponentList {
+    firmware: Vec<FirmwareComponent>,
+}
 
 impl IronicClient {
     /// `{inventory, plugin_data}` from the last inspection; `None` when there is none.

@@ -29,14 +29,9 @@ impl FromStr for Microversion {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (major, minor) = s
-            .split_once('.')
-            .ok_or_else(|| format!("microversion {s:?} is not MAJOR.MINOR"))?;
-        let parse = |part: &str| {
-            part.parse::<u32>()
-                .map_err(|_| format!("microversion {s:?} is not MAJOR.MINOR"))
-        };
-        Ok(Self::new(parse(major)?, parse(minor)?))
+        s.split_once('.')
+            .and_then(|(major, minor)| Some(Self::new(major.parse().ok()?, minor.parse().ok()?)))
+            .ok_or_else(|| format!("microversion {s:?} is not MAJOR.MINOR"))
     }
 }
 
@@ -351,11 +346,6 @@ pub struct BiosSetting {
     pub unique: Option<bool>,
 }
 
-#[derive(Debug, Deserialize)]
-pub(crate) struct BiosSettingList {
-    pub bios: Vec<BiosSetting>,
-}
-
 /// One firmware component of a node (`GET /v1/nodes/{id}/firmware`).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 pub struct FirmwareComponent {
@@ -370,11 +360,6 @@ pub struct FirmwareComponent {
     /// When Ironic last changed the record (RFC 3339).
     #[serde(default)]
     pub updated_at: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-pub(crate) struct FirmwareComponentList {
-    pub firmware: Vec<FirmwareComponent>,
 }
 
 /// Targets of `PUT /v1/nodes/{id}/states/provision`.

@@ -69,11 +69,12 @@ pub(super) fn start_controllers(
     stop: &Stop,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let namespace = config.watch_namespace.clone().filter(|ns| !ns.is_empty());
+    let host_store = controller::host::KubeStore::new(kube.clone(), config.pod_name.clone());
     let data_image_store =
         controller::dataimage::KubeDataImageStore::new(kube.clone(), config.pod_name.clone());
     let ctx = host_context(
         config,
-        kube,
+        host_store,
         provisioner.clone(),
         netboot,
         health,
@@ -156,15 +157,14 @@ fn start_event_subscriptions(
 
 /// The host controller's context: its store, provisioner and settings, and what the
 /// network boot services share with it.
-pub(super) fn host_context(
+fn host_context(
     config: &Config,
-    kube: &kube::Client,
+    store: controller::host::KubeStore,
     provisioner: IronicProvisioner,
     netboot: Option<&crate::netboot::Netboot>,
     health: &Health,
     data_image_store: controller::dataimage::KubeDataImageStore,
 ) -> Arc<controller::host::Context<IronicProvisioner>> {
-    let store = controller::host::KubeStore::new(kube.clone(), config.pod_name.clone());
     let mut ctx =
         controller::host::Context::with_store(store, provisioner, config.controller_settings())
             .with_metrics(health.metrics.clone())

@@ -20,16 +20,7 @@ impl IronicProvisioner {
     ) -> ProvisionerResult<Progress> {
         let node = self.require_node(host).await?;
         match node.state() {
-            ProvisionState::Manageable => {
-                self.transition_into_cleaning(
-                    host,
-                    &node,
-                    ProvisionTarget::Provide,
-                    Progress::default(),
-                    "make the host available (provide)",
-                )
-                .await
-            }
+            ProvisionState::Manageable => self.provide(host, &node).await,
             ProvisionState::Cleaning | ProvisionState::CleanWait | ProvisionState::CleanFailed => {
                 self.follow_cleaning(host, &node, "Cleaning before provisioning failed")
                     .await
@@ -66,21 +57,21 @@ impl IronicProvisioner {
         }
     }
 
-    /// A transition that runs Ironic's automated cleaning (`provide`): the node's
+    /// `provide`, which runs Ironic's automated cleaning: the node's
     /// `automated_clean` follows the host's cleaning mode first.
-    async fn transition_into_cleaning(
-        &self,
-        host: &Host,
-        node: &Node,
-        target: ProvisionTarget,
-        progress: Progress,
-        what: &str,
-    ) -> ProvisionerResult<Progress> {
+    async fn provide(&self, host: &Host, node: &Node) -> ProvisionerResult<Progress> {
         if let Err(e) = self.sync_automated_clean(host, node).await {
             return self.busy_or_err(host, e, Progress::default());
         }
-        self.transition(host, node, Req::new(target), progress, what)
-            .await
+        let what = "make the host available (provide)";
+        self.transition_to(
+            host,
+            node,
+            ProvisionTarget::Provide,
+            Progress::default(),
+            what,
+        )
+        .await
     }
 
     pub(super) async fn adopt_node(

@@ -372,6 +372,22 @@ mod tests {
         }
     }
 
+    /// In `mode` (and with `restart` on failure), each (state, time of its last change,
+    /// wipe note) leads to the [`Next`] paired with it.
+    fn assert_next(
+        mode: AutomatedCleaningMode,
+        restart: bool,
+        cases: &[(ProvisionState, &str, Option<&Wipe>, Next)],
+    ) {
+        for &(state, at, wipe, expected) in cases {
+            assert_eq!(
+                next(state, at, wipe, mode, restart),
+                expected,
+                "{state:?} at {at} with the wipe {wipe:?} in {mode:?}"
+            );
+        }
+    }
+
     /// Walks the states Ironic goes through; each step names what bmo does there.
     #[test]
     fn full_mode_undeploys_then_wipes_with_a_manual_clean_then_provides() {
@@ -402,13 +418,7 @@ mod tests {
             (S::Available, T1, Some(&started), Next::ForgetWipe),
             (S::Available, T1, None, Next::Done),
         ];
-        for (state, at, wipe, expected) in walk {
-            assert_eq!(
-                next(state, at, wipe, Full, false),
-                expected,
-                "{state:?} at {at} with the wipe {wipe:?}"
-            );
-        }
+        assert_next(Full, false, &walk);
     }
 
     #[test]
@@ -423,31 +433,47 @@ mod tests {
     #[test]
     fn a_failed_wipe_is_retried_from_the_start_not_skipped() {
         let started = Wipe::Started(T0.into());
-        assert_eq!(
-            next(S::CleanFailed, T1, Some(&started), Full, true),
-            Next::Recover { wipe_again: true }
+        assert_next(
+            Full,
+            true,
+            &[
+                (
+                    S::CleanFailed,
+                    T1,
+                    Some(&started),
+                    Next::Recover { wipe_again: true },
+                ),
+                // After recovery (`manage`), the wipe is owed again: it runs once more.
+                (
+                    S::Manageable,
+                    T1,
+                    Some(&Wipe::Owed),
+                    Next::StartWipe { noted: false },
+                ),
+            ],
         );
-        // After recovery (`manage`), the wipe is owed again: it runs once more.
-        assert_eq!(
-            next(S::Manageable, T1, Some(&Wipe::Owed), Full, true),
-            Next::StartWipe { noted: false }
-        );
-        assert_eq!(
-            next(S::CleanFailed, T1, Some(&started), Full, false),
-            Next::CleaningFailed
+        assert_next(
+            Full,
+            false,
+            &[(S::CleanFailed, T1, Some(&started), Next::CleaningFailed)],
         );
     }
 
     #[test]
     fn a_started_wipe_finishes_even_if_the_mode_changes_meanwhile() {
         for mode in [Metadata, Disabled] {
-            assert_eq!(
-                next(S::Available, T0, Some(&Wipe::Owed), mode, false),
-                Next::Manage
-            );
-            assert_eq!(
-                next(S::Manageable, T0, Some(&Wipe::Owed), mode, false),
-                Next::StartWipe { noted: false }
+            assert_next(
+                mode,
+                false,
+                &[
+                    (S::Available, T0, Some(&Wipe::Owed), Next::Manage),
+                    (
+                        S::Manageable,
+                        T0,
+                        Some(&Wipe::Owed),
+                        Next::StartWipe { noted: false },
+                    ),
+                ],
             );
         }
     }

@@ -102,6 +102,16 @@ struct Taken {
     took: Duration,
 }
 
+impl Taken {
+    /// A list asked for at `at` and in hand now.
+    fn since(at: Instant) -> Self {
+        Self {
+            at,
+            took: at.elapsed(),
+        }
+    }
+}
+
 /// Whether a list is due again when the view it keeps up to date was asked for at
 /// `at`: at least `floor` old and `factor` times what the last list of its kind took
 /// (`took`, up to [`MAX_AGE_CAP`]), or asked for no later than `after`.
@@ -223,10 +233,7 @@ impl View {
         // cannot hide changes for longer than until the next full list.
         self.changes_seen_until = None;
         self.add(nodes, at);
-        self.full = Some(Taken {
-            at,
-            took: at.elapsed(),
-        });
+        self.full = Some(Taken::since(at));
         self.fresh_at = Some(at);
         Ok(())
     }
@@ -244,10 +251,7 @@ impl View {
             })
             .await?;
         self.add(nodes, at);
-        self.changes = Some(Taken {
-            at,
-            took: at.elapsed(),
-        });
+        self.changes = Some(Taken::since(at));
         self.fresh_at = Some(at);
         Ok(())
     }
@@ -370,6 +374,8 @@ pub fn state_digest(node: &Node) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn node(json: serde_json::Value) -> Node {
@@ -407,7 +413,7 @@ mod tests {
         assert_eq!(fresh.next_list(Some(written)), Some(ListKind::Full));
         let mut many = fresh;
         let nodes = (0..=SMALL_LIST)
-            .map(|i| node(serde_json::json!({"uuid": format!("u{i}"), "driver": "fake-hardware"})))
+            .map(|i| node(json!({"uuid": format!("u{i}"), "driver": "fake-hardware"})))
             .collect();
         many.add(nodes, Instant::now());
         assert_eq!(many.next_list(Some(written)), Some(ListKind::Changes));
@@ -421,7 +427,7 @@ mod tests {
         let mut view = View::default();
         let began = Instant::now() - Duration::from_secs(3);
         view.add(
-            vec![node(serde_json::json!({
+            vec![node(json!({
                 "uuid": "u1", "driver": "fake-hardware", "provision_state": "active",
                 "provision_updated_at": "2026-12-03T22:00:10Z",
             }))],
@@ -433,7 +439,7 @@ mod tests {
         assert!(seen_until > newest.checked_sub(SignedDuration::from_secs(60)).unwrap());
         // An older list does not move it back.
         view.add(
-            vec![node(serde_json::json!({
+            vec![node(json!({
                 "uuid": "u2", "driver": "fake-hardware", "provision_state": "active",
                 "provision_updated_at": "2026-12-03T21:00:00Z",
             }))],
@@ -444,42 +450,32 @@ mod tests {
 
     #[test]
     fn the_state_digest_moves_with_power_and_state_but_not_with_timestamps_or_locks() {
-        let base = serde_json::json!({
+        let base = json!({
             "uuid": "u1", "driver": "fake-hardware", "provision_state": "active",
             "power_state": "power on", "maintenance": false,
         });
-        let digest = |patch: serde_json::Value| {
+        let digest = |patch: &serde_json::Value| {
             let mut json = base.clone();
             json.as_object_mut()
                 .unwrap()
                 .extend(patch.as_object().unwrap().clone());
             state_digest(&node(json))
         };
-        let resting = digest(serde_json::json!({}));
-        assert_eq!(
-            resting,
-            digest(serde_json::json!({"reservation": "conductor-1"}))
-        );
-        assert_eq!(
-            resting,
-            digest(serde_json::json!({"provision_updated_at": "2026-12-03T22:00:00Z"}))
-        );
-        assert_ne!(
-            resting,
-            digest(serde_json::json!({"power_state": "power off"}))
-        );
-        assert_ne!(resting, digest(serde_json::json!({"maintenance": true})));
-        assert_ne!(
-            resting,
-            digest(serde_json::json!({"last_error": "BMC unreachable"}))
-        );
-        assert_ne!(
-            resting,
-            digest(serde_json::json!({"provision_state": "deploy failed"}))
-        );
-        assert_ne!(
-            resting,
-            digest(serde_json::json!({"driver_info": {"redfish_address": "x"}}))
-        );
+        let resting = digest(&json!({}));
+        for unseen in [
+            json!({"reservation": "conductor-1"}),
+            json!({"provision_updated_at": "2026-12-03T22:00:00Z"}),
+        ] {
+            assert_eq!(digest(&unseen), resting, "{unseen}");
+        }
+        for seen in [
+            json!({"power_state": "power off"}),
+            json!({"maintenance": true}),
+            json!({"last_error": "BMC unreachable"}),
+            json!({"provision_state": "deploy failed"}),
+            json!({"driver_info": {"redfish_address": "x"}}),
+        ] {
+            assert_ne!(digest(&seen), resting, "{seen}");
+        }
     }
 }

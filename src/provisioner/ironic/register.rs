@@ -312,19 +312,8 @@ impl IronicProvisioner {
         if access_changed && !transient {
             if node.driver != driver {
                 ops.push(PatchOp::set("/driver", driver));
-                let i = host.bmc.kind.interfaces();
-                for (name, value) in [
-                    ("boot", i.boot),
-                    ("management", i.management),
-                    ("power", i.power),
-                    ("raid", i.raid),
-                    ("vendor", i.vendor),
-                    ("bios", i.bios),
-                    ("firmware", i.firmware),
-                ] {
-                    if let Some(value) = value {
-                        ops.push(PatchOp::set(format!("/{name}_interface"), value));
-                    }
+                for (name, value) in host.bmc.kind.interfaces().chosen() {
+                    ops.push(PatchOp::set(format!("/{name}_interface"), value));
                 }
             }
             let mut info = wanted_info;
