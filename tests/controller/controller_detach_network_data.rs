@@ -3,9 +3,10 @@
 //! of the test's own (its power and boot settings are not shared with other tests).
 //!
 //! - A host is detached with `{"force": true}` while Ironic waits in `inspect wait`,
-//!   and another while it waits in `wait call-back` (deploying): each node leaves
-//!   Ironic, the host shows `detached` in the state it was in, and deleting it goes
-//!   straight to deleting, with no deprovisioning and no power-off first.
+//!   and others while it waits in `wait call-back` (deploying): each node leaves
+//!   Ironic and the host shows `detached` in the state it was in. Deleting it goes
+//!   straight to deleting, with no deprovisioning and no power-off first; removing
+//!   the annotation instead registers a new node and deploys again.
 //! - A host naming a missing `preprovisioningNetworkDataName` Secret shows a
 //!   registration error that names the Secret and key; once the Secret exists, the
 //!   node carries its network data.
@@ -122,7 +123,7 @@ impl Site {
         .await
     }
 
-    async fn annotate(&self, name: &str, key: &str, value: &str) {
+    async fn annotate(&self, name: &str, key: &str, value: Option<&str>) {
         self.hosts()
             .patch(
                 name,
@@ -133,20 +134,19 @@ impl Site {
             .expect("annotate");
     }
 
-    /// Force-detaches `name` while its node waits in `ironic_state`, checks that the
-    /// node is gone and the host stays in `state`, then deletes the host and checks
-    /// that it went without deprovisioning or powering off.
-    async fn force_detach_and_delete(
+    /// Force-detaches `name` while its node waits in `ironic_state`; checks that the
+    /// node is gone and the host stays in `state`. Returns the node's UUID.
+    async fn force_detach(
         &self,
         name: &str,
         ironic_state: &str,
         state: ProvisioningState,
-    ) {
+    ) -> String {
         let node = self.node_in(name, ironic_state).await;
         self.annotate(
             name,
             "baremetalhost.metal3.io/detached",
-            r#"{"force": true}"#,
+            Some(r#"{"force": true}"#),
         )
         .await;
         let ironic = Stack::get().ironic().await;
@@ -173,7 +173,14 @@ impl Site {
         )
         .await;
         assert_eq!(detached.provisioning_state(), state, "the state stays");
+        node
+    }
 
+    /// Deletes `name` and checks that it went without deprovisioning or powering off
+    /// and that `node` did not come back.
+    async fn delete_without_deprovisioning(&self, name: &str, node: &str) {
+        let ironic = Stack::get().ironic().await;
+        let hosts = self.hosts();
         hosts
             .delete(name, &DeleteParams::default())
             .await
@@ -202,45 +209,60 @@ impl Site {
             );
         }
         assert!(
-            ironic.get_node(&node).await.expect("get node").is_none(),
+            ironic.get_node(node).await.expect("get node").is_none(),
             "no node came back for {name}"
         );
     }
 }
 
 #[tokio::test]
-async fn forced_detach_interrupts_inspection_and_deployment_and_deletion_skips_deprovisioning() {
+async fn forced_detach_interrupts_inspection_and_deployment_then_reattach_or_delete() {
     let _shared = crate::support::shared();
-    let site = Site::start("force-detach", 2).await;
-    // Ironic checks with HEAD that the image exists; the agent never comes to check
-    // the checksum.
-    let image = format!(
-        "{}/bmo-test-images/ipa.kernel",
-        Stack::get()
-            .var("DEPLOY_KERNEL_URL")
-            .and_then(|u| u.rsplit_once("/bmo-test-images/"))
-            .map(|(base, _)| base.to_owned())
-            .expect("DEPLOY_KERNEL_URL in the stack's environment")
-    );
+    let site = Site::start("force-detach", 3).await;
+    // Ironic checks with HEAD that the image exists; no agent comes to check the
+    // checksum, so the deployment waits for its call-back until detached.
+    let image = Stack::get()
+        .var("DEPLOY_KERNEL_URL")
+        .expect("DEPLOY_KERNEL_URL in the stack's environment")
+        .to_owned();
+    let deploying = json!({
+        "inspectionMode": "disabled",
+        "automatedCleaningMode": "disabled",
+        "image": {"url": image, "checksum": "0123456789abcdef0123456789abcdef", "checksumType": "md5"}
+    });
     site.create_host("inspected", 0, json!({})).await;
-    site.create_host(
-        "deployed",
-        1,
-        json!({
-            "inspectionMode": "disabled",
-            "automatedCleaningMode": "disabled",
-            "image": {"url": image, "checksum": "0123456789abcdef0123456789abcdef", "checksumType": "md5"}
-        }),
-    )
-    .await;
-    site.force_detach_and_delete("inspected", "inspect wait", ProvisioningState::Inspecting)
+    site.create_host("deployed", 1, deploying.clone()).await;
+    site.create_host("reattached", 2, deploying).await;
+
+    let node = site
+        .force_detach("inspected", "inspect wait", ProvisioningState::Inspecting)
         .await;
-    site.force_detach_and_delete(
-        "deployed",
-        "wait call-back",
-        ProvisioningState::Provisioning,
-    )
-    .await;
+    site.delete_without_deprovisioning("inspected", &node).await;
+    let node = site
+        .force_detach(
+            "deployed",
+            "wait call-back",
+            ProvisioningState::Provisioning,
+        )
+        .await;
+    site.delete_without_deprovisioning("deployed", &node).await;
+
+    // Re-attached, the host registers a new node and deploys again.
+    let old = site
+        .force_detach(
+            "reattached",
+            "wait call-back",
+            ProvisioningState::Provisioning,
+        )
+        .await;
+    site.annotate("reattached", "baremetalhost.metal3.io/detached", None)
+        .await;
+    let new = site.node_in("reattached", "wait call-back").await;
+    assert_ne!(new, old, "a new node");
+    let host = site.hosts().get("reattached").await.expect("host");
+    let status = host.status.clone().unwrap_or_default();
+    assert_eq!(host.provisioning_state(), ProvisioningState::Provisioning);
+    assert_eq!(status.operational_status, OperationalStatus::Ok);
 }
 
 #[tokio::test]

@@ -257,3 +257,31 @@ async fn forced_reboot_and_power_off_annotations_act_on_an_available_host() {
         .await;
     assert_eq!(power(node).await.as_deref(), Some("power on"));
 }
+
+#[tokio::test]
+async fn a_host_with_inspection_disabled_takes_the_hardware_data_made_before_it() {
+    let _shared = crate::support::shared();
+    let site = Site::start("extinspect").await;
+    let name = "outside";
+    let details = json!({"ramMebibytes": 6144, "hostname": "inspected-elsewhere",
+                         "cpu": {"arch": "x86_64", "count": 4}});
+    let data: bmo::api::HardwareData = serde_json::from_value(json!({
+        "apiVersion": "metal3.io/v1alpha1", "kind": "HardwareData",
+        "metadata": {"name": name},
+        "spec": {"hardware": details}
+    }))
+    .expect("valid HardwareData");
+    Api::<bmo::api::HardwareData>::namespaced(site.client.clone(), &site.ns)
+        .create(&PostParams::default(), &data)
+        .await
+        .expect("create HardwareData");
+    site.create(name, json!({"inspectionMode": "disabled", "image": null}))
+        .await;
+    let seen = site.until_state(name, ProvisioningState::Available).await;
+    assert!(!seen.contains("inspecting"), "{seen:?}");
+    let host = site.hosts.get(name).await.expect("host");
+    assert_eq!(inspect_started(&host), None, "not inspected");
+    let hardware = serde_json::to_value(host.status.and_then(|s| s.hardware)).expect("json");
+    assert_eq!(hardware["ramMebibytes"], 6144);
+    assert_eq!(hardware["hostname"], "inspected-elsewhere");
+}
