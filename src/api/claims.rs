@@ -21,6 +21,7 @@ pub const SYNCHRONIZED_CONDITION: &str = "Synchronized";
 
 /// A request for a BareMetalHost that a tenant namespace makes; the host it binds is
 /// then driven through the claim.
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "metal3.io",
@@ -39,39 +40,32 @@ pub struct HostClaimSpec {
     pub powered_on: bool,
 
     /// Image to deploy on the host.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<Image>,
 
     /// Secret (claim's namespace) with the user data; copied to the host's namespace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data: Option<SecretReference>,
 
     /// Secret (claim's namespace) with the network data.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_data: Option<SecretReference>,
 
     /// Secret (claim's namespace) with extra meta data.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta_data: Option<SecretReference>,
 
     /// Deploy step of a custom deploy ramdisk instead of an image.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_deploy: Option<CustomDeploy>,
 
     /// Which hosts may be bound.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_selector: Option<HostSelector>,
 
     /// The object using this claim (for example a Cluster API machine).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumer_ref: Option<ObjectReference>,
 
     /// Failure domain the host must belong to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_domain: Option<String>,
 }
 
 /// Criteria a host must meet to be bound.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HostSelector {
@@ -84,7 +78,6 @@ pub struct HostSelector {
     pub match_expressions: Vec<HostSelectorRequirement>,
 
     /// Namespace the host must be in.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_namespace: Option<String>,
 }
 
@@ -100,11 +93,11 @@ pub struct HostSelectorRequirement {
 }
 
 /// The bound host as the claim sees it.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HostClaimStatus {
     /// When the status was last copied from the host.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_updated: Option<Time>,
 
     /// `Associated`, `Synchronized`, `Provisioned` and their summary `Ready`.
@@ -112,11 +105,9 @@ pub struct HostClaimStatus {
     pub conditions: Vec<Condition>,
 
     /// The bound host.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bare_metal_host: Option<NamespacedName>,
 
     /// The bound host's HardwareData.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware_data: Option<NamespacedName>,
 
     /// Power state of the bound host.
@@ -132,6 +123,7 @@ pub struct NamespacedName {
 }
 
 /// Which namespaces may claim the BareMetalHosts of the namespace the policy is in.
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "metal3.io",
@@ -148,11 +140,11 @@ pub struct NamespacedName {
 pub struct HostDeployPolicySpec {
     /// Namespaces whose claims are admitted; a namespace must meet every criterion
     /// given (absent: nothing is admitted).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_claim_namespaces: Option<HostClaimNamespaces>,
 }
 
 /// Ways to name the admitted namespaces.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HostClaimNamespaces {
@@ -160,7 +152,6 @@ pub struct HostClaimNamespaces {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub names: Vec<String>,
     /// Regular expression a namespace name must match.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name_matches: Option<String>,
     /// Labels the namespace must carry (a label without value: any value).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -168,10 +159,10 @@ pub struct HostClaimNamespaces {
 }
 
 /// A label name and optional value.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct NameValuePair {
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
 }
 

@@ -12,6 +12,7 @@ pub const BMC_EVENT_SUBSCRIPTION_FINALIZER: &str = "bmceventsubscription.metal3.
 /// Redfish events of one host's BMC, sent to a URL.
 // kube's printcolumn(...) entries repeat keys such as type_ by design.
 #[allow(clippy::duplicated_attributes)]
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "metal3.io",
@@ -41,40 +42,29 @@ pub const BMC_EVENT_SUBSCRIPTION_FINALIZER: &str = "bmceventsubscription.metal3.
 #[serde(rename_all = "camelCase", remote = "Self")]
 pub struct BMCEventSubscriptionSpec {
     /// The BareMetalHost (same namespace) whose BMC sends the events.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_name: Option<String>,
 
     /// URL the BMC posts events to; needs a path (at least `/`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<String>,
 
     /// Opaque string the BMC sends back with every event.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
 
     /// Secret (same namespace) whose keys and values are sent as HTTP headers with
     /// each event, e.g. for authentication.
-    #[serde(
-        default,
-        rename = "httpHeadersRef",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "httpHeadersRef")]
     pub http_headers_ref: Option<SecretReference>,
 }
 
 /// The subscription on the BMC.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BMCEventSubscriptionStatus {
     /// Id of the subscription on the BMC.
-    #[serde(
-        default,
-        rename = "subscriptionID",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "subscriptionID")]
     pub subscription_id: Option<String>,
     /// The last error.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 

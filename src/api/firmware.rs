@@ -49,18 +49,18 @@ pub struct HostFirmwareSettingsSpec {
 }
 
 /// What the BMC reports for the host's BIOS.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HostFirmwareSettingsStatus {
     /// The FirmwareSchema that describes these settings.
-    #[serde(default, rename = "schema", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "schema")]
     pub firmware_schema: Option<SchemaReference>,
 
     /// Setting name to current value.
     pub settings: BTreeMap<String, String>,
 
     /// When the settings were last read.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_updated: Option<Time>,
 
     /// `Valid` and `ChangeDetected`.
@@ -77,6 +77,7 @@ pub struct SchemaReference {
 
 /// The settings a hardware model offers, with types and limits. Hosts whose schemas
 /// are identical share one.
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "metal3.io",
@@ -91,11 +92,9 @@ pub struct SchemaReference {
 #[serde(rename_all = "camelCase", remote = "Self")]
 pub struct FirmwareSchemaSpec {
     /// Vendor of the hardware the schema was read from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware_vendor: Option<String>,
 
     /// Model of the hardware the schema was read from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware_model: Option<String>,
 
     /// Setting name to its description.
@@ -113,11 +112,11 @@ pub enum SettingType {
 }
 
 /// What one BIOS setting accepts. Ironic's own field names (snake case), as upstream.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub struct SettingSchema {
     /// Value type.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attribute_type: Option<SettingType>,
 
     /// The values an Enumeration setting takes.
@@ -125,27 +124,21 @@ pub struct SettingSchema {
     pub allowable_values: Vec<String>,
 
     /// Smallest value of an Integer setting.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lower_bound: Option<i64>,
 
     /// Largest value of an Integer setting.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upper_bound: Option<i64>,
 
     /// Shortest value of a String setting.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_length: Option<i64>,
 
     /// Longest value of a String setting.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_length: Option<i64>,
 
     /// The setting cannot be changed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_only: Option<bool>,
 
     /// The value must be unique among hosts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unique: Option<bool>,
 }
 
@@ -178,6 +171,7 @@ pub struct FirmwareUpdate {
 }
 
 /// Firmware state of the host.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HostFirmwareComponentsStatus {
@@ -190,7 +184,6 @@ pub struct HostFirmwareComponentsStatus {
     pub components: Vec<FirmwareComponentStatus>,
 
     /// When the components were last read.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_updated: Option<Time>,
 
     /// `Valid` and `ChangeDetected`.
@@ -199,6 +192,7 @@ pub struct HostFirmwareComponentsStatus {
 }
 
 /// Versions of one firmware component.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FirmwareComponentStatus {
@@ -207,13 +201,10 @@ pub struct FirmwareComponentStatus {
     /// Version found when the host was first seen.
     pub initial_version: String,
     /// Version running now.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_version: Option<String>,
     /// Version of the last image flashed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_version_flashed: Option<String>,
     /// When the component was last flashed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Time>,
 }
 
@@ -230,6 +221,7 @@ pub enum UpdatePolicy {
 
 /// Whether firmware changes may be applied to the provisioned BareMetalHost of the
 /// same name.
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "metal3.io",
@@ -244,10 +236,8 @@ pub enum UpdatePolicy {
 #[serde(rename_all = "camelCase", remote = "Self")]
 pub struct HostUpdatePolicySpec {
     /// When HostFirmwareSettings changes are applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firmware_settings: Option<UpdatePolicy>,
     /// When HostFirmwareComponents updates are applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firmware_updates: Option<UpdatePolicy>,
 }
 

@@ -36,19 +36,17 @@ pub struct DataImageSpec {
 }
 
 /// What is attached now.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DataImageStatus {
     /// When the image was last reconciled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_reconciled: Option<Time>,
 
     /// The image attached to the host.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attached_image: Option<AttachedImageReference>,
 
     /// The last failure to attach or detach.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<DataImageError>,
 }
 
@@ -80,6 +78,7 @@ pub enum PreprovisioningImageFormat {
 /// The deploy image built for the BareMetalHost of the same name.
 // kube's printcolumn(...) entries repeat keys such as type_ by design.
 #[allow(clippy::duplicated_attributes)]
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "metal3.io",
@@ -108,11 +107,9 @@ pub enum PreprovisioningImageFormat {
 #[serde(rename_all = "camelCase", remote = "Self")]
 pub struct PreprovisioningImageSpec {
     /// Secret with the network data to build into the image.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_data_name: Option<String>,
 
     /// CPU architecture the image is for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub architecture: Option<String>,
 
     /// Formats the host can boot, in order of preference.
@@ -121,31 +118,28 @@ pub struct PreprovisioningImageSpec {
 }
 
 /// The built image.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PreprovisioningImageStatus {
     /// URL of the ISO or initramfs.
-    #[serde(default, rename = "imageUrl", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "imageUrl")]
     pub image_url: Option<String>,
 
     /// URL of the kernel (initrd format only).
-    #[serde(default, rename = "kernelUrl", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "kernelUrl")]
     pub kernel_url: Option<String>,
 
     /// Kernel command line the image needs (initrd format only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra_kernel_params: Option<String>,
 
     /// Format of the image.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<PreprovisioningImageFormat>,
 
     /// The network data Secret built in, and its resource version.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_data: Option<SecretStatus>,
 
     /// CPU architecture of the image.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub architecture: Option<String>,
 
     /// `Ready` and `Error`.
@@ -154,11 +148,10 @@ pub struct PreprovisioningImageStatus {
 }
 
 /// A Secret at a given version.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct SecretStatus {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
 }
 

@@ -3,7 +3,9 @@
 //!
 //! The types are wire-compatible with upstream metal3 (same JSON names, enums, defaults
 //! and required fields), so existing manifests and tools keep working. bmo's additions
-//! are optional fields, marked as such in docs/api.md.
+//! are optional fields, marked as such in docs/api.md. An `Option` field is left out of
+//! the JSON when `None` (`#[serde_with::skip_serializing_none]` on its struct, upstream's
+//! `omitempty`), and a missing one reads as `None`.
 //!
 //! - [`host`]: `BareMetalHost` (spec, status and every nested type).
 //! - [`hardware`]: `HardwareDetails` (inspection results) and the `HardwareData` resource.

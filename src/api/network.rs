@@ -31,6 +31,7 @@ pub enum SwitchDriver {
 /// A switch that Ironic's networking configures for the hosts cabled to it.
 // kube's printcolumn(...) entries repeat keys such as type_ by design.
 #[allow(clippy::duplicated_attributes)]
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "metal3.io",
@@ -86,11 +87,9 @@ pub struct BareMetalSwitchSpec {
     pub device_type: String,
 
     /// Secret with the credentials for the switch.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<SecretReference>,
 
     /// Management port (SSH) when not the default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 65535))]
     pub port: Option<i32>,
 
@@ -123,6 +122,7 @@ pub enum SwitchPortMode {
 /// Switch-port settings that BareMetalHost NICs reference.
 // kube's printcolumn(...) entries repeat keys such as type_ by design.
 #[allow(clippy::duplicated_attributes)]
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "metal3.io",
@@ -173,7 +173,6 @@ pub struct HostNetworkAttachmentSpec {
     pub allowed_vlans: Vec<String>,
 
     /// MTU of the port.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 68, max = 9216))]
     pub mtu: Option<i64>,
 }

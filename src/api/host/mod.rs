@@ -65,6 +65,7 @@ pub const ALLOW_DELETE_WHILE_CONSUMED_ANNOTATION: &str =
 /// Desired state of a bare-metal host.
 // kube's printcolumn(...) entries repeat keys such as type_ by design.
 #[allow(clippy::duplicated_attributes)]
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "metal3.io",
@@ -132,39 +133,29 @@ pub struct BareMetalHostSpec {
     pub taints: Vec<Taint>,
 
     /// How to reach the host's baseboard management controller.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bmc: Option<BmcDetails>,
 
     /// RAID layout to build while preparing the host. Absent: the current layout is
     /// left alone. Hardware and software volumes are mutually exclusive.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raid: Option<RaidConfig>,
 
     /// Deprecated BIOS switches, applied while preparing under the vendor's own
     /// setting names (Dell, HPE); prefer a HostFirmwareSettings resource.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firmware: Option<FirmwareConfig>,
 
     /// Deprecated hardware profile name (unknown, libvirt, dell, dell-raid, openstack,
     /// empty); only chooses default root device hints. Prefer rootDeviceHints.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware_profile: Option<String>,
 
     /// Which disk receives the image. Without hints the profile's default is used.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_device_hints: Option<RootDeviceHints>,
 
     /// Firmware boot mode; UEFI when unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_mode: Option<BootMode>,
 
     /// MAC address of the NIC the host network-boots from (never the BMC's own MAC).
     /// Cannot change once set.
-    #[serde(
-        default,
-        rename = "bootMACAddress",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "bootMACAddress")]
     #[schemars(
         regex(pattern = r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"),
         length(max = 17)
@@ -176,40 +167,32 @@ pub struct BareMetalHostSpec {
 
     /// The object using this host (for example a Cluster API Metal3Machine). While it is
     /// set the host counts as in use and cannot be deleted without the override.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumer_ref: Option<ObjectReference>,
 
     /// Image to deploy. Setting it while online starts provisioning.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<Image>,
 
     /// Secret (in the host's namespace) holding cloud-init or Ignition user data for
     /// the config drive.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data: Option<SecretReference>,
 
     /// bmo addition: user data given inline instead of through a Secret. Mutually
     /// exclusive with userData.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inline_user_data: Option<InlineUserData>,
 
     /// Secret (in the host's namespace) with network data for the deploy ramdisk; also
     /// used for the config drive when networkData is unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preprovisioning_network_data_name: Option<String>,
 
     /// Secret (in the host's namespace) with OpenStack network_data.json for the
     /// config drive.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_data: Option<SecretReference>,
 
     /// Secret (in the host's namespace) with extra keys merged into the config
     /// drive's generated meta_data.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta_data: Option<SecretReference>,
 
     /// Free text for people.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
 
     /// The host already runs an operating system that bmo did not install; bmo only
@@ -224,11 +207,9 @@ pub struct BareMetalHostSpec {
 
     /// Run a deploy step of a custom deploy ramdisk instead of writing an image.
     /// Setting it starts provisioning.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_deploy: Option<CustomDeploy>,
 
     /// CPU architecture (x86_64, aarch64, ...). Filled in from inspection when empty.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub architecture: Option<String>,
 
     /// Never power the host off; reboots replace power cycles. Not allowed with
@@ -238,7 +219,6 @@ pub struct BareMetalHostSpec {
 
     /// How hardware inspection runs: disabled, agent (boot the inspection ramdisk) or
     /// fast (ask the BMC only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inspection_mode: Option<InspectionMode>,
 
     /// Switch-port configuration per NIC, each NIC chosen by name or by MAC address.

@@ -12,6 +12,7 @@ use super::spec::{BootMode, CustomDeploy, FirmwareConfig, Image, RaidConfig, Roo
 use crate::api::hardware::HardwareDetails;
 
 /// What bmo observed about the host.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BareMetalHostStatus {
@@ -19,31 +20,25 @@ pub struct BareMetalHostStatus {
     pub operational_status: OperationalStatus,
 
     /// Kind of the last failure, set while operationalStatus is error.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_type: Option<ErrorType>,
 
     /// When bmo last wrote this status.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_updated: Option<Time>,
 
     /// Deprecated: the hardware profile bmo chose.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware_profile: Option<String>,
 
     /// Inspection results (deprecated copy; the HardwareData resource of the same name
     /// holds the canonical one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware: Option<HardwareDetails>,
 
     /// The provisioning backend's view of the host.
     pub provisioning: ProvisionStatus,
 
     /// The BMC credentials that last worked.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub good_credentials: Option<CredentialsStatus>,
 
     /// The BMC credentials last sent to Ironic.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tried_credentials: Option<CredentialsStatus>,
 
     /// The last error, empty when there is none.
@@ -53,7 +48,6 @@ pub struct BareMetalHostStatus {
     pub powered_on: bool,
 
     /// Start and end times of the main operations.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation_history: Option<OperationHistory>,
 
     /// Errors since the last success; drives the retry backoff.
@@ -66,7 +60,6 @@ pub struct BareMetalHostStatus {
 
     /// spec.image as it was at the last provisioning attempt; a different image resets
     /// provisioningFailCount.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_attempted_image: Option<Image>,
 
     /// Standard conditions: Manageable, AvailableForProvisioning, Provisioned, Ready,
@@ -182,6 +175,7 @@ pub enum ProvisioningState {
 }
 
 /// The provisioning backend's view of a host.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProvisionStatus {
@@ -193,31 +187,24 @@ pub struct ProvisionStatus {
     pub id: String,
 
     /// The image last provisioned successfully.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<Image>,
 
     /// The root device hints in effect.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_device_hints: Option<RootDeviceHints>,
 
     /// The boot mode in effect.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_mode: Option<BootMode>,
 
     /// The RAID layout applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raid: Option<RaidConfig>,
 
     /// The spec.firmware the last preparing applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firmware: Option<FirmwareConfig>,
 
     /// The custom deploy step applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_deploy: Option<CustomDeploy>,
 
     /// The clean, deploy or service step Ironic is running now (bmo's addition).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_step: Option<CurrentStep>,
 }
 
@@ -251,42 +238,37 @@ impl std::fmt::Display for StepKind {
 }
 
 /// A BMC credentials Secret at a given resourceVersion.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CredentialsStatus {
     /// The Secret.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<SecretReference>,
     /// Its resourceVersion at the time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_version: Option<String>,
 }
 
 /// Start and end of the main operations.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct OperationHistory {
     /// Registration.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub register: Option<OperationMetric>,
     /// Inspection.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inspect: Option<OperationMetric>,
     /// Provisioning.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provision: Option<OperationMetric>,
     /// Deprovisioning.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deprovision: Option<OperationMetric>,
 }
 
 /// When one operation started and ended.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct OperationMetric {
     /// Start time; null or absent when it has not started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<Time>,
     /// End time; null or absent while it runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end: Option<Time>,
 }
 
