@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ObjectReference, SecretReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -19,49 +18,44 @@ pub const ASSOCIATED_CONDITION: &str = "Associated";
 /// Condition type: the claim's settings were copied to the host.
 pub const SYNCHRONIZED_CONDITION: &str = "Synchronized";
 
-/// A request for a BareMetalHost that a tenant namespace makes; the host it binds is
-/// then driven through the claim.
-#[serde_with::skip_serializing_none]
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "metal3.io",
-    version = "v1alpha1",
-    kind = "HostClaim",
-    plural = "hostclaims",
-    singular = "hostclaim",
-    namespaced,
-    status = "HostClaimStatus",
-    derive = "PartialEq",
-    doc = "A claim on a BareMetalHost (possibly in another namespace) and what to deploy on it."
-)]
-#[serde(rename_all = "camelCase", remote = "Self")]
-pub struct HostClaimSpec {
-    /// Wanted power state of the claimed host.
-    pub powered_on: bool,
+super::metal3_kind! {
+    /// A request for a BareMetalHost that a tenant namespace makes; the host it binds is
+    /// then driven through the claim.
+    #[kube(
+        kind = "HostClaim",
+        plural = "hostclaims",
+        singular = "hostclaim",
+        status = "HostClaimStatus",
+        doc = "A claim on a BareMetalHost (possibly in another namespace) and what to deploy on it."
+    )]
+    pub struct HostClaimSpec {
+        /// Wanted power state of the claimed host.
+        pub powered_on: bool,
 
-    /// Image to deploy on the host.
-    pub image: Option<Image>,
+        /// Image to deploy on the host.
+        pub image: Option<Image>,
 
-    /// Secret (claim's namespace) with the user data; copied to the host's namespace.
-    pub user_data: Option<SecretReference>,
+        /// Secret (claim's namespace) with the user data; copied to the host's namespace.
+        pub user_data: Option<SecretReference>,
 
-    /// Secret (claim's namespace) with the network data.
-    pub network_data: Option<SecretReference>,
+        /// Secret (claim's namespace) with the network data.
+        pub network_data: Option<SecretReference>,
 
-    /// Secret (claim's namespace) with extra meta data.
-    pub meta_data: Option<SecretReference>,
+        /// Secret (claim's namespace) with extra meta data.
+        pub meta_data: Option<SecretReference>,
 
-    /// Deploy step of a custom deploy ramdisk instead of an image.
-    pub custom_deploy: Option<CustomDeploy>,
+        /// Deploy step of a custom deploy ramdisk instead of an image.
+        pub custom_deploy: Option<CustomDeploy>,
 
-    /// Which hosts may be bound.
-    pub host_selector: Option<HostSelector>,
+        /// Which hosts may be bound.
+        pub host_selector: Option<HostSelector>,
 
-    /// The object using this claim (for example a Cluster API machine).
-    pub consumer_ref: Option<ObjectReference>,
+        /// The object using this claim (for example a Cluster API machine).
+        pub consumer_ref: Option<ObjectReference>,
 
-    /// Failure domain the host must belong to.
-    pub failure_domain: Option<String>,
+        /// Failure domain the host must belong to.
+        pub failure_domain: Option<String>,
+    }
 }
 
 /// Criteria a host must meet to be bound.
@@ -122,25 +116,20 @@ pub struct NamespacedName {
     pub name: String,
 }
 
-/// Which namespaces may claim the BareMetalHosts of the namespace the policy is in.
-#[serde_with::skip_serializing_none]
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "metal3.io",
-    version = "v1alpha1",
-    kind = "HostDeployPolicy",
-    plural = "hostdeploypolicies",
-    singular = "hostdeploypolicy",
-    namespaced,
-    status = "HostDeployPolicyStatus",
-    derive = "PartialEq",
-    doc = "Admits HostClaims from other namespaces to the BareMetalHosts of this namespace."
-)]
-#[serde(rename_all = "camelCase", remote = "Self")]
-pub struct HostDeployPolicySpec {
-    /// Namespaces whose claims are admitted; a namespace must meet every criterion
-    /// given (absent: nothing is admitted).
-    pub host_claim_namespaces: Option<HostClaimNamespaces>,
+super::metal3_kind! {
+    /// Which namespaces may claim the BareMetalHosts of the namespace the policy is in.
+    #[kube(
+        kind = "HostDeployPolicy",
+        plural = "hostdeploypolicies",
+        singular = "hostdeploypolicy",
+        status = "HostDeployPolicyStatus",
+        doc = "Admits HostClaims from other namespaces to the BareMetalHosts of this namespace."
+    )]
+    pub struct HostDeployPolicySpec {
+        /// Namespaces whose claims are admitted; a namespace must meet every criterion
+        /// given (absent: nothing is admitted).
+        pub host_claim_namespaces: Option<HostClaimNamespaces>,
+    }
 }
 
 /// Ways to name the admitted namespaces.
@@ -169,5 +158,3 @@ pub struct NameValuePair {
 /// HostDeployPolicy has no status fields; the subresource exists as upstream's.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct HostDeployPolicyStatus {}
-
-super::spec_may_be_absent!(HostClaimSpec, HostDeployPolicySpec);

@@ -12,7 +12,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -28,24 +27,20 @@ pub const COMPONENTS_VALID: &str = "Valid";
 /// Components named `nic:<id>` are network cards (upstream's prefix).
 pub const NIC_COMPONENT_PREFIX: &str = "nic:";
 
-/// BIOS settings of one host: `spec` holds the wanted values, `status` what the BMC reports.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "metal3.io",
-    version = "v1alpha1",
-    kind = "HostFirmwareSettings",
-    plural = "hostfirmwaresettings",
-    singular = "hostfirmwaresettings",
-    namespaced,
-    status = "HostFirmwareSettingsStatus",
-    derive = "PartialEq",
-    shortname = "hfs",
-    doc = "BIOS settings of the BareMetalHost of the same name: wanted (spec) and current (status)."
-)]
-#[serde(rename_all = "camelCase", remote = "Self")]
-pub struct HostFirmwareSettingsSpec {
-    /// Setting name to wanted value (a string or an integer).
-    pub settings: BTreeMap<String, IntOrString>,
+super::metal3_kind! {
+    /// BIOS settings of one host: `spec` holds the wanted values, `status` what the BMC reports.
+    #[kube(
+        kind = "HostFirmwareSettings",
+        plural = "hostfirmwaresettings",
+        singular = "hostfirmwaresettings",
+        status = "HostFirmwareSettingsStatus",
+        shortname = "hfs",
+        doc = "BIOS settings of the BareMetalHost of the same name: wanted (spec) and current (status)."
+    )]
+    pub struct HostFirmwareSettingsSpec {
+        /// Setting name to wanted value (a string or an integer).
+        pub settings: BTreeMap<String, IntOrString>,
+    }
 }
 
 /// What the BMC reports for the host's BIOS.
@@ -75,30 +70,25 @@ pub struct SchemaReference {
     pub name: String,
 }
 
-/// The settings a hardware model offers, with types and limits. Hosts whose schemas
-/// are identical share one.
-#[serde_with::skip_serializing_none]
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "metal3.io",
-    version = "v1alpha1",
-    kind = "FirmwareSchema",
-    plural = "firmwareschemas",
-    singular = "firmwareschema",
-    namespaced,
-    derive = "PartialEq",
-    doc = "The BIOS settings of a hardware model: type, allowed values, limits, read-only flag."
-)]
-#[serde(rename_all = "camelCase", remote = "Self")]
-pub struct FirmwareSchemaSpec {
-    /// Vendor of the hardware the schema was read from.
-    pub hardware_vendor: Option<String>,
+super::metal3_kind! {
+    /// The settings a hardware model offers, with types and limits. Hosts whose schemas
+    /// are identical share one.
+    #[kube(
+        kind = "FirmwareSchema",
+        plural = "firmwareschemas",
+        singular = "firmwareschema",
+        doc = "The BIOS settings of a hardware model: type, allowed values, limits, read-only flag."
+    )]
+    pub struct FirmwareSchemaSpec {
+        /// Vendor of the hardware the schema was read from.
+        pub hardware_vendor: Option<String>,
 
-    /// Model of the hardware the schema was read from.
-    pub hardware_model: Option<String>,
+        /// Model of the hardware the schema was read from.
+        pub hardware_model: Option<String>,
 
-    /// Setting name to its description.
-    pub schema: BTreeMap<String, SettingSchema>,
+        /// Setting name to its description.
+        pub schema: BTreeMap<String, SettingSchema>,
+    }
 }
 
 /// Type of a BIOS setting.
@@ -142,23 +132,19 @@ pub struct SettingSchema {
     pub unique: Option<bool>,
 }
 
-/// Firmware versions of one host, and the updates to apply.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "metal3.io",
-    version = "v1alpha1",
-    kind = "HostFirmwareComponents",
-    plural = "hostfirmwarecomponents",
-    singular = "hostfirmwarecomponents",
-    namespaced,
-    status = "HostFirmwareComponentsStatus",
-    derive = "PartialEq",
-    doc = "Firmware components of the BareMetalHost of the same name: updates to apply (spec) and versions found (status)."
-)]
-#[serde(rename_all = "camelCase", remote = "Self")]
-pub struct HostFirmwareComponentsSpec {
-    /// Firmware images to flash.
-    pub updates: Vec<FirmwareUpdate>,
+super::metal3_kind! {
+    /// Firmware versions of one host, and the updates to apply.
+    #[kube(
+        kind = "HostFirmwareComponents",
+        plural = "hostfirmwarecomponents",
+        singular = "hostfirmwarecomponents",
+        status = "HostFirmwareComponentsStatus",
+        doc = "Firmware components of the BareMetalHost of the same name: updates to apply (spec) and versions found (status)."
+    )]
+    pub struct HostFirmwareComponentsSpec {
+        /// Firmware images to flash.
+        pub updates: Vec<FirmwareUpdate>,
+    }
 }
 
 /// One firmware image for one component.
@@ -219,31 +205,19 @@ pub enum UpdatePolicy {
     OnReboot,
 }
 
-/// Whether firmware changes may be applied to the provisioned BareMetalHost of the
-/// same name.
-#[serde_with::skip_serializing_none]
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "metal3.io",
-    version = "v1alpha1",
-    kind = "HostUpdatePolicy",
-    plural = "hostupdatepolicies",
-    singular = "hostupdatepolicy",
-    namespaced,
-    derive = "PartialEq",
-    doc = "Whether changed firmware settings and updates run on the provisioned BareMetalHost of the same name."
-)]
-#[serde(rename_all = "camelCase", remote = "Self")]
-pub struct HostUpdatePolicySpec {
-    /// When HostFirmwareSettings changes are applied.
-    pub firmware_settings: Option<UpdatePolicy>,
-    /// When HostFirmwareComponents updates are applied.
-    pub firmware_updates: Option<UpdatePolicy>,
+super::metal3_kind! {
+    /// Whether firmware changes may be applied to the provisioned BareMetalHost of the
+    /// same name.
+    #[kube(
+        kind = "HostUpdatePolicy",
+        plural = "hostupdatepolicies",
+        singular = "hostupdatepolicy",
+        doc = "Whether changed firmware settings and updates run on the provisioned BareMetalHost of the same name."
+    )]
+    pub struct HostUpdatePolicySpec {
+        /// When HostFirmwareSettings changes are applied.
+        pub firmware_settings: Option<UpdatePolicy>,
+        /// When HostFirmwareComponents updates are applied.
+        pub firmware_updates: Option<UpdatePolicy>,
+    }
 }
-
-super::spec_may_be_absent!(
-    HostFirmwareSettingsSpec,
-    FirmwareSchemaSpec,
-    HostFirmwareComponentsSpec,
-    HostUpdatePolicySpec
-);

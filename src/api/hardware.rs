@@ -14,7 +14,9 @@ pub const DHCP_HOSTNAME_PATTERN: &str = r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z
 pub const HARDWARE_DATA_FINALIZER: &str = "baremetalhost.metal3.io/hardwareData";
 
 /// Inspection results of one host; same name and namespace as the host.
-// kube's printcolumn(...) entries repeat keys such as type_ by design.
+// Not `metal3_kind!`: reading a HardwareData needs its spec (no `spec_may_be_absent`),
+// and the kind derives `Default`. kube's printcolumn(...) entries repeat keys such as
+// type_ by design.
 #[allow(clippy::duplicated_attributes)]
 #[serde_with::skip_serializing_none]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -49,6 +49,39 @@ macro_rules! spec_may_be_absent {
 }
 use spec_may_be_absent;
 
+/// Declares the spec of a `metal3.io/v1alpha1` kind around the `#[kube(...)]` entries
+/// that differ (kind, names, status, columns). What every kind shares is here:
+/// namespaced, `PartialEq`, camelCase JSON names, `None` fields left out, and a spec
+/// that may be absent (`remote = "Self"` for [`spec_may_be_absent`]).
+macro_rules! metal3_kind {
+    (
+        $(#[doc = $doc:literal])*
+        #[kube($($kube:tt)*)]
+        pub struct $spec:ident { $($fields:tt)* }
+    ) => {
+        $(#[doc = $doc])*
+        // kube's printcolumn(...) entries repeat keys such as type_ by design.
+        #[allow(clippy::duplicated_attributes)]
+        #[serde_with::skip_serializing_none]
+        #[derive(
+            kube::CustomResource,
+            serde::Serialize,
+            serde::Deserialize,
+            Clone,
+            Debug,
+            Default,
+            PartialEq,
+            schemars::JsonSchema
+        )]
+        #[kube(group = "metal3.io", version = "v1alpha1", namespaced, derive = "PartialEq", $($kube)*)]
+        #[serde(rename_all = "camelCase", remote = "Self")]
+        pub struct $spec { $($fields)* }
+
+        $crate::api::spec_may_be_absent!($spec);
+    };
+}
+use metal3_kind;
+
 pub mod admission;
 pub mod claims;
 pub mod crd;
