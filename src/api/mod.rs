@@ -128,6 +128,10 @@ pub use network::{
     HostNetworkAttachmentSpec,
 };
 
+/// A MAC address, six hex pairs joined by colons: the schema pattern of the MAC fields
+/// of specs. (`status.hardware`'s NIC MAC keeps upstream's unanchored pattern.)
+pub const MAC_ADDRESS_PATTERN: &str = r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$";
+
 /// API group of every bmo resource.
 pub const GROUP: &str = "metal3.io";
 /// API version of every bmo resource.

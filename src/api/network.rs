@@ -9,6 +9,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::api::MAC_ADDRESS_PATTERN;
+
 /// Annotation bmo keeps on each HostNetworkAttachment: the BareMetalHost interfaces
 /// that reference it (`namespace/host[interface]`, comma-separated), empty or absent
 /// when none. The admission policy `bmo-hostnetworkattachment-in-use` refuses changing
@@ -67,7 +69,7 @@ super::metal3_kind! {
 
         /// MAC address of the management interface; matches the switch ID that LLDP and
         /// `spec.networkInterfaces[].switchPort.switchID` report.
-        #[schemars(regex(pattern = r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"))]
+        #[schemars(regex(pattern = MAC_ADDRESS_PATTERN))]
         pub mac_address: String,
 
         /// Driver that configures the switch.

@@ -8,6 +8,8 @@
 
 use k8s_openapi::api::core::v1::{ObjectReference, SecretReference, Taint};
 
+use crate::api::MAC_ADDRESS_PATTERN;
+
 mod queries;
 mod spec;
 mod status;
@@ -143,10 +145,7 @@ super::metal3_kind! {
         /// MAC address of the NIC the host network-boots from (never the BMC's own MAC).
         /// Cannot change once set.
         #[serde(rename = "bootMACAddress")]
-        #[schemars(
-            regex(pattern = r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"),
-            length(max = 17)
-        )]
+        #[schemars(regex(pattern = MAC_ADDRESS_PATTERN), length(max = 17))]
         pub boot_mac_address: Option<String>,
 
         /// Desired power state. In stable states bmo keeps the host's power matching it.

@@ -6,6 +6,8 @@ use std::fmt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::api::MAC_ADDRESS_PATTERN;
+
 /// User data written inline in the spec. `Debug` prints `***`: user data may carry
 /// passwords and keys, and must never reach logs.
 #[derive(Serialize, Deserialize, Clone, Default, PartialEq, Eq, JsonSchema)]
@@ -320,10 +322,7 @@ pub struct NetworkInterface {
     pub name: Option<String>,
 
     /// NIC MAC address as inspection reports it.
-    #[schemars(
-        regex(pattern = r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"),
-        length(max = 17)
-    )]
+    #[schemars(regex(pattern = MAC_ADDRESS_PATTERN), length(max = 17))]
     pub mac_address: Option<String>,
 
     /// The HostNetworkAttachment describing the port configuration.
@@ -351,7 +350,7 @@ pub struct HostNetworkAttachmentRef {
 pub struct SwitchPortIdentifier {
     /// Management MAC address of the switch.
     #[serde(rename = "switchID")]
-    #[schemars(regex(pattern = r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"))]
+    #[schemars(regex(pattern = MAC_ADDRESS_PATTERN))]
     pub switch_id: String,
     /// Port name in the switch's configuration.
     #[serde(rename = "portID")]
