@@ -260,10 +260,6 @@ pub struct Cpu {
 impl HardwareData {
     /// `namespace/name`, for logs and messages.
     pub fn namespaced_name(&self) -> String {
-        format!(
-            "{}/{}",
-            self.metadata.namespace.as_deref().unwrap_or_default(),
-            self.metadata.name.as_deref().unwrap_or_default()
-        )
+        crate::api::namespaced_name(&self.metadata)
     }
 }

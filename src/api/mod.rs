@@ -19,6 +19,8 @@
 //! [`install::install`]), not from kube's derived `BareMetalHost::crd()`, which lacks
 //! the validation rules and upstream's nullable and atomic markers.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
 /// Lets a spec type read an object without `spec` (or with `spec: null`) as the default
 /// spec, as upstream's Go types do (`spec,omitempty`). The type must derive its serde
 /// impls with `#[serde(remote = "Self")]`, which turns them into inherent functions.
@@ -136,3 +138,12 @@ pub const MAC_ADDRESS_PATTERN: &str = r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$";
 pub const GROUP: &str = "metal3.io";
 /// API version of every bmo resource.
 pub const VERSION: &str = "v1alpha1";
+
+/// `namespace/name` of an object, for logs and messages.
+pub fn namespaced_name(metadata: &ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        metadata.namespace.as_deref().unwrap_or_default(),
+        metadata.name.as_deref().unwrap_or_default()
+    )
+}
