@@ -54,7 +54,7 @@ use spec_may_be_absent;
 /// Declares the spec of a `metal3.io/v1alpha1` kind around the `#[kube(...)]` entries
 /// that differ (kind, names, status, columns). What every kind shares is here:
 /// namespaced, `PartialEq`, camelCase JSON names, `None` fields left out, and a spec
-/// that may be absent (`remote = "Self"` for [`spec_may_be_absent`]).
+/// that may be absent (`remote = "Self"` for `spec_may_be_absent!`).
 macro_rules! metal3_kind {
     (
         $(#[doc = $doc:literal])*
