@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ObjectReference, SecretReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -19,59 +18,48 @@ pub const ASSOCIATED_CONDITION: &str = "Associated";
 /// Condition type: the claim's settings were copied to the host.
 pub const SYNCHRONIZED_CONDITION: &str = "Synchronized";
 
-/// A request for a BareMetalHost that a tenant namespace makes; the host it binds is
-/// then driven through the claim.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "metal3.io",
-    version = "v1alpha1",
-    kind = "HostClaim",
-    plural = "hostclaims",
-    singular = "hostclaim",
-    namespaced,
-    status = "HostClaimStatus",
-    derive = "PartialEq",
-    doc = "A claim on a BareMetalHost (possibly in another namespace) and what to deploy on it."
-)]
-#[serde(rename_all = "camelCase", remote = "Self")]
-pub struct HostClaimSpec {
-    /// Wanted power state of the claimed host.
-    pub powered_on: bool,
+super::metal3_kind! {
+    /// A request for a BareMetalHost that a tenant namespace makes; the host it binds is
+    /// then driven through the claim.
+    #[kube(
+        kind = "HostClaim",
+        plural = "hostclaims",
+        singular = "hostclaim",
+        status = "HostClaimStatus",
+        doc = "A claim on a BareMetalHost (possibly in another namespace) and what to deploy on it."
+    )]
+    pub struct HostClaimSpec {
+        /// Wanted power state of the claimed host.
+        pub powered_on: bool,
 
-    /// Image to deploy on the host.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<Image>,
+        /// Image to deploy on the host.
+        pub image: Option<Image>,
 
-    /// Secret (claim's namespace) with the user data; copied to the host's namespace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user_data: Option<SecretReference>,
+        /// Secret (claim's namespace) with the user data; copied to the host's namespace.
+        pub user_data: Option<SecretReference>,
 
-    /// Secret (claim's namespace) with the network data.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network_data: Option<SecretReference>,
+        /// Secret (claim's namespace) with the network data.
+        pub network_data: Option<SecretReference>,
 
-    /// Secret (claim's namespace) with extra meta data.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub meta_data: Option<SecretReference>,
+        /// Secret (claim's namespace) with extra meta data.
+        pub meta_data: Option<SecretReference>,
 
-    /// Deploy step of a custom deploy ramdisk instead of an image.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub custom_deploy: Option<CustomDeploy>,
+        /// Deploy step of a custom deploy ramdisk instead of an image.
+        pub custom_deploy: Option<CustomDeploy>,
 
-    /// Which hosts may be bound.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host_selector: Option<HostSelector>,
+        /// Which hosts may be bound.
+        pub host_selector: Option<HostSelector>,
 
-    /// The object using this claim (for example a Cluster API machine).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub consumer_ref: Option<ObjectReference>,
+        /// The object using this claim (for example a Cluster API machine).
+        pub consumer_ref: Option<ObjectReference>,
 
-    /// Failure domain the host must belong to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure_domain: Option<String>,
+        /// Failure domain the host must belong to.
+        pub failure_domain: Option<String>,
+    }
 }
 
 /// Criteria a host must meet to be bound.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HostSelector {
@@ -84,7 +72,6 @@ pub struct HostSelector {
     pub match_expressions: Vec<HostSelectorRequirement>,
 
     /// Namespace the host must be in.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_namespace: Option<String>,
 }
 
@@ -100,11 +87,11 @@ pub struct HostSelectorRequirement {
 }
 
 /// The bound host as the claim sees it.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HostClaimStatus {
     /// When the status was last copied from the host.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_updated: Option<Time>,
 
     /// `Associated`, `Synchronized`, `Provisioned` and their summary `Ready`.
@@ -112,11 +99,9 @@ pub struct HostClaimStatus {
     pub conditions: Vec<Condition>,
 
     /// The bound host.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bare_metal_host: Option<NamespacedName>,
 
     /// The bound host's HardwareData.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware_data: Option<NamespacedName>,
 
     /// Power state of the bound host.
@@ -131,28 +116,24 @@ pub struct NamespacedName {
     pub name: String,
 }
 
-/// Which namespaces may claim the BareMetalHosts of the namespace the policy is in.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "metal3.io",
-    version = "v1alpha1",
-    kind = "HostDeployPolicy",
-    plural = "hostdeploypolicies",
-    singular = "hostdeploypolicy",
-    namespaced,
-    status = "HostDeployPolicyStatus",
-    derive = "PartialEq",
-    doc = "Admits HostClaims from other namespaces to the BareMetalHosts of this namespace."
-)]
-#[serde(rename_all = "camelCase", remote = "Self")]
-pub struct HostDeployPolicySpec {
-    /// Namespaces whose claims are admitted; a namespace must meet every criterion
-    /// given (absent: nothing is admitted).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host_claim_namespaces: Option<HostClaimNamespaces>,
+super::metal3_kind! {
+    /// Which namespaces may claim the BareMetalHosts of the namespace the policy is in.
+    #[kube(
+        kind = "HostDeployPolicy",
+        plural = "hostdeploypolicies",
+        singular = "hostdeploypolicy",
+        status = "HostDeployPolicyStatus",
+        doc = "Admits HostClaims from other namespaces to the BareMetalHosts of this namespace."
+    )]
+    pub struct HostDeployPolicySpec {
+        /// Namespaces whose claims are admitted; a namespace must meet every criterion
+        /// given (absent: nothing is admitted).
+        pub host_claim_namespaces: Option<HostClaimNamespaces>,
+    }
 }
 
 /// Ways to name the admitted namespaces.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HostClaimNamespaces {
@@ -160,7 +141,6 @@ pub struct HostClaimNamespaces {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub names: Vec<String>,
     /// Regular expression a namespace name must match.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name_matches: Option<String>,
     /// Labels the namespace must carry (a label without value: any value).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -168,15 +148,13 @@ pub struct HostClaimNamespaces {
 }
 
 /// A label name and optional value.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct NameValuePair {
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
 }
 
 /// HostDeployPolicy has no status fields; the subresource exists as upstream's.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct HostDeployPolicyStatus {}
-
-super::spec_may_be_absent!(HostClaimSpec, HostDeployPolicySpec);

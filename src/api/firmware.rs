@@ -12,7 +12,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -28,39 +27,35 @@ pub const COMPONENTS_VALID: &str = "Valid";
 /// Components named `nic:<id>` are network cards (upstream's prefix).
 pub const NIC_COMPONENT_PREFIX: &str = "nic:";
 
-/// BIOS settings of one host: `spec` holds the wanted values, `status` what the BMC reports.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "metal3.io",
-    version = "v1alpha1",
-    kind = "HostFirmwareSettings",
-    plural = "hostfirmwaresettings",
-    singular = "hostfirmwaresettings",
-    namespaced,
-    status = "HostFirmwareSettingsStatus",
-    derive = "PartialEq",
-    shortname = "hfs",
-    doc = "BIOS settings of the BareMetalHost of the same name: wanted (spec) and current (status)."
-)]
-#[serde(rename_all = "camelCase", remote = "Self")]
-pub struct HostFirmwareSettingsSpec {
-    /// Setting name to wanted value (a string or an integer).
-    pub settings: BTreeMap<String, IntOrString>,
+super::metal3_kind! {
+    /// BIOS settings of one host: `spec` holds the wanted values, `status` what the BMC reports.
+    #[kube(
+        kind = "HostFirmwareSettings",
+        plural = "hostfirmwaresettings",
+        singular = "hostfirmwaresettings",
+        status = "HostFirmwareSettingsStatus",
+        shortname = "hfs",
+        doc = "BIOS settings of the BareMetalHost of the same name: wanted (spec) and current (status)."
+    )]
+    pub struct HostFirmwareSettingsSpec {
+        /// Setting name to wanted value (a string or an integer).
+        pub settings: BTreeMap<String, IntOrString>,
+    }
 }
 
 /// What the BMC reports for the host's BIOS.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HostFirmwareSettingsStatus {
     /// The FirmwareSchema that describes these settings.
-    #[serde(default, rename = "schema", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "schema")]
     pub firmware_schema: Option<SchemaReference>,
 
     /// Setting name to current value.
     pub settings: BTreeMap<String, String>,
 
     /// When the settings were last read.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_updated: Option<Time>,
 
     /// `Valid` and `ChangeDetected`.
@@ -75,31 +70,25 @@ pub struct SchemaReference {
     pub name: String,
 }
 
-/// The settings a hardware model offers, with types and limits. Hosts whose schemas
-/// are identical share one.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "metal3.io",
-    version = "v1alpha1",
-    kind = "FirmwareSchema",
-    plural = "firmwareschemas",
-    singular = "firmwareschema",
-    namespaced,
-    derive = "PartialEq",
-    doc = "The BIOS settings of a hardware model: type, allowed values, limits, read-only flag."
-)]
-#[serde(rename_all = "camelCase", remote = "Self")]
-pub struct FirmwareSchemaSpec {
-    /// Vendor of the hardware the schema was read from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hardware_vendor: Option<String>,
+super::metal3_kind! {
+    /// The settings a hardware model offers, with types and limits. Hosts whose schemas
+    /// are identical share one.
+    #[kube(
+        kind = "FirmwareSchema",
+        plural = "firmwareschemas",
+        singular = "firmwareschema",
+        doc = "The BIOS settings of a hardware model: type, allowed values, limits, read-only flag."
+    )]
+    pub struct FirmwareSchemaSpec {
+        /// Vendor of the hardware the schema was read from.
+        pub hardware_vendor: Option<String>,
 
-    /// Model of the hardware the schema was read from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hardware_model: Option<String>,
+        /// Model of the hardware the schema was read from.
+        pub hardware_model: Option<String>,
 
-    /// Setting name to its description.
-    pub schema: BTreeMap<String, SettingSchema>,
+        /// Setting name to its description.
+        pub schema: BTreeMap<String, SettingSchema>,
+    }
 }
 
 /// Type of a BIOS setting.
@@ -113,11 +102,11 @@ pub enum SettingType {
 }
 
 /// What one BIOS setting accepts. Ironic's own field names (snake case), as upstream.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub struct SettingSchema {
     /// Value type.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attribute_type: Option<SettingType>,
 
     /// The values an Enumeration setting takes.
@@ -125,47 +114,37 @@ pub struct SettingSchema {
     pub allowable_values: Vec<String>,
 
     /// Smallest value of an Integer setting.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lower_bound: Option<i64>,
 
     /// Largest value of an Integer setting.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upper_bound: Option<i64>,
 
     /// Shortest value of a String setting.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_length: Option<i64>,
 
     /// Longest value of a String setting.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_length: Option<i64>,
 
     /// The setting cannot be changed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_only: Option<bool>,
 
     /// The value must be unique among hosts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unique: Option<bool>,
 }
 
-/// Firmware versions of one host, and the updates to apply.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "metal3.io",
-    version = "v1alpha1",
-    kind = "HostFirmwareComponents",
-    plural = "hostfirmwarecomponents",
-    singular = "hostfirmwarecomponents",
-    namespaced,
-    status = "HostFirmwareComponentsStatus",
-    derive = "PartialEq",
-    doc = "Firmware components of the BareMetalHost of the same name: updates to apply (spec) and versions found (status)."
-)]
-#[serde(rename_all = "camelCase", remote = "Self")]
-pub struct HostFirmwareComponentsSpec {
-    /// Firmware images to flash.
-    pub updates: Vec<FirmwareUpdate>,
+super::metal3_kind! {
+    /// Firmware versions of one host, and the updates to apply.
+    #[kube(
+        kind = "HostFirmwareComponents",
+        plural = "hostfirmwarecomponents",
+        singular = "hostfirmwarecomponents",
+        status = "HostFirmwareComponentsStatus",
+        doc = "Firmware components of the BareMetalHost of the same name: updates to apply (spec) and versions found (status)."
+    )]
+    pub struct HostFirmwareComponentsSpec {
+        /// Firmware images to flash.
+        pub updates: Vec<FirmwareUpdate>,
+    }
 }
 
 /// One firmware image for one component.
@@ -178,6 +157,7 @@ pub struct FirmwareUpdate {
 }
 
 /// Firmware state of the host.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HostFirmwareComponentsStatus {
@@ -190,7 +170,6 @@ pub struct HostFirmwareComponentsStatus {
     pub components: Vec<FirmwareComponentStatus>,
 
     /// When the components were last read.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_updated: Option<Time>,
 
     /// `Valid` and `ChangeDetected`.
@@ -199,6 +178,7 @@ pub struct HostFirmwareComponentsStatus {
 }
 
 /// Versions of one firmware component.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FirmwareComponentStatus {
@@ -207,13 +187,10 @@ pub struct FirmwareComponentStatus {
     /// Version found when the host was first seen.
     pub initial_version: String,
     /// Version running now.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_version: Option<String>,
     /// Version of the last image flashed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_version_flashed: Option<String>,
     /// When the component was last flashed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Time>,
 }
 
@@ -228,32 +205,19 @@ pub enum UpdatePolicy {
     OnReboot,
 }
 
-/// Whether firmware changes may be applied to the provisioned BareMetalHost of the
-/// same name.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "metal3.io",
-    version = "v1alpha1",
-    kind = "HostUpdatePolicy",
-    plural = "hostupdatepolicies",
-    singular = "hostupdatepolicy",
-    namespaced,
-    derive = "PartialEq",
-    doc = "Whether changed firmware settings and updates run on the provisioned BareMetalHost of the same name."
-)]
-#[serde(rename_all = "camelCase", remote = "Self")]
-pub struct HostUpdatePolicySpec {
-    /// When HostFirmwareSettings changes are applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub firmware_settings: Option<UpdatePolicy>,
-    /// When HostFirmwareComponents updates are applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub firmware_updates: Option<UpdatePolicy>,
+super::metal3_kind! {
+    /// Whether firmware changes may be applied to the provisioned BareMetalHost of the
+    /// same name.
+    #[kube(
+        kind = "HostUpdatePolicy",
+        plural = "hostupdatepolicies",
+        singular = "hostupdatepolicy",
+        doc = "Whether changed firmware settings and updates run on the provisioned BareMetalHost of the same name."
+    )]
+    pub struct HostUpdatePolicySpec {
+        /// When HostFirmwareSettings changes are applied.
+        pub firmware_settings: Option<UpdatePolicy>,
+        /// When HostFirmwareComponents updates are applied.
+        pub firmware_updates: Option<UpdatePolicy>,
+    }
 }
-
-super::spec_may_be_absent!(
-    HostFirmwareSettingsSpec,
-    FirmwareSchemaSpec,
-    HostFirmwareComponentsSpec,
-    HostUpdatePolicySpec
-);

@@ -14,8 +14,11 @@ pub const DHCP_HOSTNAME_PATTERN: &str = r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z
 pub const HARDWARE_DATA_FINALIZER: &str = "baremetalhost.metal3.io/hardwareData";
 
 /// Inspection results of one host; same name and namespace as the host.
-// kube's printcolumn(...) entries repeat keys such as type_ by design.
+// Not `metal3_kind!`: reading a HardwareData needs its spec (no `spec_may_be_absent`),
+// and the kind derives `Default`. kube's printcolumn(...) entries repeat keys such as
+// type_ by design.
 #[allow(clippy::duplicated_attributes)]
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "metal3.io",
@@ -37,24 +40,21 @@ pub const HARDWARE_DATA_FINALIZER: &str = "baremetalhost.metal3.io/hardwareData"
 )]
 pub struct HardwareDataSpec {
     /// What inspection found.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware: Option<HardwareDetails>,
 }
 
 /// Hardware found by inspection.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HardwareDetails {
     /// Maker, product and serial number of the machine.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_vendor: Option<HardwareSystemVendor>,
 
     /// System firmware.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firmware: Option<Firmware>,
 
     /// Memory in MiB.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ram_mebibytes: Option<i64>,
 
     /// Network interfaces; a NIC with both IPv4 and IPv6 addresses appears once per
@@ -67,75 +67,65 @@ pub struct HardwareDetails {
     pub storage: Vec<Storage>,
 
     /// Processors.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<Cpu>,
 
     /// Hostname the operating system of the inspection ramdisk reported.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
 }
 
 /// Who made the machine.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HardwareSystemVendor {
     /// Manufacturer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manufacturer: Option<String>,
     /// Product name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub product_name: Option<String>,
     /// Serial number.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serial_number: Option<String>,
 }
 
 /// System firmware.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct Firmware {
     /// The BIOS or UEFI firmware.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bios: Option<Bios>,
 }
 
 /// BIOS or UEFI firmware release.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct Bios {
     /// Release date.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub date: Option<String>,
     /// Vendor.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vendor: Option<String>,
     /// Version.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
 }
 
 /// One network interface.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Nic {
     /// Interface name, e.g. eno1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
 
     /// PCI vendor and product IDs, e.g. "0x8086 0x1572".
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
 
     /// MAC address.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}"))]
     pub mac: Option<String>,
 
     /// One IP address (IPv4 or IPv6) seen on the interface.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip: Option<String>,
 
     /// Link speed in Gbit/s. Absent when the speed is unknown (bmo never reports a
     /// made-up 0).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speed_gbps: Option<i64>,
 
     /// VLANs seen on the interface.
@@ -143,7 +133,6 @@ pub struct Nic {
     pub vlans: Vec<Vlan>,
 
     /// Untagged VLAN ID.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 4094))]
     pub vlan_id: Option<i32>,
 
@@ -152,48 +141,41 @@ pub struct Nic {
     pub pxe: bool,
 
     /// What the neighbouring switch announced over LLDP.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lldp: Option<Lldp>,
 
     /// PCI address, e.g. 0000:3b:00.0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pci_address: Option<String>,
 
     /// bmo addition: the hostname this NIC's DHCP client sent (option 12) when it asked
     /// bmo's DHCP server for an address, kept only if it is a valid host name. Kept
     /// apart from hardware.hostname, which is what the operating system reported.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = DHCP_HOSTNAME_PATTERN), length(max = 253))]
     pub dhcp_hostname: Option<String>,
 }
 
 /// A VLAN on a NIC.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct Vlan {
     /// 802.1Q VLAN ID.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 4094))]
     pub id: Option<i32>,
     /// VLAN name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
 }
 
 /// LLDP data received on a NIC.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct Lldp {
     /// Switch chassis ID.
-    #[serde(default, rename = "switchID", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "switchID")]
     pub switch_id: Option<String>,
     /// Switch port ID.
-    #[serde(default, rename = "portID", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "portID")]
     pub port_id: Option<String>,
     /// Switch system name.
-    #[serde(
-        default,
-        rename = "switchSystemName",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "switchSystemName")]
     pub switch_system_name: Option<String>,
 }
 
@@ -213,11 +195,11 @@ pub enum DiskType {
 }
 
 /// One disk.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Storage {
     /// Device name, a stable by-path link when there is one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
 
     /// Other names of the same device, e.g. /dev/sda (not stable across boots).
@@ -229,70 +211,55 @@ pub struct Storage {
     pub rotational: bool,
 
     /// HDD, SSD or NVME.
-    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "type")]
     pub disk_type: Option<DiskType>,
 
     /// Size in bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size_bytes: Option<i64>,
 
     /// Vendor.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vendor: Option<String>,
 
     /// Model.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
 
     /// Serial number.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serial_number: Option<String>,
 
     /// World Wide Name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wwn: Option<String>,
 
     /// Vendor extension of the World Wide Name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wwn_vendor_extension: Option<String>,
 
     /// World Wide Name with the vendor extension.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wwn_with_extension: Option<String>,
 
     /// SCSI address host:channel:target:lun.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hctl: Option<String>,
 }
 
 /// Processors.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Cpu {
     /// Architecture, e.g. x86_64.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arch: Option<String>,
     /// Model name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Clock speed in MHz.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock_megahertz: Option<f64>,
     /// CPU feature flags, sorted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flags: Vec<String>,
     /// Number of logical CPUs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<i64>,
 }
 
 impl HardwareData {
     /// `namespace/name`, for logs and messages.
     pub fn namespaced_name(&self) -> String {
-        format!(
-            "{}/{}",
-            self.metadata.namespace.as_deref().unwrap_or_default(),
-            self.metadata.name.as_deref().unwrap_or_default()
-        )
+        crate::api::namespaced_name(&self.metadata)
     }
 }

@@ -5,7 +5,6 @@
 //! `controller::dataimage`; no controller acts on PreprovisioningImages yet.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -16,39 +15,33 @@ pub const IMAGE_READY: &str = "Ready";
 /// Condition type: building the PreprovisioningImage failed.
 pub const IMAGE_ERROR: &str = "Error";
 
-/// An ISO to attach to the BareMetalHost of the same name as virtual media.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "metal3.io",
-    version = "v1alpha1",
-    kind = "DataImage",
-    plural = "dataimages",
-    singular = "dataimage",
-    namespaced,
-    status = "DataImageStatus",
-    derive = "PartialEq",
-    doc = "An ISO attached as virtual media to the BareMetalHost of the same name."
-)]
-#[serde(rename_all = "camelCase", remote = "Self")]
-pub struct DataImageSpec {
-    /// Where the BMC downloads the ISO from.
-    pub url: String,
+super::metal3_kind! {
+    /// An ISO to attach to the BareMetalHost of the same name as virtual media.
+    #[kube(
+        kind = "DataImage",
+        plural = "dataimages",
+        singular = "dataimage",
+        status = "DataImageStatus",
+        doc = "An ISO attached as virtual media to the BareMetalHost of the same name."
+    )]
+    pub struct DataImageSpec {
+        /// Where the BMC downloads the ISO from.
+        pub url: String,
+    }
 }
 
 /// What is attached now.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DataImageStatus {
     /// When the image was last reconciled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_reconciled: Option<Time>,
 
     /// The image attached to the host.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attached_image: Option<AttachedImageReference>,
 
     /// The last failure to attach or detach.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<DataImageError>,
 }
 
@@ -77,75 +70,64 @@ pub enum PreprovisioningImageFormat {
     Initrd,
 }
 
-/// The deploy image built for the BareMetalHost of the same name.
-// kube's printcolumn(...) entries repeat keys such as type_ by design.
-#[allow(clippy::duplicated_attributes)]
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "metal3.io",
-    version = "v1alpha1",
-    kind = "PreprovisioningImage",
-    plural = "preprovisioningimages",
-    singular = "preprovisioningimage",
-    namespaced,
-    status = "PreprovisioningImageStatus",
-    derive = "PartialEq",
-    shortname = "ppimg",
-    doc = "The deploy ramdisk or ISO for the BareMetalHost of the same name, with its network data built in.",
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type=='Ready')].status",
-        description = "Whether the image can be used"
-    ),
-    printcolumn(
-        name = "Reason",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type=='Ready')].reason",
-        description = "Why the image is or is not ready"
-    )
-)]
-#[serde(rename_all = "camelCase", remote = "Self")]
-pub struct PreprovisioningImageSpec {
-    /// Secret with the network data to build into the image.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network_data_name: Option<String>,
+super::metal3_kind! {
+    /// The deploy image built for the BareMetalHost of the same name.
+    #[kube(
+        kind = "PreprovisioningImage",
+        plural = "preprovisioningimages",
+        singular = "preprovisioningimage",
+        status = "PreprovisioningImageStatus",
+        shortname = "ppimg",
+        doc = "The deploy ramdisk or ISO for the BareMetalHost of the same name, with its network data built in.",
+        printcolumn(
+            name = "Ready",
+            type_ = "string",
+            json_path = ".status.conditions[?(@.type=='Ready')].status",
+            description = "Whether the image can be used"
+        ),
+        printcolumn(
+            name = "Reason",
+            type_ = "string",
+            json_path = ".status.conditions[?(@.type=='Ready')].reason",
+            description = "Why the image is or is not ready"
+        )
+    )]
+    pub struct PreprovisioningImageSpec {
+        /// Secret with the network data to build into the image.
+        pub network_data_name: Option<String>,
 
-    /// CPU architecture the image is for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub architecture: Option<String>,
+        /// CPU architecture the image is for.
+        pub architecture: Option<String>,
 
-    /// Formats the host can boot, in order of preference.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub accept_formats: Vec<PreprovisioningImageFormat>,
+        /// Formats the host can boot, in order of preference.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub accept_formats: Vec<PreprovisioningImageFormat>,
+    }
 }
 
 /// The built image.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PreprovisioningImageStatus {
     /// URL of the ISO or initramfs.
-    #[serde(default, rename = "imageUrl", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "imageUrl")]
     pub image_url: Option<String>,
 
     /// URL of the kernel (initrd format only).
-    #[serde(default, rename = "kernelUrl", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "kernelUrl")]
     pub kernel_url: Option<String>,
 
     /// Kernel command line the image needs (initrd format only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra_kernel_params: Option<String>,
 
     /// Format of the image.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<PreprovisioningImageFormat>,
 
     /// The network data Secret built in, and its resource version.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_data: Option<SecretStatus>,
 
     /// CPU architecture of the image.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub architecture: Option<String>,
 
     /// `Ready` and `Error`.
@@ -154,15 +136,12 @@ pub struct PreprovisioningImageStatus {
 }
 
 /// A Secret at a given version.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct SecretStatus {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
 }
-
-super::spec_may_be_absent!(DataImageSpec, PreprovisioningImageSpec);
 
 /// The CPU architecture of this machine as `uname -m` names it: upstream's default
 /// for hosts that name none.

@@ -3,7 +3,9 @@
 //!
 //! The types are wire-compatible with upstream metal3 (same JSON names, enums, defaults
 //! and required fields), so existing manifests and tools keep working. bmo's additions
-//! are optional fields, marked as such in docs/api.md.
+//! are optional fields, marked as such in docs/api.md. An `Option` field is left out of
+//! the JSON when `None` (`#[serde_with::skip_serializing_none]` on its struct, upstream's
+//! `omitempty`), and a missing one reads as `None`.
 //!
 //! - [`host`]: `BareMetalHost` (spec, status and every nested type).
 //! - [`hardware`]: `HardwareDetails` (inspection results) and the `HardwareData` resource.
@@ -16,6 +18,8 @@
 //! Install the CRDs from [`crd::baremetalhost_crd`] / [`crd::hardwaredata_crd`] (or
 //! [`install::install`]), not from kube's derived `BareMetalHost::crd()`, which lacks
 //! the validation rules and upstream's nullable and atomic markers.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Lets a spec type read an object without `spec` (or with `spec: null`) as the default
 /// spec, as upstream's Go types do (`spec,omitempty`). The type must derive its serde
@@ -46,6 +50,39 @@ macro_rules! spec_may_be_absent {
     )+};
 }
 use spec_may_be_absent;
+
+/// Declares the spec of a `metal3.io/v1alpha1` kind around the `#[kube(...)]` entries
+/// that differ (kind, names, status, columns). What every kind shares is here:
+/// namespaced, `PartialEq`, camelCase JSON names, `None` fields left out, and a spec
+/// that may be absent (`remote = "Self"` for `spec_may_be_absent!`).
+macro_rules! metal3_kind {
+    (
+        $(#[doc = $doc:literal])*
+        #[kube($($kube:tt)*)]
+        pub struct $spec:ident { $($fields:tt)* }
+    ) => {
+        $(#[doc = $doc])*
+        // kube's printcolumn(...) entries repeat keys such as type_ by design.
+        #[allow(clippy::duplicated_attributes)]
+        #[serde_with::skip_serializing_none]
+        #[derive(
+            kube::CustomResource,
+            serde::Serialize,
+            serde::Deserialize,
+            Clone,
+            Debug,
+            Default,
+            PartialEq,
+            schemars::JsonSchema
+        )]
+        #[kube(group = "metal3.io", version = "v1alpha1", namespaced, derive = "PartialEq", $($kube)*)]
+        #[serde(rename_all = "camelCase", remote = "Self")]
+        pub struct $spec { $($fields)* }
+
+        $crate::api::spec_may_be_absent!($spec);
+    };
+}
+use metal3_kind;
 
 pub mod admission;
 pub mod claims;
@@ -93,7 +130,20 @@ pub use network::{
     HostNetworkAttachmentSpec,
 };
 
+/// A MAC address, six hex pairs joined by colons: the schema pattern of the MAC fields
+/// of specs. (`status.hardware`'s NIC MAC keeps upstream's unanchored pattern.)
+pub const MAC_ADDRESS_PATTERN: &str = r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$";
+
 /// API group of every bmo resource.
 pub const GROUP: &str = "metal3.io";
 /// API version of every bmo resource.
 pub const VERSION: &str = "v1alpha1";
+
+/// `namespace/name` of an object, for logs and messages.
+pub fn namespaced_name(metadata: &ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        metadata.namespace.as_deref().unwrap_or_default(),
+        metadata.name.as_deref().unwrap_or_default()
+    )
+}

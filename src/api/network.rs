@@ -6,9 +6,10 @@
 
 use k8s_openapi::api::core::v1::SecretReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::api::MAC_ADDRESS_PATTERN;
 
 /// Annotation bmo keeps on each HostNetworkAttachment: the BareMetalHost interfaces
 /// that reference it (`namespace/host[interface]`, comma-separated), empty or absent
@@ -28,75 +29,67 @@ pub enum SwitchDriver {
     GenericSwitch,
 }
 
-/// A switch that Ironic's networking configures for the hosts cabled to it.
-// kube's printcolumn(...) entries repeat keys such as type_ by design.
-#[allow(clippy::duplicated_attributes)]
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "metal3.io",
-    version = "v1alpha1",
-    kind = "BareMetalSwitch",
-    plural = "baremetalswitches",
-    singular = "baremetalswitch",
-    namespaced,
-    status = "BareMetalSwitchStatus",
-    derive = "PartialEq",
-    shortname = "bms",
-    doc = "A switch configured for the BareMetalHosts cabled to it.",
-    printcolumn(
-        name = "Driver",
-        type_ = "string",
-        json_path = ".spec.driver",
-        description = "Driver that configures the switch"
-    ),
-    printcolumn(
-        name = "Device Type",
-        type_ = "string",
-        json_path = ".spec.deviceType",
-        description = "Kind of switch, as the driver names it"
-    ),
-    printcolumn(
-        name = "Address",
-        type_ = "string",
-        json_path = ".spec.address",
-        description = "Management address"
-    ),
-    printcolumn(
-        name = "Valid",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Valid\")].status",
-        description = "Whether the switch is usable"
-    )
-)]
-#[serde(rename_all = "camelCase", remote = "Self")]
-pub struct BareMetalSwitchSpec {
-    /// Management address (host name or IP).
-    pub address: String,
+super::metal3_kind! {
+    /// A switch that Ironic's networking configures for the hosts cabled to it.
+    #[kube(
+        kind = "BareMetalSwitch",
+        plural = "baremetalswitches",
+        singular = "baremetalswitch",
+        status = "BareMetalSwitchStatus",
+        shortname = "bms",
+        doc = "A switch configured for the BareMetalHosts cabled to it.",
+        printcolumn(
+            name = "Driver",
+            type_ = "string",
+            json_path = ".spec.driver",
+            description = "Driver that configures the switch"
+        ),
+        printcolumn(
+            name = "Device Type",
+            type_ = "string",
+            json_path = ".spec.deviceType",
+            description = "Kind of switch, as the driver names it"
+        ),
+        printcolumn(
+            name = "Address",
+            type_ = "string",
+            json_path = ".spec.address",
+            description = "Management address"
+        ),
+        printcolumn(
+            name = "Valid",
+            type_ = "string",
+            json_path = ".status.conditions[?(@.type==\"Valid\")].status",
+            description = "Whether the switch is usable"
+        )
+    )]
+    pub struct BareMetalSwitchSpec {
+        /// Management address (host name or IP).
+        pub address: String,
 
-    /// MAC address of the management interface; matches the switch ID that LLDP and
-    /// `spec.networkInterfaces[].switchPort.switchID` report.
-    #[schemars(regex(pattern = r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"))]
-    pub mac_address: String,
+        /// MAC address of the management interface; matches the switch ID that LLDP and
+        /// `spec.networkInterfaces[].switchPort.switchID` report.
+        #[schemars(regex(pattern = MAC_ADDRESS_PATTERN))]
+        pub mac_address: String,
 
-    /// Driver that configures the switch.
-    #[serde(default)]
-    pub driver: SwitchDriver,
+        /// Driver that configures the switch.
+        #[serde(default)]
+        pub driver: SwitchDriver,
 
-    /// Kind of switch as the driver names it (e.g. netmiko_cisco_ios).
-    pub device_type: String,
+        /// Kind of switch as the driver names it (e.g. netmiko_cisco_ios).
+        pub device_type: String,
 
-    /// Secret with the credentials for the switch.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub credentials: Option<SecretReference>,
+        /// Secret with the credentials for the switch.
+        pub credentials: Option<SecretReference>,
 
-    /// Management port (SSH) when not the default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 65535))]
-    pub port: Option<i32>,
+        /// Management port (SSH) when not the default.
+        #[schemars(range(min = 1, max = 65535))]
+        pub port: Option<i32>,
 
-    /// Accept any TLS certificate from the switch. Insecure.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub disable_certificate_verification: bool,
+        /// Accept any TLS certificate from the switch. Insecure.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub disable_certificate_verification: bool,
+    }
 }
 
 /// What bmo found about the switch.
@@ -120,62 +113,53 @@ pub enum SwitchPortMode {
     Hybrid,
 }
 
-/// Switch-port settings that BareMetalHost NICs reference.
-// kube's printcolumn(...) entries repeat keys such as type_ by design.
-#[allow(clippy::duplicated_attributes)]
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "metal3.io",
-    version = "v1alpha1",
-    kind = "HostNetworkAttachment",
-    plural = "hostnetworkattachments",
-    singular = "hostnetworkattachment",
-    namespaced,
-    derive = "PartialEq",
-    doc = "Switch-port settings (mode, VLANs, MTU) for the BareMetalHost NICs that reference it.",
-    printcolumn(
-        name = "Mode",
-        type_ = "string",
-        json_path = ".spec.mode",
-        description = "Switch-port mode"
-    ),
-    printcolumn(
-        name = "Native VLAN",
-        type_ = "integer",
-        json_path = ".spec.nativeVLAN",
-        description = "Untagged VLAN"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp",
-        description = "Time since the attachment was created"
-    )
-)]
-#[serde(rename_all = "camelCase", remote = "Self")]
-pub struct HostNetworkAttachmentSpec {
-    /// Switch-port mode.
-    #[serde(default)]
-    pub mode: SwitchPortMode,
-
-    /// Untagged VLAN.
-    #[serde(rename = "nativeVLAN")]
-    #[schemars(range(min = 1, max = 4094))]
-    pub native_vlan: i64,
-
-    /// Tagged VLANs (trunk and hybrid modes): IDs (`100`) or ranges (`200-210`).
-    #[serde(
-        default,
-        rename = "allowedVLANs",
-        skip_serializing_if = "Vec::is_empty"
+super::metal3_kind! {
+    /// Switch-port settings that BareMetalHost NICs reference.
+    #[kube(
+        kind = "HostNetworkAttachment",
+        plural = "hostnetworkattachments",
+        singular = "hostnetworkattachment",
+        doc = "Switch-port settings (mode, VLANs, MTU) for the BareMetalHost NICs that reference it.",
+        printcolumn(
+            name = "Mode",
+            type_ = "string",
+            json_path = ".spec.mode",
+            description = "Switch-port mode"
+        ),
+        printcolumn(
+            name = "Native VLAN",
+            type_ = "integer",
+            json_path = ".spec.nativeVLAN",
+            description = "Untagged VLAN"
+        ),
+        printcolumn(
+            name = "Age",
+            type_ = "date",
+            json_path = ".metadata.creationTimestamp",
+            description = "Time since the attachment was created"
+        )
     )]
-    #[schemars(inner(regex(pattern = r"^\d+(-\d+)?$")))]
-    pub allowed_vlans: Vec<String>,
+    pub struct HostNetworkAttachmentSpec {
+        /// Switch-port mode.
+        #[serde(default)]
+        pub mode: SwitchPortMode,
 
-    /// MTU of the port.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 68, max = 9216))]
-    pub mtu: Option<i64>,
+        /// Untagged VLAN.
+        #[serde(rename = "nativeVLAN")]
+        #[schemars(range(min = 1, max = 4094))]
+        pub native_vlan: i64,
+
+        /// Tagged VLANs (trunk and hybrid modes): IDs (`100`) or ranges (`200-210`).
+        #[serde(
+            default,
+            rename = "allowedVLANs",
+            skip_serializing_if = "Vec::is_empty"
+        )]
+        #[schemars(inner(regex(pattern = r"^\d+(-\d+)?$")))]
+        pub allowed_vlans: Vec<String>,
+
+        /// MTU of the port.
+        #[schemars(range(min = 68, max = 9216))]
+        pub mtu: Option<i64>,
+    }
 }
-
-super::spec_may_be_absent!(BareMetalSwitchSpec, HostNetworkAttachmentSpec);

@@ -163,33 +163,33 @@ fn attachment_in_use() -> Policy {
          && oldObject.metadata.annotations['{key}'] != ''"
     );
     let users = format!("oldObject.metadata.annotations['{key}']");
-    let unchanged_spec = Validation {
-        expression: format!(
-            "request.operation != 'UPDATE' || !({in_use}) || (has(object.spec) == has(oldObject.spec) \
-             && (!has(object.spec) || object.spec == oldObject.spec))"
-        ),
-        message: Some(
-            "HostNetworkAttachment spec is immutable while BareMetalHost interfaces reference it"
-                .into(),
-        ),
-        message_expression: Some(format!(
-            "'HostNetworkAttachment spec is immutable while referenced by BareMetalHost interfaces: ' + {users} \
-             + '; remove those references from the hosts\\' spec.networkInterfaces first'"
-        )),
-        reason: Some("Invalid".into()),
-    };
-    let no_delete = Validation {
-        expression: format!("request.operation != 'DELETE' || !({in_use})"),
-        message: Some(
-            "cannot delete a HostNetworkAttachment while BareMetalHost interfaces reference it"
-                .into(),
-        ),
-        message_expression: Some(format!(
-            "'cannot delete attachment while referenced by BareMetalHost interfaces: ' + {users} \
-             + '; remove those references from the hosts\\' spec.networkInterfaces first'"
-        )),
-        reason: Some("Forbidden".into()),
-    };
+    // `operation` is refused while the annotation names users (unless `allowed`
+    // holds); `listed` leads the message that names them.
+    let refused_while_in_use =
+        |operation: &str, allowed: &str, message: &str, listed: &str, reason: &str| Validation {
+            expression: format!("request.operation != '{operation}' || !({in_use}){allowed}"),
+            message: Some(message.into()),
+            message_expression: Some(format!(
+                "'{listed}: ' + {users} \
+                 + '; remove those references from the hosts\\' spec.networkInterfaces first'"
+            )),
+            reason: Some(reason.into()),
+        };
+    let unchanged_spec = refused_while_in_use(
+        "UPDATE",
+        " || (has(object.spec) == has(oldObject.spec) \
+         && (!has(object.spec) || object.spec == oldObject.spec))",
+        "HostNetworkAttachment spec is immutable while BareMetalHost interfaces reference it",
+        "HostNetworkAttachment spec is immutable while referenced by BareMetalHost interfaces",
+        "Invalid",
+    );
+    let no_delete = refused_while_in_use(
+        "DELETE",
+        "",
+        "cannot delete a HostNetworkAttachment while BareMetalHost interfaces reference it",
+        "cannot delete attachment while referenced by BareMetalHost interfaces",
+        "Forbidden",
+    );
     policy(
         "admission/hostnetworkattachment-in-use.yaml",
         ATTACHMENT_IN_USE_POLICY,

@@ -7,9 +7,8 @@
 //! status, `queries` the questions controllers ask of a host. All are re-exported here.
 
 use k8s_openapi::api::core::v1::{ObjectReference, SecretReference, Taint};
-use kube::CustomResource;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+
+use crate::api::MAC_ADDRESS_PATTERN;
 
 mod queries;
 mod spec;
@@ -62,191 +61,155 @@ pub const REBOOT_ANNOTATION_PREFIX: &str = "reboot.metal3.io";
 pub const ALLOW_DELETE_WHILE_CONSUMED_ANNOTATION: &str =
     "baremetalhost.metal3.io/allow-delete-while-consumed";
 
-/// Desired state of a bare-metal host.
-// kube's printcolumn(...) entries repeat keys such as type_ by design.
-#[allow(clippy::duplicated_attributes)]
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "metal3.io",
-    version = "v1alpha1",
-    kind = "BareMetalHost",
-    plural = "baremetalhosts",
-    singular = "baremetalhost",
-    namespaced,
-    status = "BareMetalHostStatus",
-    derive = "PartialEq",
-    shortname = "bmh",
-    shortname = "bmhost",
-    doc = "A physical server managed through its BMC: how to reach it, what to deploy on it, and what bmo observed.",
-    printcolumn(
-        name = "Status",
-        type_ = "string",
-        json_path = ".status.operationalStatus",
-        description = "Operational status",
-        priority = 1
-    ),
-    printcolumn(
-        name = "State",
-        type_ = "string",
-        json_path = ".status.provisioning.state",
-        description = "Provisioning state"
-    ),
-    printcolumn(
-        name = "Consumer",
-        type_ = "string",
-        json_path = ".spec.consumerRef.name",
-        description = "Object using this host"
-    ),
-    printcolumn(
-        name = "BMC",
-        type_ = "string",
-        json_path = ".spec.bmc.address",
-        description = "BMC address",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Online",
-        type_ = "string",
-        json_path = ".spec.online",
-        description = "Whether the host should be powered on"
-    ),
-    printcolumn(
-        name = "Error",
-        type_ = "string",
-        json_path = ".status.errorType",
-        description = "Kind of the last error"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp",
-        description = "Time since the host was created"
-    )
-)]
-// `remote = "Self"` turns the derived (de)serializers into inherent functions, so the
-// trait impls below can accept a missing `spec` (upstream's `demo-discovered`).
-#[serde(rename_all = "camelCase", remote = "Self")]
-pub struct BareMetalHostSpec {
-    /// Deprecated and never implemented: taints meant for the Machine using this host.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub taints: Vec<Taint>,
-
-    /// How to reach the host's baseboard management controller.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bmc: Option<BmcDetails>,
-
-    /// RAID layout to build while preparing the host. Absent: the current layout is
-    /// left alone. Hardware and software volumes are mutually exclusive.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub raid: Option<RaidConfig>,
-
-    /// Deprecated BIOS switches, applied while preparing under the vendor's own
-    /// setting names (Dell, HPE); prefer a HostFirmwareSettings resource.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub firmware: Option<FirmwareConfig>,
-
-    /// Deprecated hardware profile name (unknown, libvirt, dell, dell-raid, openstack,
-    /// empty); only chooses default root device hints. Prefer rootDeviceHints.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hardware_profile: Option<String>,
-
-    /// Which disk receives the image. Without hints the profile's default is used.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub root_device_hints: Option<RootDeviceHints>,
-
-    /// Firmware boot mode; UEFI when unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub boot_mode: Option<BootMode>,
-
-    /// MAC address of the NIC the host network-boots from (never the BMC's own MAC).
-    /// Cannot change once set.
-    #[serde(
-        default,
-        rename = "bootMACAddress",
-        skip_serializing_if = "Option::is_none"
+super::metal3_kind! {
+    /// Desired state of a bare-metal host.
+    #[kube(
+        kind = "BareMetalHost",
+        plural = "baremetalhosts",
+        singular = "baremetalhost",
+        status = "BareMetalHostStatus",
+        shortname = "bmh",
+        shortname = "bmhost",
+        doc = "A physical server managed through its BMC: how to reach it, what to deploy on it, and what bmo observed.",
+        printcolumn(
+            name = "Status",
+            type_ = "string",
+            json_path = ".status.operationalStatus",
+            description = "Operational status",
+            priority = 1
+        ),
+        printcolumn(
+            name = "State",
+            type_ = "string",
+            json_path = ".status.provisioning.state",
+            description = "Provisioning state"
+        ),
+        printcolumn(
+            name = "Consumer",
+            type_ = "string",
+            json_path = ".spec.consumerRef.name",
+            description = "Object using this host"
+        ),
+        printcolumn(
+            name = "BMC",
+            type_ = "string",
+            json_path = ".spec.bmc.address",
+            description = "BMC address",
+            priority = 1
+        ),
+        printcolumn(
+            name = "Online",
+            type_ = "string",
+            json_path = ".spec.online",
+            description = "Whether the host should be powered on"
+        ),
+        printcolumn(
+            name = "Error",
+            type_ = "string",
+            json_path = ".status.errorType",
+            description = "Kind of the last error"
+        ),
+        printcolumn(
+            name = "Age",
+            type_ = "date",
+            json_path = ".metadata.creationTimestamp",
+            description = "Time since the host was created"
+        )
     )]
-    #[schemars(
-        regex(pattern = r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"),
-        length(max = 17)
-    )]
-    pub boot_mac_address: Option<String>,
+    pub struct BareMetalHostSpec {
+        /// Deprecated and never implemented: taints meant for the Machine using this host.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub taints: Vec<Taint>,
 
-    /// Desired power state. In stable states bmo keeps the host's power matching it.
-    pub online: bool,
+        /// How to reach the host's baseboard management controller.
+        pub bmc: Option<BmcDetails>,
 
-    /// The object using this host (for example a Cluster API Metal3Machine). While it is
-    /// set the host counts as in use and cannot be deleted without the override.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub consumer_ref: Option<ObjectReference>,
+        /// RAID layout to build while preparing the host. Absent: the current layout is
+        /// left alone. Hardware and software volumes are mutually exclusive.
+        pub raid: Option<RaidConfig>,
 
-    /// Image to deploy. Setting it while online starts provisioning.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<Image>,
+        /// Deprecated BIOS switches, applied while preparing under the vendor's own
+        /// setting names (Dell, HPE); prefer a HostFirmwareSettings resource.
+        pub firmware: Option<FirmwareConfig>,
 
-    /// Secret (in the host's namespace) holding cloud-init or Ignition user data for
-    /// the config drive.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user_data: Option<SecretReference>,
+        /// Deprecated hardware profile name (unknown, libvirt, dell, dell-raid, openstack,
+        /// empty); only chooses default root device hints. Prefer rootDeviceHints.
+        pub hardware_profile: Option<String>,
 
-    /// bmo addition: user data given inline instead of through a Secret. Mutually
-    /// exclusive with userData.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub inline_user_data: Option<InlineUserData>,
+        /// Which disk receives the image. Without hints the profile's default is used.
+        pub root_device_hints: Option<RootDeviceHints>,
 
-    /// Secret (in the host's namespace) with network data for the deploy ramdisk; also
-    /// used for the config drive when networkData is unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub preprovisioning_network_data_name: Option<String>,
+        /// Firmware boot mode; UEFI when unset.
+        pub boot_mode: Option<BootMode>,
 
-    /// Secret (in the host's namespace) with OpenStack network_data.json for the
-    /// config drive.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network_data: Option<SecretReference>,
+        /// MAC address of the NIC the host network-boots from (never the BMC's own MAC).
+        /// Cannot change once set.
+        #[serde(rename = "bootMACAddress")]
+        #[schemars(regex(pattern = MAC_ADDRESS_PATTERN), length(max = 17))]
+        pub boot_mac_address: Option<String>,
 
-    /// Secret (in the host's namespace) with extra keys merged into the config
-    /// drive's generated meta_data.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub meta_data: Option<SecretReference>,
+        /// Desired power state. In stable states bmo keeps the host's power matching it.
+        pub online: bool,
 
-    /// Free text for people.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
+        /// The object using this host (for example a Cluster API Metal3Machine). While it is
+        /// set the host counts as in use and cannot be deleted without the override.
+        pub consumer_ref: Option<ObjectReference>,
 
-    /// The host already runs an operating system that bmo did not install; bmo only
-    /// manages its power. Can be turned on at creation or while the host is available.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub externally_provisioned: bool,
+        /// Image to deploy. Setting it while online starts provisioning.
+        pub image: Option<Image>,
 
-    /// Whether disks are cleaned (partition tables and metadata) before provisioning
-    /// and after deprovisioning.
-    #[serde(default)]
-    pub automated_cleaning_mode: AutomatedCleaningMode,
+        /// Secret (in the host's namespace) holding cloud-init or Ignition user data for
+        /// the config drive.
+        pub user_data: Option<SecretReference>,
 
-    /// Run a deploy step of a custom deploy ramdisk instead of writing an image.
-    /// Setting it starts provisioning.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub custom_deploy: Option<CustomDeploy>,
+        /// bmo addition: user data given inline instead of through a Secret. Mutually
+        /// exclusive with userData.
+        pub inline_user_data: Option<InlineUserData>,
 
-    /// CPU architecture (x86_64, aarch64, ...). Filled in from inspection when empty.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub architecture: Option<String>,
+        /// Secret (in the host's namespace) with network data for the deploy ramdisk; also
+        /// used for the config drive when networkData is unset.
+        pub preprovisioning_network_data_name: Option<String>,
 
-    /// Never power the host off; reboots replace power cycles. Not allowed with
-    /// online: false.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub disable_power_off: bool,
+        /// Secret (in the host's namespace) with OpenStack network_data.json for the
+        /// config drive.
+        pub network_data: Option<SecretReference>,
 
-    /// How hardware inspection runs: disabled, agent (boot the inspection ramdisk) or
-    /// fast (ask the BMC only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub inspection_mode: Option<InspectionMode>,
+        /// Secret (in the host's namespace) with extra keys merged into the config
+        /// drive's generated meta_data.
+        pub meta_data: Option<SecretReference>,
 
-    /// Switch-port configuration per NIC, each NIC chosen by name or by MAC address.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 128))]
-    pub network_interfaces: Vec<NetworkInterface>,
+        /// Free text for people.
+        pub description: Option<String>,
+
+        /// The host already runs an operating system that bmo did not install; bmo only
+        /// manages its power. Can be turned on at creation or while the host is available.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub externally_provisioned: bool,
+
+        /// Whether disks are cleaned (partition tables and metadata) before provisioning
+        /// and after deprovisioning.
+        #[serde(default)]
+        pub automated_cleaning_mode: AutomatedCleaningMode,
+
+        /// Run a deploy step of a custom deploy ramdisk instead of writing an image.
+        /// Setting it starts provisioning.
+        pub custom_deploy: Option<CustomDeploy>,
+
+        /// CPU architecture (x86_64, aarch64, ...). Filled in from inspection when empty.
+        pub architecture: Option<String>,
+
+        /// Never power the host off; reboots replace power cycles. Not allowed with
+        /// online: false.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub disable_power_off: bool,
+
+        /// How hardware inspection runs: disabled, agent (boot the inspection ramdisk) or
+        /// fast (ask the BMC only).
+        pub inspection_mode: Option<InspectionMode>,
+
+        /// Switch-port configuration per NIC, each NIC chosen by name or by MAC address.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[schemars(length(max = 128))]
+        pub network_interfaces: Vec<NetworkInterface>,
+    }
 }
-
-// A host without `spec` (or with `spec: null`) reads as the default spec, as in
-// upstream, where `spec` is not required.
-super::spec_may_be_absent!(BareMetalHostSpec);

@@ -8,11 +8,7 @@ use super::{BareMetalHost, INSPECT_ANNOTATION};
 impl BareMetalHost {
     /// `namespace/name`, for logs and messages.
     pub fn namespaced_name(&self) -> String {
-        format!(
-            "{}/{}",
-            self.metadata.namespace.as_deref().unwrap_or_default(),
-            self.metadata.name.as_deref().unwrap_or_default()
-        )
+        crate::api::namespaced_name(&self.metadata)
     }
 
     /// Boot mode to use: spec.bootMode, UEFI when unset.

@@ -6,6 +6,8 @@ use std::fmt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::api::MAC_ADDRESS_PATTERN;
+
 /// User data written inline in the spec. `Debug` prints `***`: user data may carry
 /// passwords and keys, and must never reach logs.
 #[derive(Serialize, Deserialize, Clone, Default, PartialEq, Eq, JsonSchema)]
@@ -48,49 +50,40 @@ pub struct BmcDetails {
 }
 
 /// Hints that pick one disk; every hint given must match.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RootDeviceHints {
     /// Linux device name (/dev/sda) or by-path link (/dev/disk/by-path/...); exact match.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1024))]
     pub device_name: Option<String>,
 
     /// SCSI address host:channel:target:lun, e.g. 0:0:0:0; exact match.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hctl: Option<String>,
 
     /// Vendor-specific model; substring match.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
 
     /// Vendor or manufacturer; substring match.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vendor: Option<String>,
 
     /// Serial number; exact match.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serial_number: Option<String>,
 
     /// Smallest acceptable size in gigabytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub min_size_gigabytes: Option<i64>,
 
     /// World Wide Name; exact match.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wwn: Option<String>,
 
     /// World Wide Name with the vendor extension appended; exact match.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wwn_with_extension: Option<String>,
 
     /// Vendor extension of the World Wide Name; exact match.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wwn_vendor_extension: Option<String>,
 
     /// true: spinning disks only; false: solid-state only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotational: Option<bool>,
 }
 
@@ -155,6 +148,7 @@ pub enum ImageFormat {
 }
 
 /// An image to deploy, or one that was deployed.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Image {
@@ -164,21 +158,17 @@ pub struct Image {
 
     /// The image's checksum, or a URL of a checksum file. Required unless the format is
     /// live-iso or the URL is oci:// (which must have none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 4096))]
     pub checksum: Option<String>,
 
     /// Checksum algorithm; absent or auto lets Ironic detect it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum_type: Option<ChecksumType>,
 
     /// Disk format; live-iso boots the ISO instead of writing a disk.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<ImageFormat>,
 
     /// Secret (same namespace, type kubernetes.io/dockerconfigjson or dockercfg) with
     /// registry credentials; only used for oci:// images.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oci_auth_secret_name: Option<String>,
 }
 
@@ -204,25 +194,18 @@ pub struct CustomDeploy {
 }
 
 /// RAID layout. Hardware and software volumes are mutually exclusive.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct RaidConfig {
     /// Hardware RAID volumes; the first is the root volume unless rootDeviceHints are
     /// given. An empty list deletes all hardware volumes.
-    #[serde(
-        default,
-        rename = "hardwareRAIDVolumes",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "hardwareRAIDVolumes")]
     #[schemars(length(max = 64))]
     pub hardware_raid_volumes: Option<Vec<HardwareRaidVolume>>,
 
     /// Software RAID volumes (one or two); the first must be RAID 1 and holds the OS.
     /// Software RAID is always rebuilt from scratch.
-    #[serde(
-        default,
-        rename = "softwareRAIDVolumes",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "softwareRAIDVolumes")]
     #[schemars(length(max = 2))]
     pub software_raid_volumes: Option<Vec<SoftwareRaidVolume>>,
 }
@@ -260,11 +243,11 @@ pub enum SoftwareRaidLevel {
 }
 
 /// One hardware RAID volume.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HardwareRaidVolume {
     /// Size in GiB; absent or 0 uses all the space.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub size_gibibytes: Option<i64>,
 
@@ -272,22 +255,18 @@ pub struct HardwareRaidVolume {
     pub level: HardwareRaidLevel,
 
     /// Volume name, unique on the host; generated when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     pub name: Option<String>,
 
     /// true: spinning disks only; false: solid-state only; absent: any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotational: Option<bool>,
 
     /// How many disks to use; the level's minimum when absent. Must equal the number
     /// of physicalDisks when both are given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub number_of_physical_disks: Option<i64>,
 
     /// RAID controller to use; required with physicalDisks.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controller: Option<String>,
 
     /// Controller-specific names of the disks to use.
@@ -297,6 +276,7 @@ pub struct HardwareRaidVolume {
 }
 
 /// One software RAID volume.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SoftwareRaidVolume {
@@ -306,7 +286,6 @@ pub struct SoftwareRaidVolume {
     pub root_volume: bool,
 
     /// Size in GiB; absent or 0 uses all the space.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub size_gibibytes: Option<i64>,
 
@@ -321,72 +300,62 @@ pub struct SoftwareRaidVolume {
 
 /// Deprecated BIOS switches; bmo maps them to the vendor's BIOS setting names
 /// (Dell, HPE) and applies them while preparing.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FirmwareConfig {
     /// Hardware virtualization support.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub virtualization_enabled: Option<bool>,
     /// Simultaneous multithreading (hyper-threading).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub simultaneous_multithreading_enabled: Option<bool>,
     /// SR-IOV.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sriov_enabled: Option<bool>,
 }
 
 /// Switch-port configuration for one NIC, chosen by name or by MAC (exactly one).
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkInterface {
     /// NIC name as inspection reports it (eth0, ens1f0).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[a-zA-Z0-9._-]+$"), length(max = 64))]
     pub name: Option<String>,
 
     /// NIC MAC address as inspection reports it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(
-        regex(pattern = r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"),
-        length(max = 17)
-    )]
+    #[schemars(regex(pattern = MAC_ADDRESS_PATTERN), length(max = 17))]
     pub mac_address: Option<String>,
 
     /// The HostNetworkAttachment describing the port configuration.
     pub host_network_attachment: HostNetworkAttachmentRef,
 
     /// The switch port the NIC is cabled to; overrides what LLDP reported.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switch_port: Option<SwitchPortIdentifier>,
 }
 
 /// Reference to a HostNetworkAttachment.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct HostNetworkAttachmentRef {
     /// Name of the HostNetworkAttachment.
     #[schemars(length(max = 253))]
     pub name: String,
     /// Its namespace; the host's own when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 63))]
     pub namespace: Option<String>,
 }
 
 /// A switch port.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct SwitchPortIdentifier {
     /// Management MAC address of the switch.
     #[serde(rename = "switchID")]
-    #[schemars(regex(pattern = r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"))]
+    #[schemars(regex(pattern = MAC_ADDRESS_PATTERN))]
     pub switch_id: String,
     /// Port name in the switch's configuration.
     #[serde(rename = "portID")]
     pub port_id: String,
     /// The switch's system name.
-    #[serde(
-        default,
-        rename = "switchSystemName",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "switchSystemName")]
     pub switch_system_name: Option<String>,
 }

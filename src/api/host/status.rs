@@ -11,7 +11,42 @@ use serde::{Deserialize, Serialize};
 use super::spec::{BootMode, CustomDeploy, FirmwareConfig, Image, RaidConfig, RootDeviceHints};
 use crate::api::hardware::HardwareDetails;
 
+/// An enum of JSON strings, each written once: it is the variant's serde name, what
+/// `as_str` returns and what `Display` prints. `ALL` lists the variants.
+macro_rules! json_enum {
+    (
+        $(#[$attr:meta])*
+        pub enum $name:ident {
+            $($(#[$variant_attr:meta])* $variant:ident = $json:literal,)+
+        }
+    ) => {
+        $(#[$attr])*
+        pub enum $name {
+            $($(#[$variant_attr])* #[serde(rename = $json)] $variant,)+
+        }
+
+        impl $name {
+            /// Every variant, in declaration order.
+            pub const ALL: &[Self] = &[$(Self::$variant),+];
+
+            /// The JSON value.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $json,)+
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
 /// What bmo observed about the host.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BareMetalHostStatus {
@@ -19,31 +54,25 @@ pub struct BareMetalHostStatus {
     pub operational_status: OperationalStatus,
 
     /// Kind of the last failure, set while operationalStatus is error.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_type: Option<ErrorType>,
 
     /// When bmo last wrote this status.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_updated: Option<Time>,
 
     /// Deprecated: the hardware profile bmo chose.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware_profile: Option<String>,
 
     /// Inspection results (deprecated copy; the HardwareData resource of the same name
     /// holds the canonical one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware: Option<HardwareDetails>,
 
     /// The provisioning backend's view of the host.
     pub provisioning: ProvisionStatus,
 
     /// The BMC credentials that last worked.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub good_credentials: Option<CredentialsStatus>,
 
     /// The BMC credentials last sent to Ironic.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tried_credentials: Option<CredentialsStatus>,
 
     /// The last error, empty when there is none.
@@ -53,7 +82,6 @@ pub struct BareMetalHostStatus {
     pub powered_on: bool,
 
     /// Start and end times of the main operations.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation_history: Option<OperationHistory>,
 
     /// Errors since the last success; drives the retry backoff.
@@ -66,7 +94,6 @@ pub struct BareMetalHostStatus {
 
     /// spec.image as it was at the last provisioning attempt; a different image resets
     /// provisioningFailCount.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_attempted_image: Option<Image>,
 
     /// Standard conditions: Manageable, AvailableForProvisioning, Provisioned, Ready,
@@ -77,111 +104,89 @@ pub struct BareMetalHostStatus {
     pub conditions: Vec<Condition>,
 }
 
-/// Overall health of bmo's management of a host.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
-pub enum OperationalStatus {
-    /// Not yet known ("").
-    #[default]
-    #[serde(rename = "")]
-    None,
-    /// Configured and manageable.
-    #[serde(rename = "OK")]
-    Ok,
-    /// Only partly configured (for example no BMC credentials yet).
-    #[serde(rename = "discovered")]
-    Discovered,
-    /// Something failed; see errorType and errorMessage.
-    #[serde(rename = "error")]
-    Error,
-    /// Waiting for a provisioning slot (provisioning limit).
-    #[serde(rename = "delayed")]
-    Delayed,
-    /// Removed from Ironic through the detached annotation.
-    #[serde(rename = "detached")]
-    Detached,
-    /// Firmware changes are being applied to a provisioned host.
-    #[serde(rename = "servicing")]
-    Servicing,
+json_enum! {
+    /// Overall health of bmo's management of a host.
+    #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+    pub enum OperationalStatus {
+        /// Not yet known ("").
+        #[default]
+        None = "",
+        /// Configured and manageable.
+        Ok = "OK",
+        /// Only partly configured (for example no BMC credentials yet).
+        Discovered = "discovered",
+        /// Something failed; see errorType and errorMessage.
+        Error = "error",
+        /// Waiting for a provisioning slot (provisioning limit).
+        Delayed = "delayed",
+        /// Removed from Ironic through the detached annotation.
+        Detached = "detached",
+        /// Firmware changes are being applied to a provisioned host.
+        Servicing = "servicing",
+    }
 }
 
-/// Kind of failure.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
-pub enum ErrorType {
-    /// Re-registering an already provisioned host failed.
-    #[serde(rename = "provisioned registration error")]
-    ProvisionedRegistration,
-    /// The BMC could not be reached or the credentials were refused.
-    #[serde(rename = "registration error")]
-    Registration,
-    /// Hardware inspection failed.
-    #[serde(rename = "inspection error")]
-    Inspection,
-    /// Cleaning, RAID or firmware steps failed.
-    #[serde(rename = "preparation error")]
-    Preparation,
-    /// Provisioning or deprovisioning failed.
-    #[serde(rename = "provisioning error")]
-    Provisioning,
-    /// Changing the power state failed.
-    #[serde(rename = "power management error")]
-    PowerManagement,
-    /// Detaching the host from Ironic failed (missing from upstream's CRD enum).
-    #[serde(rename = "detach error")]
-    Detach,
-    /// Servicing (firmware changes on a provisioned host) failed.
-    #[serde(rename = "servicing error")]
-    Servicing,
+json_enum! {
+    /// Kind of failure.
+    #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+    pub enum ErrorType {
+        /// Re-registering an already provisioned host failed.
+        ProvisionedRegistration = "provisioned registration error",
+        /// The BMC could not be reached or the credentials were refused.
+        Registration = "registration error",
+        /// Hardware inspection failed.
+        Inspection = "inspection error",
+        /// Cleaning, RAID or firmware steps failed.
+        Preparation = "preparation error",
+        /// Provisioning or deprovisioning failed.
+        Provisioning = "provisioning error",
+        /// Changing the power state failed.
+        PowerManagement = "power management error",
+        /// Detaching the host from Ironic failed (missing from upstream's CRD enum).
+        Detach = "detach error",
+        /// Servicing (firmware changes on a provisioned host) failed.
+        Servicing = "servicing error",
+    }
 }
 
-/// Where the host is in its lifecycle.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
-pub enum ProvisioningState {
-    /// Not yet handled ("").
-    #[default]
-    #[serde(rename = "")]
-    None,
-    /// Not enough information to register the host (no BMC details).
-    #[serde(rename = "unmanaged")]
-    Unmanaged,
-    /// Being registered with Ironic and its BMC checked.
-    #[serde(rename = "registering")]
-    Registering,
-    /// Legacy state, no longer entered.
-    #[serde(rename = "match profile")]
-    MatchProfile,
-    /// Cleaning, RAID and firmware settings are being applied.
-    #[serde(rename = "preparing")]
-    Preparing,
-    /// Legacy name of available.
-    #[serde(rename = "ready")]
-    Ready,
-    /// Ready to be provisioned.
-    #[serde(rename = "available")]
-    Available,
-    /// The image is being written.
-    #[serde(rename = "provisioning")]
-    Provisioning,
-    /// The image was written and the host booted it.
-    #[serde(rename = "provisioned")]
-    Provisioned,
-    /// Runs an OS bmo did not install; only power is managed.
-    #[serde(rename = "externally provisioned")]
-    ExternallyProvisioned,
-    /// The image is being removed and the disks cleaned.
-    #[serde(rename = "deprovisioning")]
-    Deprovisioning,
-    /// Hardware is being inspected.
-    #[serde(rename = "inspecting")]
-    Inspecting,
-    /// Being powered off before the host is deleted.
-    #[serde(rename = "powering off before delete")]
-    PoweringOffBeforeDelete,
-    /// Being removed from Ironic before the object goes away.
-    #[serde(rename = "deleting")]
-    Deleting,
+json_enum! {
+    /// Where the host is in its lifecycle.
+    #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+    pub enum ProvisioningState {
+        /// Not yet handled ("").
+        #[default]
+        None = "",
+        /// Not enough information to register the host (no BMC details).
+        Unmanaged = "unmanaged",
+        /// Being registered with Ironic and its BMC checked.
+        Registering = "registering",
+        /// Legacy state, no longer entered.
+        MatchProfile = "match profile",
+        /// Cleaning, RAID and firmware settings are being applied.
+        Preparing = "preparing",
+        /// Legacy name of available.
+        Ready = "ready",
+        /// Ready to be provisioned.
+        Available = "available",
+        /// The image is being written.
+        Provisioning = "provisioning",
+        /// The image was written and the host booted it.
+        Provisioned = "provisioned",
+        /// Runs an OS bmo did not install; only power is managed.
+        ExternallyProvisioned = "externally provisioned",
+        /// The image is being removed and the disks cleaned.
+        Deprovisioning = "deprovisioning",
+        /// Hardware is being inspected.
+        Inspecting = "inspecting",
+        /// Being powered off before the host is deleted.
+        PoweringOffBeforeDelete = "powering off before delete",
+        /// Being removed from Ironic before the object goes away.
+        Deleting = "deleting",
+    }
 }
 
 /// The provisioning backend's view of a host.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProvisionStatus {
@@ -193,31 +198,24 @@ pub struct ProvisionStatus {
     pub id: String,
 
     /// The image last provisioned successfully.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<Image>,
 
     /// The root device hints in effect.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_device_hints: Option<RootDeviceHints>,
 
     /// The boot mode in effect.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_mode: Option<BootMode>,
 
     /// The RAID layout applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raid: Option<RaidConfig>,
 
     /// The spec.firmware the last preparing applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firmware: Option<FirmwareConfig>,
 
     /// The custom deploy step applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_deploy: Option<CustomDeploy>,
 
     /// The clean, deploy or service step Ironic is running now (bmo's addition).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_step: Option<CurrentStep>,
 }
 
@@ -231,127 +229,47 @@ pub struct CurrentStep {
     pub name: String,
 }
 
-/// What a running step belongs to.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum StepKind {
-    Clean,
-    Deploy,
-    Service,
-}
-
-impl std::fmt::Display for StepKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            StepKind::Clean => "clean",
-            StepKind::Deploy => "deploy",
-            StepKind::Service => "service",
-        })
+json_enum! {
+    /// What a running step belongs to.
+    #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+    pub enum StepKind {
+        Clean = "clean",
+        Deploy = "deploy",
+        Service = "service",
     }
 }
 
 /// A BMC credentials Secret at a given resourceVersion.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CredentialsStatus {
     /// The Secret.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<SecretReference>,
     /// Its resourceVersion at the time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_version: Option<String>,
 }
 
 /// Start and end of the main operations.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct OperationHistory {
     /// Registration.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub register: Option<OperationMetric>,
     /// Inspection.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inspect: Option<OperationMetric>,
     /// Provisioning.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provision: Option<OperationMetric>,
     /// Deprovisioning.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deprovision: Option<OperationMetric>,
 }
 
 /// When one operation started and ended.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct OperationMetric {
     /// Start time; null or absent when it has not started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<Time>,
     /// End time; null or absent while it runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end: Option<Time>,
 }
-
-impl ProvisioningState {
-    /// The JSON value, e.g. `"externally provisioned"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::None => "",
-            Self::Unmanaged => "unmanaged",
-            Self::Registering => "registering",
-            Self::MatchProfile => "match profile",
-            Self::Preparing => "preparing",
-            Self::Ready => "ready",
-            Self::Available => "available",
-            Self::Provisioning => "provisioning",
-            Self::Provisioned => "provisioned",
-            Self::ExternallyProvisioned => "externally provisioned",
-            Self::Deprovisioning => "deprovisioning",
-            Self::Inspecting => "inspecting",
-            Self::PoweringOffBeforeDelete => "powering off before delete",
-            Self::Deleting => "deleting",
-        }
-    }
-}
-
-impl ErrorType {
-    /// The JSON value, e.g. `"registration error"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::ProvisionedRegistration => "provisioned registration error",
-            Self::Registration => "registration error",
-            Self::Inspection => "inspection error",
-            Self::Preparation => "preparation error",
-            Self::Provisioning => "provisioning error",
-            Self::PowerManagement => "power management error",
-            Self::Detach => "detach error",
-            Self::Servicing => "servicing error",
-        }
-    }
-}
-
-impl OperationalStatus {
-    /// The JSON value, e.g. `"OK"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::None => "",
-            Self::Ok => "OK",
-            Self::Discovered => "discovered",
-            Self::Error => "error",
-            Self::Delayed => "delayed",
-            Self::Detached => "detached",
-            Self::Servicing => "servicing",
-        }
-    }
-}
-
-/// `Display` as the JSON value (`as_str`), for enums that have one.
-macro_rules! display_as_json_value {
-    ($($kind:ty),+) => {$(
-        impl fmt::Display for $kind {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    )+};
-}
-
-display_as_json_value!(ProvisioningState, ErrorType, OperationalStatus);

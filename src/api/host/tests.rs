@@ -2,56 +2,18 @@ use super::*;
 
 #[test]
 fn enum_strings_match_their_json() {
-    for state in [
-        ProvisioningState::None,
-        ProvisioningState::Unmanaged,
-        ProvisioningState::Registering,
-        ProvisioningState::MatchProfile,
-        ProvisioningState::Preparing,
-        ProvisioningState::Ready,
-        ProvisioningState::Available,
-        ProvisioningState::Provisioning,
-        ProvisioningState::Provisioned,
-        ProvisioningState::ExternallyProvisioned,
-        ProvisioningState::Deprovisioning,
-        ProvisioningState::Inspecting,
-        ProvisioningState::PoweringOffBeforeDelete,
-        ProvisioningState::Deleting,
-    ] {
-        assert_eq!(
-            serde_json::to_value(state).unwrap(),
-            serde_json::json!(state.as_str())
-        );
+    fn check<T: serde::Serialize + Copy>(all: &[T], as_str: fn(T) -> &'static str) {
+        for &value in all {
+            assert_eq!(
+                serde_json::to_value(value).unwrap(),
+                serde_json::json!(as_str(value))
+            );
+        }
     }
-    for error in [
-        ErrorType::ProvisionedRegistration,
-        ErrorType::Registration,
-        ErrorType::Inspection,
-        ErrorType::Preparation,
-        ErrorType::Provisioning,
-        ErrorType::PowerManagement,
-        ErrorType::Detach,
-        ErrorType::Servicing,
-    ] {
-        assert_eq!(
-            serde_json::to_value(error).unwrap(),
-            serde_json::json!(error.as_str())
-        );
-    }
-    for status in [
-        OperationalStatus::None,
-        OperationalStatus::Ok,
-        OperationalStatus::Discovered,
-        OperationalStatus::Error,
-        OperationalStatus::Delayed,
-        OperationalStatus::Detached,
-        OperationalStatus::Servicing,
-    ] {
-        assert_eq!(
-            serde_json::to_value(status).unwrap(),
-            serde_json::json!(status.as_str())
-        );
-    }
+    check(ProvisioningState::ALL, ProvisioningState::as_str);
+    check(ErrorType::ALL, ErrorType::as_str);
+    check(OperationalStatus::ALL, OperationalStatus::as_str);
+    check(StepKind::ALL, StepKind::as_str);
 }
 
 #[test]
