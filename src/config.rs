@@ -21,6 +21,10 @@ pub struct Config {
     #[arg(long, env = "BMO_HEALTH_ADDR", default_value = "0.0.0.0:9440")]
     pub health_addr: SocketAddr,
 
+    /// `/metrics` over HTTPS for authorised tokens (src/secure_metrics).
+    #[command(flatten)]
+    pub secure_metrics: crate::secure_metrics::SecureMetricsSettings,
+
     /// Only reconcile hosts in this namespace (all namespaces when unset).
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,

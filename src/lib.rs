@@ -17,6 +17,7 @@ pub mod netboot;
 pub mod notify;
 pub mod provisioner;
 pub mod run;
+pub mod secure_metrics;
 pub mod telemetry;
 pub mod tls;
 pub mod version;

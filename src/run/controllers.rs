@@ -131,6 +131,11 @@ pub(super) fn start_controllers(
         stop.stopped(),
     )));
     tasks.push(start_event_subscriptions(config, kube, provisioner, stop));
+    tracing::info!(
+        namespace = config.watch_namespace.as_deref().unwrap_or("(all)"),
+        concurrency = config.concurrency,
+        "host controller started"
+    );
     tasks
 }
 

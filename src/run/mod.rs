@@ -60,6 +60,8 @@ pub enum RunError {
     NetbootConfig(#[from] crate::netboot::config::NetbootConfigError),
     #[error(transparent)]
     PreprovImage(#[from] controller::preprov_image::PreprovImageSettingsError),
+    #[error(transparent)]
+    SecureMetrics(#[from] crate::secure_metrics::SecureMetricsError),
     #[error("leadership of the Lease {0} was lost; exiting so that a restart rejoins the election")]
     LeadershipLost(String),
 }
@@ -115,6 +117,10 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     };
 
     let netboot = start_netboot(&netboot_config).await?;
+    let secured_metrics = config
+        .secure_metrics
+        .serve(kube.clone(), health.metrics.clone(), stop.stopped())
+        .await?;
     if config.install_crds {
         install_crds(&kube).await?;
     }
@@ -130,15 +136,13 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         switch_targets,
         &stop,
     );
-    tracing::info!(
-        namespace = config.watch_namespace.as_deref().unwrap_or("(all)"),
-        concurrency = config.concurrency,
-        "host controller started"
-    );
-
     let watchdog = announce_ready(&health, &notifier);
     let outcome = run_until_stopped(elector, &stop, controllers).await;
-    let background = [discovery_task, watchdog.map(|w| w.abort_handle())];
+    let background = [
+        discovery_task,
+        watchdog.map(|w| w.abort_handle()),
+        secured_metrics.map(|s| s.abort_handle()),
+    ];
     shut_down(server, background.into_iter().flatten(), netboot).await;
     outcome
 }

@@ -30,6 +30,7 @@ mod controller_ironic_restart;
 mod controller_leader;
 mod controller_lifecycle;
 mod controller_link_local;
+mod controller_metrics_secured;
 mod controller_migration;
 mod controller_pivot;
 mod controller_preprov_image;
