@@ -1,23 +1,35 @@
 //! Reconciler tests: the claim controller on the in-memory store.
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
 use super::*;
 use crate::api::{HostDeployPolicy, ProvisioningState};
+use crate::controller::runtime::store::MemoryObjects;
 
-fn store_with(policy_names: serde_json::Value) -> MemoryClaimStore {
-    let store = MemoryClaimStore::default();
-    store.put_namespace("tenant", [("team".to_owned(), "a".to_owned())].into());
+/// Namespace `name` with `labels`.
+fn namespace(name: &str, labels: BTreeMap<String, String>) -> Namespace {
+    let mut namespace = Namespace::default();
+    namespace.metadata.name = Some(name.into());
+    namespace.metadata.labels = Some(labels);
+    namespace
+}
+
+fn store_with(policy_names: serde_json::Value) -> MemoryObjects {
+    let store = MemoryObjects::default();
+    store.put(namespace(
+        "tenant",
+        [("team".to_owned(), "a".to_owned())].into(),
+    ));
     let policy: HostDeployPolicy = serde_json::from_value(json!({
         "apiVersion": "metal3.io/v1alpha1", "kind": "HostDeployPolicy",
         "metadata": {"name": "policy", "namespace": "infra"},
         "spec": {"hostClaimNamespaces": policy_names},
     }))
     .expect("policy");
-    store.put_policy(policy);
+    store.put(policy);
     let mut host: BareMetalHost = serde_json::from_value(json!({
         "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
         "metadata": {"name": "bm-0", "namespace": "infra", "labels": {"size": "large"}},
@@ -27,8 +39,8 @@ fn store_with(policy_names: serde_json::Value) -> MemoryClaimStore {
     let mut status = crate::api::BareMetalHostStatus::default();
     status.provisioning.state = ProvisioningState::Available;
     host.status = Some(status);
-    store.put_host(host);
-    store.put_secret(user_data("tenant", "ud", "#cloud-config\n"));
+    store.put(host);
+    store.put(user_data("tenant", "ud", "#cloud-config\n"));
     store
 }
 
@@ -42,8 +54,8 @@ fn user_data(ns: &str, name: &str, value: &str) -> Secret {
     secret
 }
 
-fn put_claim(store: &MemoryClaimStore, spec: serde_json::Value) {
-    store.put_claim(
+fn put_claim(store: &MemoryObjects, spec: serde_json::Value) {
+    store.put::<HostClaim>(
         serde_json::from_value(json!({
             "apiVersion": "metal3.io/v1alpha1", "kind": "HostClaim",
             "metadata": {"name": "web", "namespace": "tenant", "uid": "u1", "generation": 1},
@@ -53,7 +65,7 @@ fn put_claim(store: &MemoryClaimStore, spec: serde_json::Value) {
     );
 }
 
-fn ctx(store: MemoryClaimStore) -> ClaimContext<MemoryClaimStore> {
+fn ctx(store: MemoryObjects) -> ClaimContext<MemoryObjects> {
     ClaimContext {
         store,
         namespace: None,
@@ -61,13 +73,19 @@ fn ctx(store: MemoryClaimStore) -> ClaimContext<MemoryClaimStore> {
 }
 
 /// Reconciles the stored claim once.
-async fn step(ctx: &ClaimContext<MemoryClaimStore>) -> Action {
-    let claim = ctx.store.claim("tenant", "web").expect("claim stored");
+async fn step(ctx: &ClaimContext<MemoryObjects>) -> Action {
+    let claim = ctx
+        .store
+        .stored::<HostClaim>("tenant", "web")
+        .expect("claim stored");
     reconcile_claim(&claim, ctx).await.expect("reconcile")
 }
 
-fn condition(ctx: &ClaimContext<MemoryClaimStore>, type_: &str) -> (String, String) {
-    let claim = ctx.store.claim("tenant", "web").expect("claim");
+fn condition(ctx: &ClaimContext<MemoryObjects>, type_: &str) -> (String, String) {
+    let claim = ctx
+        .store
+        .stored::<HostClaim>("tenant", "web")
+        .expect("claim");
     let status = claim.status.unwrap_or_default();
     let c = status
         .conditions
@@ -77,21 +95,19 @@ fn condition(ctx: &ClaimContext<MemoryClaimStore>, type_: &str) -> (String, Stri
     (c.status.clone(), c.reason.clone())
 }
 
-fn host(ctx: &ClaimContext<MemoryClaimStore>) -> BareMetalHost {
-    ctx.store.stored_host("infra", "bm-0").expect("host")
+fn host(ctx: &ClaimContext<MemoryObjects>) -> BareMetalHost {
+    ctx.store
+        .stored::<BareMetalHost>("infra", "bm-0")
+        .expect("host")
 }
 
-fn set_host_state(
-    ctx: &ClaimContext<MemoryClaimStore>,
-    state: ProvisioningState,
-    powered_on: bool,
-) {
+fn set_host_state(ctx: &ClaimContext<MemoryObjects>, state: ProvisioningState, powered_on: bool) {
     let mut h = host(ctx);
     if let Some(s) = h.status.as_mut() {
         s.provisioning.state = state;
         s.powered_on = powered_on;
     }
-    ctx.store.put_host(h);
+    ctx.store.put(h);
 }
 
 fn spec() -> serde_json::Value {
@@ -113,9 +129,12 @@ async fn a_claim_binds_drives_mirrors_and_on_deletion_deprovisions_and_releases(
 
 /// The first passes: the finalizer, then the host bound, given the claim's image,
 /// power and user data (a copy), and the conditions saying so.
-async fn binds_and_drives_the_host(ctx: &ClaimContext<MemoryClaimStore>) {
+async fn binds_and_drives_the_host(ctx: &ClaimContext<MemoryObjects>) {
     step(ctx).await;
-    let claim = ctx.store.claim("tenant", "web").expect("claim");
+    let claim = ctx
+        .store
+        .stored::<HostClaim>("tenant", "web")
+        .expect("claim");
     assert_eq!(claim.finalizers(), [HOST_CLAIM_FINALIZER]);
 
     step(ctx).await;
@@ -135,7 +154,7 @@ async fn binds_and_drives_the_host(ctx: &ClaimContext<MemoryClaimStore>) {
     );
     let copy = ctx
         .store
-        .stored_secret("infra", "bm-0-userdata")
+        .stored::<Secret>("infra", "bm-0-userdata")
         .expect("user data copied");
     assert_eq!(copy.data, user_data("tenant", "ud", "#cloud-config\n").data);
     assert_eq!(
@@ -155,12 +174,12 @@ async fn binds_and_drives_the_host(ctx: &ClaimContext<MemoryClaimStore>) {
 
 /// The host provisioned and powered on: the claim's status follows it, and a second
 /// pass changes nothing on the host.
-async fn mirrors_the_provisioned_host(ctx: &ClaimContext<MemoryClaimStore>) {
+async fn mirrors_the_provisioned_host(ctx: &ClaimContext<MemoryObjects>) {
     set_host_state(ctx, ProvisioningState::Provisioned, true);
     step(ctx).await;
     let status = ctx
         .store
-        .claim("tenant", "web")
+        .stored::<HostClaim>("tenant", "web")
         .and_then(|c| c.status)
         .expect("status");
     assert!(status.powered_on);
@@ -181,10 +200,13 @@ async fn mirrors_the_provisioned_host(ctx: &ClaimContext<MemoryClaimStore>) {
 
 /// The claim deleted: the host is deprovisioned, still bound until it is available
 /// again, then released, the user data copy removed and the finalizer with it.
-async fn on_deletion_deprovisions_and_releases(ctx: &ClaimContext<MemoryClaimStore>) {
-    let mut deleted = ctx.store.claim("tenant", "web").expect("claim");
+async fn on_deletion_deprovisions_and_releases(ctx: &ClaimContext<MemoryObjects>) {
+    let mut deleted = ctx
+        .store
+        .stored::<HostClaim>("tenant", "web")
+        .expect("claim");
     deleted.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-    ctx.store.put_claim(deleted);
+    ctx.store.put(deleted);
     step(ctx).await;
     let h = host(ctx);
     assert!(h.spec.image.is_none() && !h.spec.online && h.spec.user_data.is_none());
@@ -198,24 +220,26 @@ async fn on_deletion_deprovisions_and_releases(ctx: &ClaimContext<MemoryClaimSto
     );
     step(ctx).await;
     assert!(
-        ctx.store.claim("tenant", "web").is_some(),
+        ctx.store.stored::<HostClaim>("tenant", "web").is_some(),
         "waits for the host"
     );
     set_host_state(ctx, ProvisioningState::Deprovisioning, false);
     step(ctx).await;
     assert!(
-        ctx.store.claim("tenant", "web").is_some(),
+        ctx.store.stored::<HostClaim>("tenant", "web").is_some(),
         "waits for the host"
     );
     set_host_state(ctx, ProvisioningState::Available, false);
     step(ctx).await;
     assert!(host(ctx).spec.consumer_ref.is_none(), "host released");
     assert!(
-        ctx.store.stored_secret("infra", "bm-0-userdata").is_none(),
+        ctx.store
+            .stored::<Secret>("infra", "bm-0-userdata")
+            .is_none(),
         "copy removed"
     );
     assert!(
-        ctx.store.claim("tenant", "web").is_none(),
+        ctx.store.stored::<HostClaim>("tenant", "web").is_none(),
         "finalizer removed, claim gone"
     );
 }
@@ -240,13 +264,19 @@ async fn a_second_claim_finds_no_free_host() {
     put_claim(&ctx.store, spec());
     step(&ctx).await;
     step(&ctx).await;
-    let mut other = ctx.store.claim("tenant", "web").expect("claim");
+    let mut other = ctx
+        .store
+        .stored::<HostClaim>("tenant", "web")
+        .expect("claim");
     other.metadata.name = Some("db".into());
     other.metadata.uid = Some("u2".into());
     other.status = None;
-    ctx.store.put_claim(other.clone());
+    ctx.store.put(other.clone());
     reconcile_claim(&other, &ctx).await.expect("reconcile");
-    let other = ctx.store.claim("tenant", "db").expect("claim");
+    let other = ctx
+        .store
+        .stored::<HostClaim>("tenant", "db")
+        .expect("claim");
     let associated = other.status.unwrap_or_default().conditions;
     assert!(
         associated
@@ -280,7 +310,7 @@ async fn a_missing_secret_leaves_the_host_alone_and_says_which() {
 async fn a_secret_that_is_not_the_claims_copy_is_never_overwritten() {
     let ctx = ctx(store_with(json!({})));
     ctx.store
-        .put_secret(user_data("infra", "bm-0-userdata", "admin's"));
+        .put(user_data("infra", "bm-0-userdata", "admin's"));
     put_claim(&ctx.store, spec());
     step(&ctx).await;
     step(&ctx).await;
@@ -290,7 +320,7 @@ async fn a_secret_that_is_not_the_claims_copy_is_never_overwritten() {
     );
     let kept = ctx
         .store
-        .stored_secret("infra", "bm-0-userdata")
+        .stored::<Secret>("infra", "bm-0-userdata")
         .expect("secret");
     assert_eq!(kept.data, user_data("infra", "x", "admin's").data);
 }
@@ -299,7 +329,7 @@ async fn a_secret_that_is_not_the_claims_copy_is_never_overwritten() {
 async fn a_lost_race_for_the_host_is_a_conflict() {
     let ctx = ctx(store_with(json!({})));
     let stale = host(&ctx);
-    ctx.store.put_host(stale.clone());
+    ctx.store.put(stale.clone());
     let claim: HostClaim = serde_json::from_value(json!({
         "apiVersion": "metal3.io/v1alpha1", "kind": "HostClaim",
         "metadata": {"name": "web", "namespace": "tenant"}, "spec": {"poweredOn": true}}))
@@ -328,10 +358,10 @@ async fn a_bmo_confined_to_a_namespace_binds_only_hosts_there_and_leaves_other_c
     assert_eq!(condition(&here, "Associated").1, "BareMetalHostAssociated");
     let mut elsewhere = here;
     elsewhere.namespace = Some("other-hosts".into());
-    let before = elsewhere.store.claim("tenant", "web");
+    let before = elsewhere.store.stored::<HostClaim>("tenant", "web");
     let mut deleted = before.clone().expect("claim");
     deleted.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-    elsewhere.store.put_claim(deleted);
+    elsewhere.store.put(deleted);
     step(&elsewhere).await;
     assert!(
         host(&elsewhere).spec.image.is_some(),
@@ -346,7 +376,7 @@ fn a_claim_is_woken_by_the_secrets_of_its_own_namespace_it_names() {
         &store,
         json!({"poweredOn": true, "userData": {"name": "ud"}, "metaData": {"name": "md"}}),
     );
-    let claim = store.claim("tenant", "web").expect("claim");
+    let claim = store.stored::<HostClaim>("tenant", "web").expect("claim");
     assert!(run::refers_to(&claim, "tenant", "ud"));
     assert!(run::refers_to(&claim, "tenant", "md"));
     assert!(!run::refers_to(&claim, "tenant", "other"));

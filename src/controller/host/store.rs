@@ -12,7 +12,7 @@ mod memory;
 
 use std::future::Future;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
@@ -20,10 +20,24 @@ use crate::api::firmware::{
     FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
 };
 use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails, PreprovisioningImage};
+use crate::controller::runtime::store::Kind;
+use crate::controller::runtime::store::events::{HOST_REPORTER, Reporter};
 pub use crate::controller::runtime::store::{HostEvent, StoreError};
 
 pub use kube_store::KubeStore;
 pub use memory::{MemoryStore, RecordedEvent};
+
+/// A host's events are posted as upstream's host controller posts them, with the
+/// host's consumer as the related object.
+impl Kind for BareMetalHost {
+    fn reporter() -> Reporter {
+        HOST_REPORTER
+    }
+
+    fn related(&self) -> Option<ObjectReference> {
+        self.spec.consumer_ref.clone()
+    }
+}
 
 /// The Kubernetes side of the host controller.
 pub trait Store: Send + Sync {

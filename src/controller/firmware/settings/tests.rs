@@ -6,10 +6,10 @@ use serde_json::json;
 use super::state_machine::{REQUEUE, schema_name};
 use super::*;
 use crate::api::firmware::{FirmwareSchema, FirmwareSchemaSpec, SETTINGS_VALID, SettingSchema};
-use crate::controller::firmware::MemoryFirmwareStore;
 use crate::controller::firmware::state_machine::tests::{
-    memory_context, now, test_host, upstream_status_update,
+    events, memory_context, now, test_host, upstream_status_update,
 };
+use crate::controller::runtime::store::MemoryObjects;
 use crate::provisioner::{BiosSettings, FixtureProvisioner};
 
 fn host(name: &str, node: &str) -> BareMetalHost {
@@ -31,15 +31,15 @@ fn bios() -> BiosSettings {
     }
 }
 
-fn context() -> FirmwareContext<FixtureProvisioner, MemoryFirmwareStore> {
+fn context() -> FirmwareContext<FixtureProvisioner, MemoryObjects> {
     let provisioner = FixtureProvisioner::default();
     provisioner.set_bios("ns~a", bios());
     provisioner.set_bios("ns~b", bios());
     memory_context(provisioner)
 }
 
-fn schema_owners(ctx: &FirmwareContext<FixtureProvisioner, MemoryFirmwareStore>) -> Vec<String> {
-    let schemas = ctx.store.schemas();
+fn schema_owners(ctx: &FirmwareContext<FixtureProvisioner, MemoryObjects>) -> Vec<String> {
+    let schemas = ctx.store.list::<FirmwareSchema>(None);
     assert_eq!(schemas.len(), 1, "{schemas:?}");
     schemas[0]
         .owner_references()
@@ -50,13 +50,13 @@ fn schema_owners(ctx: &FirmwareContext<FixtureProvisioner, MemoryFirmwareStore>)
 
 /// Hosts a and b of one model, a reconciled (the schema made, owned by a); then b.
 async fn schema_made_by_a() -> (
-    FirmwareContext<FixtureProvisioner, MemoryFirmwareStore>,
+    FirmwareContext<FixtureProvisioner, MemoryObjects>,
     BareMetalHost,
 ) {
     let ctx = context();
     let (a, b) = (host("a", "node-a"), host("b", "node-b"));
-    ctx.store.put_host(a.clone());
-    ctx.store.put_host(b.clone());
+    ctx.store.put(a.clone());
+    ctx.store.put(b.clone());
     reconcile(&a, &ctx, now()).await.expect("reconciled");
     (ctx, b)
 }
@@ -66,7 +66,7 @@ async fn a_host_whose_cache_missed_the_schema_uses_the_one_made_meanwhile() {
     let (ctx, b) = schema_made_by_a().await;
     // b's cache has not seen a's schema yet: its create meets 409.
     let name = schema_name(&bios().schema);
-    ctx.store.serve_stale_schema("ns", &name, None);
+    ctx.store.serve_stale::<FirmwareSchema>("ns", &name, None);
     let next = reconcile(&b, &ctx, now())
         .await
         .expect("finishes in one reconcile");
@@ -80,9 +80,9 @@ async fn a_host_adds_itself_to_the_owners_the_schema_has_now() {
     // Another host of the model adds itself to the owners after b's cache saw the
     // schema: b's append keeps it.
     let name = schema_name(&bios().schema);
-    let seen = ctx.store.schemas().remove(0);
+    let seen = ctx.store.list::<FirmwareSchema>(None).remove(0);
     ctx.store
-        .serve_stale_schema("ns", &name, Some(seen.clone()));
+        .serve_stale::<FirmwareSchema>("ns", &name, Some(seen.clone()));
     let mut newer = seen;
     newer.owner_references_mut().push(OwnerReference {
         api_version: "metal3.io/v1alpha1".into(),
@@ -92,13 +92,16 @@ async fn a_host_adds_itself_to_the_owners_the_schema_has_now() {
         ..OwnerReference::default()
     });
     newer.metadata.resource_version = Some("999".into());
-    ctx.store.put_schema(newer);
+    ctx.store.put(newer);
     let next = reconcile(&b, &ctx, now())
         .await
         .expect("finishes in one reconcile");
     assert_eq!(next, Next::After(REQUEUE));
     assert_eq!(schema_owners(&ctx), ["a", "c", "b"]);
-    let status = ctx.store.stored_settings("ns", "b").and_then(|s| s.status);
+    let status = ctx
+        .store
+        .stored::<HostFirmwareSettings>("ns", "b")
+        .and_then(|s| s.status);
     assert_eq!(status.map(|s| s.settings), Some(bios().settings));
 }
 
@@ -107,11 +110,11 @@ async fn hosts_of_one_model_get_their_settings_and_share_one_schema() {
     let ctx = context();
     let (a, b) = (host("a", "node-a"), host("b", "node-b"));
     for h in [&a, &b] {
-        ctx.store.put_host(h.clone());
+        ctx.store.put(h.clone());
         let next = reconcile(h, &ctx, now()).await.expect("reconciled");
         assert_eq!(next, Next::After(REQUEUE));
     }
-    let schemas = ctx.store.schemas();
+    let schemas = ctx.store.list::<FirmwareSchema>(None);
     assert_eq!(schemas.len(), 1, "{schemas:?}");
     let schema = &schemas[0];
     assert_eq!(schema.metadata.name, Some(schema_name(&bios().schema)));
@@ -124,7 +127,7 @@ async fn hosts_of_one_model_get_their_settings_and_share_one_schema() {
     for name in ["a", "b"] {
         let settings = ctx
             .store
-            .stored_settings("ns", name)
+            .stored::<HostFirmwareSettings>("ns", name)
             .expect("settings made");
         assert_eq!(settings.owner_references()[0].uid, format!("{name}-uid"));
         let status = settings.status.expect("status written");
@@ -144,12 +147,16 @@ async fn hosts_of_one_model_get_their_settings_and_share_one_schema() {
 async fn a_host_without_a_node_gets_nothing_yet() {
     let ctx = context();
     let h = host("a", "");
-    ctx.store.put_host(h.clone());
+    ctx.store.put(h.clone());
     assert_eq!(
         reconcile(&h, &ctx, now()).await.expect("reconciled"),
         Next::OnChange
     );
-    assert!(ctx.store.stored_settings("ns", "a").is_none());
+    assert!(
+        ctx.store
+            .stored::<HostFirmwareSettings>("ns", "a")
+            .is_none()
+    );
 }
 
 /// Host a's HostFirmwareSettings as upstream's operator leaves it: the host as owner,
@@ -200,13 +207,13 @@ fn upstreams_schema() -> FirmwareSchema {
 async fn upstreams_objects_are_adopted_not_duplicated() {
     let ctx = context();
     let h = host("a", "node-a");
-    ctx.store.put_host(h.clone());
-    ctx.store.put_settings(upstreams_settings());
-    ctx.store.put_schema(upstreams_schema());
+    ctx.store.put(h.clone());
+    ctx.store.put(upstreams_settings());
+    ctx.store.put(upstreams_schema());
 
     reconcile(&h, &ctx, now()).await.expect("reconciled");
 
-    let schemas = ctx.store.schemas();
+    let schemas = ctx.store.list::<FirmwareSchema>(None);
     assert_eq!(schemas.len(), 1);
     assert_eq!(
         schemas[0].owner_references().len(),
@@ -218,10 +225,11 @@ async fn upstreams_objects_are_adopted_not_duplicated() {
 
 /// Upstream's settings object kept, the host among its owners once, its status taken
 /// over and written anew: the stale setting gone, the refused one reported.
-fn the_settings_are_adopted_and_judged(
-    ctx: &FirmwareContext<FixtureProvisioner, MemoryFirmwareStore>,
-) {
-    let adopted = ctx.store.stored_settings("ns", "a").expect("kept");
+fn the_settings_are_adopted_and_judged(ctx: &FirmwareContext<FixtureProvisioner, MemoryObjects>) {
+    let adopted = ctx
+        .store
+        .stored::<HostFirmwareSettings>("ns", "a")
+        .expect("kept");
     assert_eq!(adopted.metadata.uid.as_deref(), Some("upstream-hfs"));
     assert_eq!(adopted.owner_references().len(), 1);
     assert!(
@@ -240,7 +248,7 @@ fn the_settings_are_adopted_and_judged(
         .find(|c| c.type_ == SETTINGS_VALID)
         .expect("Valid");
     assert_eq!(valid.status, "False");
-    let events = ctx.store.events();
+    let events = events(&ctx.store);
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].1, "ValidationFailed");
     assert!(
@@ -253,12 +261,15 @@ fn the_settings_are_adopted_and_judged(
 async fn a_node_unknown_to_the_provisioner_waits_for_the_host() {
     let ctx = context();
     let h = host("c", "node-c");
-    ctx.store.put_host(h.clone());
+    ctx.store.put(h.clone());
     assert_eq!(
         reconcile(&h, &ctx, now()).await.expect("reconciled"),
         Next::OnChange
     );
     // The settings object is there, with no status until the node is read.
-    let settings = ctx.store.stored_settings("ns", "c").expect("made");
+    let settings = ctx
+        .store
+        .stored::<HostFirmwareSettings>("ns", "c")
+        .expect("made");
     assert!(settings.status.is_none());
 }

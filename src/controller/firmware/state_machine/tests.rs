@@ -2,6 +2,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerRe
 use serde_json::json;
 
 use super::*;
+use crate::controller::runtime::store::MemoryObjects;
 
 /// Upstream's own test schema (hostfirmwaresettings_test.go), whose name upstream's
 /// test pins as `schema-4bcc035f`.
@@ -213,11 +214,18 @@ pub(crate) fn upstream_status_update() -> ManagedFieldsEntry {
     }
 }
 
+/// (object, reason, message) of every event published to `store`.
+pub(crate) fn events(store: &MemoryObjects) -> Vec<(String, String, String)> {
+    let events = store.events_about().into_iter();
+    events
+        .map(|(object, event)| (object, event.reason, event.message))
+        .collect()
+}
+
 /// The firmware controllers' context on `provisioner` and an empty in-memory store.
 pub(crate) fn memory_context<P>(
     provisioner: P,
-) -> crate::controller::firmware::FirmwareContext<P, crate::controller::firmware::MemoryFirmwareStore>
-{
+) -> crate::controller::firmware::FirmwareContext<P, MemoryObjects> {
     crate::controller::firmware::FirmwareContext {
         provisioner,
         store: Default::default(),

@@ -1,13 +1,10 @@
 //! [`Store`] on the Kubernetes API.
 
-use std::sync::{Arc, OnceLock};
-
-use futures::FutureExt;
-use k8s_openapi::api::core::v1::{Event, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 use super::{
@@ -25,85 +22,55 @@ use crate::api::{
 use crate::controller::runtime::store::managed_fields::without_empty_objects;
 use crate::controller::runtime::store::patches::{guarded_list_patch, pointer_segment};
 use crate::controller::runtime::store::{
-    FIELD_MANAGER, conflict_or, events, json_patch, owner_reference, patch_finalizers, take_over,
+    FIELD_MANAGER, KubeClient, Object, ObjectStore, conflict_or, json_patch, owner_reference,
+    take_over,
 };
 
 /// [`Store`] on a Kubernetes client.
 #[derive(Clone)]
 pub struct KubeStore {
-    client: kube::Client,
-    /// The pod's name, for the events' `reportingInstance`.
-    instance: Option<String>,
-    /// The Secrets bmo labelled, as the controller's watch of them sees them; set
-    /// once that watch runs. A Secret not in it is read from the API server.
-    labelled_secrets: Arc<OnceLock<reflector::Store<Secret>>>,
+    /// Also names this bmo in the events' `reportingInstance`, and keeps the cache of
+    /// the Secrets bmo labelled, as the controller's watch of them sees them, once
+    /// that watch runs. A Secret not in it is read from the API server.
+    kube: KubeClient,
 }
 
 impl KubeStore {
     /// `instance` names this bmo in the events it publishes (`POD_NAME`).
     pub fn new(client: kube::Client, instance: Option<String>) -> Self {
         Self {
-            client,
-            instance,
-            labelled_secrets: Arc::default(),
+            kube: KubeClient::new(client, instance),
         }
     }
 
     pub fn client(&self) -> &kube::Client {
-        &self.client
+        self.kube.client()
     }
 
     /// Answers [`Store::secret`] from `cache` (a reflector of the Secrets carrying
     /// [`SECRET_LABEL`]) for the Secrets in it; only the first call counts.
     pub fn cache_labelled_secrets(&self, cache: reflector::Store<Secret>) {
-        let _ = self.labelled_secrets.set(cache);
-    }
-
-    /// The labelled Secret `namespace/name` as the cache holds it, once the cache
-    /// has listed them all.
-    fn cached_secret(&self, namespace: &str, name: &str) -> Option<Secret> {
-        let cache = self.labelled_secrets.get()?;
-        cache.wait_until_ready().now_or_never()?.ok()?;
-        let key = reflector::ObjectRef::new(name).within(namespace);
-        cache.get(&key).map(|secret| Secret::clone(&secret))
+        self.kube.cache(cache);
     }
 
     /// The object of kind `K` named as `host`, in its namespace, if there is one.
-    async fn namesake<K>(&self, host: &BareMetalHost) -> Result<Option<K>, StoreError>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned,
-        K::DynamicType: Default,
-    {
-        Ok(self.api::<K>(host).get_opt(&host.name_any()).await?)
+    async fn namesake<K: Object>(&self, host: &BareMetalHost) -> Result<Option<K>, StoreError> {
+        let namespace = host.namespace().unwrap_or_default();
+        self.kube.get(&namespace, &host.name_any()).await
     }
 
-    fn api<K>(&self, host: &BareMetalHost) -> Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        K::DynamicType: Default,
-    {
-        Api::namespaced(self.client.clone(), &host.namespace().unwrap_or_default())
+    fn api<K: Object>(&self, host: &BareMetalHost) -> Api<K> {
+        self.kube.api(&host.namespace().unwrap_or_default())
     }
 }
 
 impl Store for KubeStore {
     async fn add_finalizer(&self, host: &BareMetalHost) -> Result<(), StoreError> {
-        let mut wanted = host.finalizers().to_vec();
-        wanted.push(FINALIZER.to_owned());
-        patch_finalizers(&self.api(host), host, wanted).await
+        self.kube.set_finalizer(host, FINALIZER, true).await
     }
 
     async fn remove_finalizer(&self, host: &BareMetalHost) -> Result<(), StoreError> {
-        let wanted = host
-            .finalizers()
-            .iter()
-            .filter(|f| *f != FINALIZER)
-            .cloned()
-            .collect();
-        patch_finalizers(&self.api(host), host, wanted).await
+        self.kube.set_finalizer(host, FINALIZER, false).await
     }
 
     async fn take_over_status(
@@ -203,10 +170,7 @@ impl Store for KubeStore {
         &self,
         host: &BareMetalHost,
     ) -> Result<Option<HardwareDetails>, StoreError> {
-        let data = self
-            .api::<HardwareData>(host)
-            .get_opt(&host.name_any())
-            .await?;
+        let data = self.namesake::<HardwareData>(host).await?;
         Ok(data.and_then(|d| d.spec.hardware))
     }
 
@@ -304,11 +268,10 @@ impl Store for KubeStore {
     }
 
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, StoreError> {
-        if let Some(secret) = self.cached_secret(namespace, name) {
+        if let Some(Some(secret)) = self.kube.cached(namespace, name) {
             return Ok(Some(secret));
         }
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
-        Ok(secrets.get_opt(name).await?)
+        self.kube.get(namespace, name).await
     }
 
     async fn own_secret(
@@ -364,9 +327,9 @@ impl Store for KubeStore {
                 json!({"op": "test", "path": "/metadata/resourceVersion", "value": secret.metadata.resource_version.as_deref().unwrap_or_default()}),
             );
         }
-        let secrets: Api<Secret> =
-            Api::namespaced(self.client.clone(), &secret.namespace().unwrap_or_default());
-        let patched = secrets
+        let patched = self
+            .kube
+            .api_of(secret)
             .patch(
                 &secret.name_any(),
                 &PatchParams::default(),
@@ -378,26 +341,12 @@ impl Store for KubeStore {
     }
 
     async fn release_secret(&self, secret: &Secret) -> Result<(), StoreError> {
-        let wanted = secret
-            .finalizers()
-            .iter()
-            .filter(|f| *f != SECRET_FINALIZER)
-            .cloned()
-            .collect();
-        let secrets: Api<Secret> =
-            Api::namespaced(self.client.clone(), &secret.namespace().unwrap_or_default());
-        patch_finalizers(&secrets, secret, wanted).await
+        self.kube
+            .set_finalizer(secret, SECRET_FINALIZER, false)
+            .await
     }
 
     async fn publish(&self, host: &BareMetalHost, event: HostEvent) {
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let object = events::host_event(host, &event, self.instance.as_deref(), &now);
-        if let Err(e) = self
-            .api::<Event>(host)
-            .create(&PostParams::default(), &object)
-            .await
-        {
-            tracing::debug!(error = %e, reason = %event.reason, "could not publish event");
-        }
+        self.kube.publish(host, &event).await;
     }
 }
