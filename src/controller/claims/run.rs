@@ -52,7 +52,6 @@ pub async fn run(
 impl<S: ClaimStore + 'static> Reconciler for ClaimContext<S> {
     type Object = HostClaim;
     type Error = ClaimError;
-    const KIND: &'static str = "HostClaim";
     const SHUTDOWN_GRACE: Option<Duration> = None;
     /// An API call refused or the API server away.
     const ERROR_RETRY: Duration = Duration::from_secs(5);

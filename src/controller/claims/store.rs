@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Secret};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -19,8 +19,8 @@ use super::state_machine::Drive;
 use crate::api::{BareMetalHost, HostClaim, HostDeployPolicy};
 use crate::controller::runtime::store::memory::unchanged;
 use crate::controller::runtime::store::{
-    FIELD_MANAGER, Kind, KubeClient, MemoryObjects, ObjectStore, StoreError, conflict_or, found,
-    json_patch,
+    FIELD_MANAGER, Kind, KubeClient, MemoryObjects, ObjectStore, StoreError, apply_as, conflict_or,
+    found, patch_guarded,
 };
 use crate::controller::runtime::watch::api_in;
 
@@ -109,14 +109,7 @@ impl ClaimStore for KubeClient {
             }
             None => return Ok(()),
         }
-        self.api_of(host)
-            .patch(
-                &host.name_any(),
-                &PatchParams::default(),
-                &Patch::Json::<()>(json_patch(operations)?),
-            )
-            .await
-            .map_err(conflict_or)?;
+        patch_guarded(&self.api_of(host), host, operations).await?;
         Ok(())
     }
 
@@ -140,14 +133,9 @@ impl ClaimStore for KubeClient {
             "kind": "BareMetalHost",
             "spec": spec,
         });
-        self.api_of(host)
-            .patch(
-                &host.name_any(),
-                &PatchParams::apply(DRIVE_FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await
-            .map_err(conflict_or)?;
+        let api = self.api_of(host);
+        let applied = apply_as(&api, &host.name_any(), DRIVE_FIELD_MANAGER, &patch).await;
+        applied.map_err(conflict_or)?;
         Ok(())
     }
 
@@ -159,13 +147,8 @@ impl ClaimStore for KubeClient {
             .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
         body["apiVersion"] = json!("v1");
         body["kind"] = json!("Secret");
-        api.patch(
-            &secret.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await
-        .map_err(conflict_or)?;
+        let applied = apply_as(&api, &secret.name_any(), FIELD_MANAGER, &body).await;
+        applied.map_err(conflict_or)?;
         Ok(())
     }
 

@@ -83,7 +83,6 @@ impl<P: DataImageProvisioner + 'static, S: ObjectStore + 'static> Reconciler
 {
     type Object = DataImage;
     type Error = DataImageError;
-    const KIND: &'static str = "DataImage";
     /// Upstream's delay, after a lost write race too.
     const ERROR_RETRY: Duration = Duration::from_secs(60);
     const CONFLICT_RETRY: Option<Duration> = None;

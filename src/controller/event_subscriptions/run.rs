@@ -59,7 +59,6 @@ impl<P: EventSubscriber + 'static, S: ObjectStore + 'static> Reconciler
 {
     type Object = BMCEventSubscription;
     type Error = SubscriptionError;
-    const KIND: &'static str = "BMCEventSubscription";
     const ERROR_RETRY: Duration = PROVISIONER_RETRY;
 
     fn span(namespace: &str, name: &str) -> tracing::Span {

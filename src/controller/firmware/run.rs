@@ -11,6 +11,7 @@
 //! not yet owned by a host of its name is seen. bmo's own writes (statuses, the
 //! objects it makes, the owners it adds) wake nothing.
 
+use std::borrow::Cow;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
@@ -209,9 +210,12 @@ where
 {
     type Object = BareMetalHost;
     type Error = FirmwareError;
-    const KIND: &'static str = "firmware";
     const ERROR_RETRY: Duration = PROVISIONER_RETRY;
     const CONFLICT_RETRY: Option<Duration> = None;
+
+    fn kind() -> Cow<'static, str> {
+        "firmware".into()
+    }
 
     /// None: each of the three reconciles opens its own.
     fn span(_: &str, _: &str) -> tracing::Span {

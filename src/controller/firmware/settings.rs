@@ -144,14 +144,11 @@ async fn create_schema<P, S: FirmwareStore>(
     let mut schema = schema.clone();
     schema.metadata.namespace = settings.namespace();
     schema.metadata.owner_references = Some(vec![store::settings_owner(settings)]);
-    match ctx.store.create(&schema).await {
-        Ok(created) => {
-            tracing::info!(schema = %created.name_any(), "created a FirmwareSchema");
-            Ok(Lookup::Found(created))
-        }
-        Err(StoreError::Conflict) => current_schema(ctx, settings, &schema.name_any()).await,
-        Err(e) => Err(e),
+    let created = ctx.store.create(&schema).await;
+    if let Ok(created) = &created {
+        tracing::info!(schema = %created.name_any(), "created a FirmwareSchema");
     }
+    or_current(ctx, settings, &schema.name_any(), created).await
 }
 
 /// Adds `settings` to `schema`'s owners. Hosts of one model share the schema and add
@@ -162,28 +159,32 @@ async fn own_schema<P, S: FirmwareStore>(
     settings: &HostFirmwareSettings,
     schema: &FirmwareSchema,
 ) -> Result<Lookup<FirmwareSchema>, StoreError> {
-    match ctx.store.own_schema(settings, schema).await {
-        Ok(()) => {
-            let mut owned = schema.clone();
-            owned
-                .owner_references_mut()
-                .push(store::settings_owner(settings));
-            Ok(Lookup::Found(owned))
-        }
-        Err(StoreError::Conflict) => current_schema(ctx, settings, &schema.name_any()).await,
-        Err(e) => Err(e),
-    }
+    let owned = ctx.store.own_schema(settings, schema).await.map(|()| {
+        let mut owned = schema.clone();
+        let owners = owned.owner_references_mut();
+        owners.push(store::settings_owner(settings));
+        owned
+    });
+    or_current(ctx, settings, &schema.name_any(), owned).await
 }
 
-/// The FirmwareSchema `name` as the API server holds it now (after a write lost a race).
-async fn current_schema<P, S: FirmwareStore>(
+/// The schema a write answered, or, when it lost a race, the FirmwareSchema `name` as
+/// the API server holds it now.
+async fn or_current<P, S: FirmwareStore>(
     ctx: &FirmwareContext<P, S>,
     settings: &HostFirmwareSettings,
     name: &str,
+    written: Result<FirmwareSchema, StoreError>,
 ) -> Result<Lookup<FirmwareSchema>, StoreError> {
-    let namespace = settings.namespace().unwrap_or_default();
-    let found = ctx.store.read(&namespace, name, Read::Fresh).await?;
-    Ok(lookup(found, settings))
+    match written {
+        Ok(schema) => Ok(Lookup::Found(schema)),
+        Err(StoreError::Conflict) => {
+            let namespace = settings.namespace().unwrap_or_default();
+            let found = ctx.store.read(&namespace, name, Read::Fresh).await?;
+            Ok(lookup(found, settings))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// A schema as the state machine needs it: its spec, and `settings` among its owners

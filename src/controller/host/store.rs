@@ -19,10 +19,13 @@ use kube::ResourceExt;
 use crate::api::firmware::{
     FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
 };
-use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails, PreprovisioningImage};
-use crate::controller::runtime::store::Kind;
+use crate::api::host::FINALIZER;
+use crate::api::{
+    BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDetails, PreprovisioningImage,
+};
 use crate::controller::runtime::store::events::{HOST_REPORTER, Reporter};
 pub use crate::controller::runtime::store::{HostEvent, StoreError};
+use crate::controller::runtime::store::{Kind, Object, ObjectStore};
 
 pub use kube_store::KubeStore;
 pub use memory::{MemoryStore, RecordedEvent};
@@ -39,19 +42,38 @@ impl Kind for BareMetalHost {
     }
 }
 
-/// The Kubernetes side of the host controller.
+/// The object of kind `K` named as `host`, in its namespace, if there is one.
+async fn namesake<K: Object>(
+    objects: &impl ObjectStore,
+    host: &BareMetalHost,
+) -> Result<Option<K>, StoreError> {
+    let namespace = host.namespace().unwrap_or_default();
+    objects.get(&namespace, &host.name_any()).await
+}
+
+/// The Kubernetes side of the host controller: what every kind's store does, on
+/// [`Store::objects`], and the host's own writes.
 pub trait Store: Send + Sync {
+    /// Where the host's objects and those named as it are read and written.
+    type Objects: ObjectStore;
+
+    fn objects(&self) -> &Self::Objects;
+
     /// Adds bmo's finalizer to the host, if the finalizers are still as read.
     fn add_finalizer(
         &self,
         host: &BareMetalHost,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.objects().set_finalizer(host, FINALIZER, true)
+    }
 
     /// Removes bmo's finalizer from the host, if the finalizers are still as read.
     fn remove_finalizer(
         &self,
         host: &BareMetalHost,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.objects().set_finalizer(host, FINALIZER, false)
+    }
 
     /// Makes bmo the only owner of the status fields that any field manager wrote with
     /// an Update (upstream's operator saves status that way), if the host is still
@@ -95,25 +117,36 @@ pub trait Store: Send + Sync {
     fn hardware_data(
         &self,
         host: &BareMetalHost,
-    ) -> impl Future<Output = Result<Option<HardwareDetails>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<HardwareDetails>, StoreError>> + Send {
+        async move {
+            let data = namesake::<HardwareData>(self.objects(), host).await?;
+            Ok(data.and_then(|d| d.spec.hardware))
+        }
+    }
 
     /// The host's HostFirmwareSettings (same name), when it exists.
     fn firmware_settings(
         &self,
         host: &BareMetalHost,
-    ) -> impl Future<Output = Result<Option<HostFirmwareSettings>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<HostFirmwareSettings>, StoreError>> + Send {
+        namesake(self.objects(), host)
+    }
 
     /// The host's HostFirmwareComponents (same name), when it exists.
     fn firmware_components(
         &self,
         host: &BareMetalHost,
-    ) -> impl Future<Output = Result<Option<HostFirmwareComponents>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<HostFirmwareComponents>, StoreError>> + Send {
+        namesake(self.objects(), host)
+    }
 
     /// The host's HostUpdatePolicy (same name), when it exists.
     fn host_update_policy(
         &self,
         host: &BareMetalHost,
-    ) -> impl Future<Output = Result<Option<HostUpdatePolicy>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<HostUpdatePolicy>, StoreError>> + Send {
+        namesake(self.objects(), host)
+    }
 
     /// Records in the host's HostFirmwareComponents that preparing started to flash
     /// `updates` (`status.updates`, and `status.lastUpdated` now), as upstream does
@@ -136,7 +169,9 @@ pub trait Store: Send + Sync {
     fn preprovisioning_image(
         &self,
         host: &BareMetalHost,
-    ) -> impl Future<Output = Result<Option<PreprovisioningImage>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<PreprovisioningImage>, StoreError>> + Send {
+        namesake(self.objects(), host)
+    }
 
     /// Writes the host's PreprovisioningImage: labels, owner and spec (server-side
     /// apply; its status is the image builder's).
@@ -168,10 +203,15 @@ pub trait Store: Send + Sync {
     fn release_secret(
         &self,
         secret: &Secret,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.objects()
+            .set_finalizer(secret, SECRET_FINALIZER, false)
+    }
 
     /// Publishes an event about the host; a failure is logged, not returned.
-    fn publish(&self, host: &BareMetalHost, event: HostEvent) -> impl Future<Output = ()> + Send;
+    fn publish(&self, host: &BareMetalHost, event: HostEvent) -> impl Future<Output = ()> + Send {
+        async move { self.objects().publish(host, &event).await }
+    }
 }
 
 /// Label bmo puts on the BMC Secrets it uses; only labelled Secrets are watched.

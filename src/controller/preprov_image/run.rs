@@ -86,7 +86,6 @@ pub async fn run(
 impl Reconciler for BuildContext {
     type Object = PreprovisioningImage;
     type Error = ObjectError;
-    const KIND: &'static str = "PreprovisioningImage";
     const SHUTDOWN_GRACE: Option<Duration> = None;
     /// After a failed API call.
     const ERROR_RETRY: Duration = Duration::from_secs(5);

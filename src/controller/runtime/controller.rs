@@ -5,6 +5,7 @@
 //! reconcile, the error policy ([`Reconciler::retry`]), the log line of a reconcile
 //! that did not finish, and the stop at shutdown.
 
+use std::borrow::Cow;
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
@@ -34,8 +35,11 @@ pub trait Reconciler: Send + Sync + Sized + 'static {
     type Object: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync;
     /// Why a reconcile did not finish.
     type Error: std::error::Error + Send + Sync + 'static;
-    /// Names the kind in the log: "HostClaim" (a reconcile that "did not finish").
-    const KIND: &'static str;
+    /// Names the kind in the log: "HostClaim" (a reconcile that "did not finish");
+    /// the kind of the objects it reconciles, unless it says otherwise.
+    fn kind() -> Cow<'static, str> {
+        Self::Object::kind(&())
+    }
     /// How long reconciles in flight may take to finish after the shutdown signal;
     /// `None`: as long as they take.
     const SHUTDOWN_GRACE: Option<Duration> = Some(Duration::from_secs(3));
@@ -64,7 +68,7 @@ pub trait Reconciler: Send + Sync + Sized + 'static {
             return Action::requeue(pause);
         }
         let (namespace, name) = (object.namespace().unwrap_or_default(), object.name_any());
-        tracing::warn!(%namespace, %name, %error, "{} reconcile failed; retrying", Self::KIND);
+        tracing::warn!(%namespace, %name, %error, "{} reconcile failed; retrying", Self::kind());
         Action::requeue(Self::ERROR_RETRY)
     }
 }
@@ -184,7 +188,7 @@ async fn drive<R, Fut>(
         .run(reconcile, error_policy::<R>, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
-                tracing::debug!(error = %e, "{} reconcile did not finish", R::KIND);
+                tracing::debug!(error = %e, "{} reconcile did not finish", R::kind());
             }
         });
     match R::SHUTDOWN_GRACE {

@@ -5,12 +5,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
-use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 use crate::api::{BareMetalSwitch, BareMetalSwitchStatus};
 use crate::controller::runtime::store::{
-    Kind, KubeClient, ObjectStore, StatusApply, StoreError, conflict_or,
+    Kind, KubeClient, ObjectStore, StatusApply, StoreError, apply_as, conflict_or,
 };
 
 /// Field manager of the Secrets bmo writes for the switches and of their status.
@@ -78,15 +77,9 @@ impl KubeSwitchStore {
             },
             "data": data,
         });
-        self.kube
-            .api::<Secret>(namespace)
-            .patch(
-                name,
-                &PatchParams::apply(SWITCH_FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
-            .await
-            .map_err(conflict_or)?;
+        let api = self.kube.api::<Secret>(namespace);
+        let applied = apply_as(&api, name, SWITCH_FIELD_MANAGER, &body).await;
+        applied.map_err(conflict_or)?;
         Ok(())
     }
 

@@ -8,13 +8,9 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 use super::{
-    HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, secret_is_held,
-    unconfirmed_updates,
+    SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, secret_is_held, unconfirmed_updates,
 };
-use crate::api::firmware::{
-    FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
-};
-use crate::api::host::FINALIZER;
+use crate::api::firmware::{FirmwareUpdate, HostFirmwareComponents};
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDataSpec, HardwareDetails,
     PreprovisioningImage,
@@ -22,8 +18,8 @@ use crate::api::{
 use crate::controller::runtime::store::managed_fields::without_empty_objects;
 use crate::controller::runtime::store::patches::{guarded_list_patch, pointer_segment};
 use crate::controller::runtime::store::{
-    FIELD_MANAGER, KubeClient, Object, ObjectStore, conflict_or, json_patch, owner_reference,
-    take_over,
+    FIELD_MANAGER, KubeClient, Object, ObjectStore, apply_as, conflict_or, owner_reference,
+    patch_guarded, take_over,
 };
 
 /// [`Store`] on a Kubernetes client.
@@ -53,24 +49,16 @@ impl KubeStore {
         self.kube.cache(cache);
     }
 
-    /// The object of kind `K` named as `host`, in its namespace, if there is one.
-    async fn namesake<K: Object>(&self, host: &BareMetalHost) -> Result<Option<K>, StoreError> {
-        let namespace = host.namespace().unwrap_or_default();
-        self.kube.get(&namespace, &host.name_any()).await
-    }
-
     fn api<K: Object>(&self, host: &BareMetalHost) -> Api<K> {
         self.kube.api(&host.namespace().unwrap_or_default())
     }
 }
 
 impl Store for KubeStore {
-    async fn add_finalizer(&self, host: &BareMetalHost) -> Result<(), StoreError> {
-        self.kube.set_finalizer(host, FINALIZER, true).await
-    }
+    type Objects = KubeClient;
 
-    async fn remove_finalizer(&self, host: &BareMetalHost) -> Result<(), StoreError> {
-        self.kube.set_finalizer(host, FINALIZER, false).await
+    fn objects(&self) -> &KubeClient {
+        &self.kube
     }
 
     async fn take_over_status(
@@ -147,14 +135,8 @@ impl Store for KubeStore {
         );
         data.metadata.owner_references = Some(vec![owner_reference(host, true)]);
         let api = self.api::<HardwareData>(host);
-        let apply = || async {
-            api.patch(
-                &host.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&data),
-            )
-            .await
-        };
+        let name = host.name_any();
+        let apply = || apply_as(&api, &name, FIELD_MANAGER, &data);
         let applied = apply().await?;
         // HardwareData upstream's operator wrote (with Update) becomes bmo's and is
         // applied again, so that what a new inspection no longer reports goes. Applying
@@ -164,35 +146,6 @@ impl Store for KubeStore {
             apply().await?;
         }
         Ok(())
-    }
-
-    async fn hardware_data(
-        &self,
-        host: &BareMetalHost,
-    ) -> Result<Option<HardwareDetails>, StoreError> {
-        let data = self.namesake::<HardwareData>(host).await?;
-        Ok(data.and_then(|d| d.spec.hardware))
-    }
-
-    async fn firmware_settings(
-        &self,
-        host: &BareMetalHost,
-    ) -> Result<Option<HostFirmwareSettings>, StoreError> {
-        self.namesake::<HostFirmwareSettings>(host).await
-    }
-
-    async fn firmware_components(
-        &self,
-        host: &BareMetalHost,
-    ) -> Result<Option<HostFirmwareComponents>, StoreError> {
-        self.namesake::<HostFirmwareComponents>(host).await
-    }
-
-    async fn host_update_policy(
-        &self,
-        host: &BareMetalHost,
-    ) -> Result<Option<HostUpdatePolicy>, StoreError> {
-        self.namesake::<HostUpdatePolicy>(host).await
     }
 
     async fn record_firmware_updates(
@@ -245,25 +198,13 @@ impl Store for KubeStore {
         Ok(())
     }
 
-    async fn preprovisioning_image(
-        &self,
-        host: &BareMetalHost,
-    ) -> Result<Option<PreprovisioningImage>, StoreError> {
-        self.namesake::<PreprovisioningImage>(host).await
-    }
-
     async fn apply_preprovisioning_image(
         &self,
         host: &BareMetalHost,
         image: &PreprovisioningImage,
     ) -> Result<(), StoreError> {
-        self.api::<PreprovisioningImage>(host)
-            .patch(
-                &host.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(image),
-            )
-            .await?;
+        let api = self.api::<PreprovisioningImage>(host);
+        apply_as(&api, &host.name_any(), FIELD_MANAGER, image).await?;
         Ok(())
     }
 
@@ -327,26 +268,7 @@ impl Store for KubeStore {
                 json!({"op": "test", "path": "/metadata/resourceVersion", "value": secret.metadata.resource_version.as_deref().unwrap_or_default()}),
             );
         }
-        let patched = self
-            .kube
-            .api_of(secret)
-            .patch(
-                &secret.name_any(),
-                &PatchParams::default(),
-                &Patch::Json::<()>(json_patch(patch)?),
-            )
-            .await
-            .map_err(conflict_or)?;
+        let patched = patch_guarded(&self.kube.api_of(secret), secret, patch).await?;
         Ok(patched.metadata.resource_version)
-    }
-
-    async fn release_secret(&self, secret: &Secret) -> Result<(), StoreError> {
-        self.kube
-            .set_finalizer(secret, SECRET_FINALIZER, false)
-            .await
-    }
-
-    async fn publish(&self, host: &BareMetalHost, event: HostEvent) {
-        self.kube.publish(host, &event).await;
     }
 }

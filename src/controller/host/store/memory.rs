@@ -13,7 +13,6 @@ use super::{HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, secret
 use crate::api::firmware::{
     FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
 };
-use crate::api::host::FINALIZER;
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDataSpec, HardwareDetails,
     PreprovisioningImage,
@@ -150,12 +149,10 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    async fn add_finalizer(&self, host: &BareMetalHost) -> Result<(), StoreError> {
-        self.objects.set_finalizer(host, FINALIZER, true).await
-    }
+    type Objects = MemoryObjects;
 
-    async fn remove_finalizer(&self, host: &BareMetalHost) -> Result<(), StoreError> {
-        self.objects.set_finalizer(host, FINALIZER, false).await
+    fn objects(&self) -> &MemoryObjects {
+        &self.objects
     }
 
     async fn newest_version(&self, host: &BareMetalHost) -> Result<Option<String>, StoreError> {
@@ -207,35 +204,6 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    async fn hardware_data(
-        &self,
-        host: &BareMetalHost,
-    ) -> Result<Option<HardwareDetails>, StoreError> {
-        let data = self.namesake::<HardwareData>(host);
-        Ok(data.and_then(|d| d.spec.hardware))
-    }
-
-    async fn firmware_settings(
-        &self,
-        host: &BareMetalHost,
-    ) -> Result<Option<HostFirmwareSettings>, StoreError> {
-        Ok(self.namesake(host))
-    }
-
-    async fn firmware_components(
-        &self,
-        host: &BareMetalHost,
-    ) -> Result<Option<HostFirmwareComponents>, StoreError> {
-        Ok(self.namesake(host))
-    }
-
-    async fn host_update_policy(
-        &self,
-        host: &BareMetalHost,
-    ) -> Result<Option<HostUpdatePolicy>, StoreError> {
-        Ok(self.namesake(host))
-    }
-
     async fn record_firmware_updates(
         &self,
         host: &BareMetalHost,
@@ -258,13 +226,6 @@ impl Store for MemoryStore {
             }
         });
         Ok(())
-    }
-
-    async fn preprovisioning_image(
-        &self,
-        host: &BareMetalHost,
-    ) -> Result<Option<PreprovisioningImage>, StoreError> {
-        Ok(self.namesake(host))
     }
 
     /// Keeps the stored status and generation, as the API server does for an apply
@@ -323,15 +284,5 @@ impl Store for MemoryStore {
         let namespace = secret.namespace().unwrap_or_default();
         let owned = self.secret_now(&namespace, &secret.name_any());
         Ok(owned.and_then(|s| s.metadata.resource_version))
-    }
-
-    async fn release_secret(&self, secret: &Secret) -> Result<(), StoreError> {
-        self.objects
-            .set_finalizer(secret, SECRET_FINALIZER, false)
-            .await
-    }
-
-    async fn publish(&self, host: &BareMetalHost, event: HostEvent) {
-        self.objects.publish(host, &event).await;
     }
 }

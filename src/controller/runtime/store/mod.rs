@@ -24,7 +24,9 @@ use crate::provisioner::ProvisionerError;
 pub use kind::{Kind, Object, ObjectStore, StatusApply, Stored};
 pub use kube_client::KubeClient;
 pub use memory::MemoryObjects;
-pub use patches::{add_owner, conflict_or, found, json_patch, patch_finalizers, take_over};
+pub use patches::{
+    add_owner, apply_as, conflict_or, found, json_patch, patch_finalizers, patch_guarded, take_over,
+};
 
 /// The namespaced object's `namespace/name`.
 pub fn name_of<K: Resource>(object: &K) -> String {

@@ -61,13 +61,38 @@ where
         object.meta().resource_version.as_deref(),
         wanted,
     );
-    api.patch(
-        &object.name_any(),
-        &PatchParams::default(),
-        &Patch::Json::<()>(json_patch(patch)?),
-    )
-    .await
-    .map_err(conflict_or)
+    patch_guarded(api, object, patch).await
+}
+
+/// Applies the JSON Patch `operations` to `object`, their `test`s its preconditions:
+/// the object as it is afterwards; a failed test is [`StoreError::Conflict`].
+pub async fn patch_guarded<K>(
+    api: &Api<K>,
+    object: &K,
+    operations: Vec<Value>,
+) -> Result<K, StoreError>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = Patch::Json::<()>(json_patch(operations)?);
+    let name = object.name_any();
+    let patched = api.patch(&name, &PatchParams::default(), &patch).await;
+    patched.map_err(conflict_or)
+}
+
+/// Server-side applies `body` to the object `name` as `manager`, forced (the fields
+/// `manager` applied before and leaves out go): the object as it is afterwards.
+pub async fn apply_as<K>(
+    api: &Api<K>,
+    name: &str,
+    manager: &str,
+    body: &(impl serde::Serialize + std::fmt::Debug),
+) -> Result<K, kube::Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = PatchParams::apply(manager).force();
+    api.patch(name, &params, &Patch::Apply(body)).await
 }
 
 /// A failed `test` comes back as 422 (Invalid), a stale resourceVersion as 409.
@@ -106,13 +131,7 @@ where
         object.meta().resource_version.as_deref(),
         wanted.into_iter().map(Value::String).collect(),
     );
-    api.patch(
-        &object.name_any(),
-        &PatchParams::default(),
-        &Patch::Json::<()>(json_patch(patch)?),
-    )
-    .await
-    .map_err(conflict_or)?;
+    patch_guarded(api, object, patch).await?;
     Ok(())
 }
 
@@ -144,14 +163,7 @@ where
         json!({"op": "test", "path": "/metadata/resourceVersion", "value": version}),
         json!({"op": "replace", "path": "/metadata/managedFields", "value": wanted}),
     ];
-    let newer = api
-        .patch(
-            &object.name_any(),
-            &PatchParams::default(),
-            &Patch::Json::<()>(json_patch(patch)?),
-        )
-        .await
-        .map_err(conflict_or)?;
+    let newer = patch_guarded(api, object, patch).await?;
     tracing::info!(
         object = %object.name_any(),
         subresource,
