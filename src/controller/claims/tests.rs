@@ -74,18 +74,28 @@ fn ctx(store: MemoryObjects) -> ClaimContext<MemoryObjects> {
 
 /// Reconciles the stored claim once.
 async fn step(ctx: &ClaimContext<MemoryObjects>) -> Action {
-    let claim = ctx
-        .store
-        .stored::<HostClaim>("tenant", "web")
-        .expect("claim stored");
+    let claim = claim_now(&ctx.store, "web").expect("claim stored");
     reconcile_claim(&claim, ctx).await.expect("reconcile")
 }
 
+/// The claim `name` in namespace `tenant`, as stored now.
+fn claim_now(store: &MemoryObjects, name: &str) -> Option<HostClaim> {
+    store.stored("tenant", name)
+}
+
+/// The copy of the claim's user data in the host's namespace, as stored now.
+fn copy_now(store: &MemoryObjects) -> Option<Secret> {
+    store.stored("infra", "bm-0-userdata")
+}
+
+/// Asserts that the stored claim's condition `type_` has `(status, reason)`.
+fn assert_condition(ctx: &ClaimContext<MemoryObjects>, type_: &str, expected: (&str, &str)) {
+    let (status, reason) = condition(ctx, type_);
+    assert_eq!((status.as_str(), reason.as_str()), expected, "{type_}");
+}
+
 fn condition(ctx: &ClaimContext<MemoryObjects>, type_: &str) -> (String, String) {
-    let claim = ctx
-        .store
-        .stored::<HostClaim>("tenant", "web")
-        .expect("claim");
+    let claim = claim_now(&ctx.store, "web").expect("claim");
     let status = claim.status.unwrap_or_default();
     let c = status
         .conditions
@@ -131,10 +141,7 @@ async fn a_claim_binds_drives_mirrors_and_on_deletion_deprovisions_and_releases(
 /// power and user data (a copy), and the conditions saying so.
 async fn binds_and_drives_the_host(ctx: &ClaimContext<MemoryObjects>) {
     step(ctx).await;
-    let claim = ctx
-        .store
-        .stored::<HostClaim>("tenant", "web")
-        .expect("claim");
+    let claim = claim_now(&ctx.store, "web").expect("claim");
     assert_eq!(claim.finalizers(), [HOST_CLAIM_FINALIZER]);
 
     step(ctx).await;
@@ -152,23 +159,11 @@ async fn binds_and_drives_the_host(ctx: &ClaimContext<MemoryObjects>) {
         h.spec.user_data.as_ref().and_then(|r| r.name.as_deref()),
         Some("bm-0-userdata")
     );
-    let copy = ctx
-        .store
-        .stored::<Secret>("infra", "bm-0-userdata")
-        .expect("user data copied");
+    let copy = copy_now(&ctx.store).expect("user data copied");
     assert_eq!(copy.data, user_data("tenant", "ud", "#cloud-config\n").data);
-    assert_eq!(
-        condition(ctx, "Associated"),
-        ("True".into(), "BareMetalHostAssociated".into())
-    );
-    assert_eq!(
-        condition(ctx, "Synchronized"),
-        ("True".into(), "ConfigurationSynced".into())
-    );
-    assert_eq!(
-        condition(ctx, "Provisioned"),
-        ("False".into(), "available".into())
-    );
+    assert_condition(ctx, "Associated", ("True", "BareMetalHostAssociated"));
+    assert_condition(ctx, "Synchronized", ("True", "ConfigurationSynced"));
+    assert_condition(ctx, "Provisioned", ("False", "available"));
     assert_eq!(condition(ctx, "Ready").0, "False");
 }
 
@@ -177,21 +172,13 @@ async fn binds_and_drives_the_host(ctx: &ClaimContext<MemoryObjects>) {
 async fn mirrors_the_provisioned_host(ctx: &ClaimContext<MemoryObjects>) {
     set_host_state(ctx, ProvisioningState::Provisioned, true);
     step(ctx).await;
-    let status = ctx
-        .store
-        .stored::<HostClaim>("tenant", "web")
+    let status = claim_now(&ctx.store, "web")
         .and_then(|c| c.status)
         .expect("status");
     assert!(status.powered_on);
     assert_eq!(status.hardware_data.map(|r| r.name), Some("bm-0".into()));
-    assert_eq!(
-        condition(ctx, "Provisioned"),
-        ("True".into(), "provisioned".into())
-    );
-    assert_eq!(
-        condition(ctx, "Ready"),
-        ("True".into(), "InfoReported".into())
-    );
+    assert_condition(ctx, "Provisioned", ("True", "provisioned"));
+    assert_condition(ctx, "Ready", ("True", "InfoReported"));
     // Settled: a second pass changes nothing on the host.
     let version = host(ctx).metadata.resource_version;
     step(ctx).await;
@@ -201,10 +188,7 @@ async fn mirrors_the_provisioned_host(ctx: &ClaimContext<MemoryObjects>) {
 /// The claim deleted: the host is deprovisioned, still bound until it is available
 /// again, then released, the user data copy removed and the finalizer with it.
 async fn on_deletion_deprovisions_and_releases(ctx: &ClaimContext<MemoryObjects>) {
-    let mut deleted = ctx
-        .store
-        .stored::<HostClaim>("tenant", "web")
-        .expect("claim");
+    let mut deleted = claim_now(&ctx.store, "web").expect("claim");
     deleted.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
     ctx.store.put(deleted);
     step(ctx).await;
@@ -214,32 +198,18 @@ async fn on_deletion_deprovisions_and_releases(ctx: &ClaimContext<MemoryObjects>
         h.spec.consumer_ref.is_some(),
         "still bound while it deprovisions"
     );
-    assert_eq!(
-        condition(ctx, "Associated"),
-        ("False".into(), "HostClaimDeleting".into())
-    );
+    assert_condition(ctx, "Associated", ("False", "HostClaimDeleting"));
     step(ctx).await;
-    assert!(
-        ctx.store.stored::<HostClaim>("tenant", "web").is_some(),
-        "waits for the host"
-    );
+    assert!(claim_now(&ctx.store, "web").is_some(), "waits for the host");
     set_host_state(ctx, ProvisioningState::Deprovisioning, false);
     step(ctx).await;
-    assert!(
-        ctx.store.stored::<HostClaim>("tenant", "web").is_some(),
-        "waits for the host"
-    );
+    assert!(claim_now(&ctx.store, "web").is_some(), "waits for the host");
     set_host_state(ctx, ProvisioningState::Available, false);
     step(ctx).await;
     assert!(host(ctx).spec.consumer_ref.is_none(), "host released");
+    assert!(copy_now(&ctx.store).is_none(), "copy removed");
     assert!(
-        ctx.store
-            .stored::<Secret>("infra", "bm-0-userdata")
-            .is_none(),
-        "copy removed"
-    );
-    assert!(
-        ctx.store.stored::<HostClaim>("tenant", "web").is_none(),
+        claim_now(&ctx.store, "web").is_none(),
         "finalizer removed, claim gone"
     );
 }
@@ -251,10 +221,7 @@ async fn without_an_admitting_policy_no_host_is_bound() {
     step(&ctx).await;
     let action = step(&ctx).await;
     assert_eq!(action, Action::requeue(RETRY_DELAY));
-    assert_eq!(
-        condition(&ctx, "Associated"),
-        ("False".into(), "NoBareMetalHost".into())
-    );
+    assert_condition(&ctx, "Associated", ("False", "NoBareMetalHost"));
     assert!(host(&ctx).spec.consumer_ref.is_none());
 }
 
@@ -264,19 +231,13 @@ async fn a_second_claim_finds_no_free_host() {
     put_claim(&ctx.store, spec());
     step(&ctx).await;
     step(&ctx).await;
-    let mut other = ctx
-        .store
-        .stored::<HostClaim>("tenant", "web")
-        .expect("claim");
+    let mut other = claim_now(&ctx.store, "web").expect("claim");
     other.metadata.name = Some("db".into());
     other.metadata.uid = Some("u2".into());
     other.status = None;
     ctx.store.put(other.clone());
     reconcile_claim(&other, &ctx).await.expect("reconcile");
-    let other = ctx
-        .store
-        .stored::<HostClaim>("tenant", "db")
-        .expect("claim");
+    let other = claim_now(&ctx.store, "db").expect("claim");
     let associated = other.status.unwrap_or_default().conditions;
     assert!(
         associated
@@ -299,9 +260,10 @@ async fn a_missing_secret_leaves_the_host_alone_and_says_which() {
     step(&ctx).await;
     let action = step(&ctx).await;
     assert_eq!(action, Action::requeue(RETRY_DELAY));
-    assert_eq!(
-        condition(&ctx, "Synchronized"),
-        ("False".into(), "NetworkDataSecretSyncFailure".into())
+    assert_condition(
+        &ctx,
+        "Synchronized",
+        ("False", "NetworkDataSecretSyncFailure"),
     );
     assert!(!host(&ctx).spec.online, "host not driven");
 }
@@ -314,14 +276,8 @@ async fn a_secret_that_is_not_the_claims_copy_is_never_overwritten() {
     put_claim(&ctx.store, spec());
     step(&ctx).await;
     step(&ctx).await;
-    assert_eq!(
-        condition(&ctx, "Synchronized"),
-        ("False".into(), "UserDataSecretSyncFailure".into())
-    );
-    let kept = ctx
-        .store
-        .stored::<Secret>("infra", "bm-0-userdata")
-        .expect("secret");
+    assert_condition(&ctx, "Synchronized", ("False", "UserDataSecretSyncFailure"));
+    let kept = copy_now(&ctx.store).expect("secret");
     assert_eq!(kept.data, user_data("infra", "x", "admin's").data);
 }
 
@@ -358,7 +314,7 @@ async fn a_bmo_confined_to_a_namespace_binds_only_hosts_there_and_leaves_other_c
     assert_eq!(condition(&here, "Associated").1, "BareMetalHostAssociated");
     let mut elsewhere = here;
     elsewhere.namespace = Some("other-hosts".into());
-    let before = elsewhere.store.stored::<HostClaim>("tenant", "web");
+    let before = claim_now(&elsewhere.store, "web");
     let mut deleted = before.clone().expect("claim");
     deleted.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
     elsewhere.store.put(deleted);
@@ -376,7 +332,7 @@ fn a_claim_is_woken_by_the_secrets_of_its_own_namespace_it_names() {
         &store,
         json!({"poweredOn": true, "userData": {"name": "ud"}, "metaData": {"name": "md"}}),
     );
-    let claim = store.stored::<HostClaim>("tenant", "web").expect("claim");
+    let claim = claim_now(&store, "web").expect("claim");
     assert!(run::refers_to(&claim, "tenant", "ud"));
     assert!(run::refers_to(&claim, "tenant", "md"));
     assert!(!run::refers_to(&claim, "tenant", "other"));

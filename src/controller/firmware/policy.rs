@@ -90,11 +90,11 @@ pub async fn reconcile<P, S: ObjectStore>(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
 
     use super::*;
-    use crate::controller::firmware::state_machine::tests::test_host;
+    use crate::controller::firmware::state_machine::tests::{owned_by, owner_uids, test_host};
     use crate::controller::runtime::store::MemoryObjects;
 
     /// The policy of host `a` as stored now.
@@ -118,23 +118,14 @@ mod tests {
             "spec": {"firmwareSettings": "onReboot"},
         }))
         .expect("valid policy");
-        policy.metadata.owner_references = Some(vec![OwnerReference {
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-            name: "fleet".into(),
-            uid: "fleet-uid".into(),
-            ..OwnerReference::default()
-        }]);
+        let fleet = owned_by("v1", "ConfigMap", "fleet", "fleet-uid");
+        policy.metadata.owner_references = Some(vec![fleet]);
         policy
     }
 
     fn owners(ctx: &FirmwareContext<(), MemoryObjects>) -> Vec<String> {
         let policy = stored_policy(ctx).expect("the policy is kept");
-        policy
-            .owner_references()
-            .iter()
-            .map(|o| o.uid.clone())
-            .collect()
+        owner_uids(&policy)
     }
 
     #[tokio::test]

@@ -15,6 +15,7 @@ use std::future::Future;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
+use serde_json::Value;
 
 use crate::api::firmware::{
     FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
@@ -24,15 +25,28 @@ use crate::api::{
     BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDetails, PreprovisioningImage,
 };
 use crate::controller::runtime::store::events::{HOST_REPORTER, Reporter};
+use crate::controller::runtime::store::managed_fields::without_empty_objects;
 pub use crate::controller::runtime::store::{HostEvent, StoreError};
-use crate::controller::runtime::store::{Kind, Object, ObjectStore};
+use crate::controller::runtime::store::{Kind, Object, ObjectStore, Read, StatusApply};
 
 pub use kube_store::KubeStore;
 pub use memory::{MemoryStore, RecordedEvent};
 
-/// A host's events are posted as upstream's host controller posts them, with the
-/// host's consumer as the related object.
+/// A host's status is applied without its empty objects, a refusal as it came; its
+/// events are posted as upstream's host controller posts them, with the host's
+/// consumer as the related object.
 impl Kind for BareMetalHost {
+    const STATUS_APPLY: StatusApply = StatusApply {
+        refusal_is_conflict: false,
+        ..StatusApply::PLAIN
+    };
+
+    fn status_body(status: &BareMetalHostStatus) -> Result<Value, serde_json::Error> {
+        let mut status = serde_json::to_value(status)?;
+        without_empty_objects(&mut status);
+        Ok(status)
+    }
+
     fn reporter() -> Reporter {
         HOST_REPORTER
     }
@@ -97,7 +111,9 @@ pub trait Store: Send + Sync {
         &self,
         host: &BareMetalHost,
         status: &BareMetalHostStatus,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.objects().apply_status(host, status)
+    }
 
     /// Removes these annotation keys from the host.
     fn remove_annotations(
@@ -181,12 +197,15 @@ pub trait Store: Send + Sync {
         image: &PreprovisioningImage,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// The Secret `name` in `namespace`, when it exists.
+    /// The Secret `name` in `namespace`, when it exists: from the cache of the
+    /// Secrets bmo labelled when it is one of them.
     fn secret(
         &self,
         namespace: &str,
         name: &str,
-    ) -> impl Future<Output = Result<Option<Secret>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<Secret>, StoreError>> + Send {
+        self.objects().read(namespace, name, Read::CachedIfPresent)
+    }
 
     /// Labels `secret` as bmo's and adds the host to its owners, if its owners are
     /// still as read; with `hold`, also adds [`SECRET_FINALIZER`], if its finalizers

@@ -7,8 +7,11 @@ use super::state_machine::{REQUEUE, schema_name};
 use super::*;
 use crate::api::firmware::{FirmwareSchema, FirmwareSchemaSpec, SETTINGS_VALID, SettingSchema};
 use crate::controller::firmware::state_machine::tests::{
-    events, memory_context, now, test_host, upstream_status_update,
+    events, memory_context, now, owned_by, owner_names, test_host, upstream_status_update,
 };
+
+/// The API group and version of bmo's kinds.
+const METAL3: &str = "metal3.io/v1alpha1";
 use crate::controller::runtime::store::MemoryObjects;
 use crate::provisioner::{BiosSettings, FixtureProvisioner};
 
@@ -31,28 +34,34 @@ fn bios() -> BiosSettings {
     }
 }
 
-fn context() -> FirmwareContext<FixtureProvisioner, MemoryObjects> {
+fn context() -> Ctx {
     let provisioner = FixtureProvisioner::default();
     provisioner.set_bios("ns~a", bios());
     provisioner.set_bios("ns~b", bios());
     memory_context(provisioner)
 }
 
-fn schema_owners(ctx: &FirmwareContext<FixtureProvisioner, MemoryObjects>) -> Vec<String> {
+type Ctx = FirmwareContext<FixtureProvisioner, MemoryObjects>;
+
+/// Puts `host` in the store and reconciles it once.
+async fn reconcile_put(ctx: &Ctx, host: &BareMetalHost) -> Next {
+    ctx.store.put(host.clone());
+    reconcile(host, ctx, now()).await.expect("reconciled")
+}
+
+/// Host `name`'s HostFirmwareSettings as stored now.
+fn settings_now(ctx: &Ctx, name: &str) -> Option<HostFirmwareSettings> {
+    ctx.store.stored("ns", name)
+}
+
+fn schema_owners(ctx: &Ctx) -> Vec<String> {
     let schemas = ctx.store.list::<FirmwareSchema>(None);
     assert_eq!(schemas.len(), 1, "{schemas:?}");
-    schemas[0]
-        .owner_references()
-        .iter()
-        .map(|o| o.name.clone())
-        .collect()
+    owner_names(&schemas[0])
 }
 
 /// Hosts a and b of one model, a reconciled (the schema made, owned by a); then b.
-async fn schema_made_by_a() -> (
-    FirmwareContext<FixtureProvisioner, MemoryObjects>,
-    BareMetalHost,
-) {
+async fn schema_made_by_a() -> (Ctx, BareMetalHost) {
     let ctx = context();
     let (a, b) = (host("a", "node-a"), host("b", "node-b"));
     ctx.store.put(a.clone());
@@ -84,13 +93,8 @@ async fn a_host_adds_itself_to_the_owners_the_schema_has_now() {
     ctx.store
         .serve_stale::<FirmwareSchema>("ns", &name, Some(seen.clone()));
     let mut newer = seen;
-    newer.owner_references_mut().push(OwnerReference {
-        api_version: "metal3.io/v1alpha1".into(),
-        kind: "HostFirmwareSettings".into(),
-        name: "c".into(),
-        uid: "c-settings-uid".into(),
-        ..OwnerReference::default()
-    });
+    let settings_c = owned_by(METAL3, "HostFirmwareSettings", "c", "c-settings-uid");
+    newer.owner_references_mut().push(settings_c);
     newer.metadata.resource_version = Some("999".into());
     ctx.store.put(newer);
     let next = reconcile(&b, &ctx, now())
@@ -98,10 +102,7 @@ async fn a_host_adds_itself_to_the_owners_the_schema_has_now() {
         .expect("finishes in one reconcile");
     assert_eq!(next, Next::After(REQUEUE));
     assert_eq!(schema_owners(&ctx), ["a", "c", "b"]);
-    let status = ctx
-        .store
-        .stored::<HostFirmwareSettings>("ns", "b")
-        .and_then(|s| s.status);
+    let status = settings_now(&ctx, "b").and_then(|s| s.status);
     assert_eq!(status.map(|s| s.settings), Some(bios().settings));
 }
 
@@ -110,25 +111,16 @@ async fn hosts_of_one_model_get_their_settings_and_share_one_schema() {
     let ctx = context();
     let (a, b) = (host("a", "node-a"), host("b", "node-b"));
     for h in [&a, &b] {
-        ctx.store.put(h.clone());
-        let next = reconcile(h, &ctx, now()).await.expect("reconciled");
-        assert_eq!(next, Next::After(REQUEUE));
+        assert_eq!(reconcile_put(&ctx, h).await, Next::After(REQUEUE));
     }
     let schemas = ctx.store.list::<FirmwareSchema>(None);
     assert_eq!(schemas.len(), 1, "{schemas:?}");
     let schema = &schemas[0];
     assert_eq!(schema.metadata.name, Some(schema_name(&bios().schema)));
-    let owners: Vec<&str> = schema
-        .owner_references()
-        .iter()
-        .map(|o| o.name.as_str())
-        .collect();
+    let owners = owner_names(schema);
     assert_eq!(owners, ["a", "b"]);
     for name in ["a", "b"] {
-        let settings = ctx
-            .store
-            .stored::<HostFirmwareSettings>("ns", name)
-            .expect("settings made");
+        let settings = settings_now(&ctx, name).expect("settings made");
         assert_eq!(settings.owner_references()[0].uid, format!("{name}-uid"));
         let status = settings.status.expect("status written");
         assert_eq!(status.settings, bios().settings);
@@ -147,16 +139,8 @@ async fn hosts_of_one_model_get_their_settings_and_share_one_schema() {
 async fn a_host_without_a_node_gets_nothing_yet() {
     let ctx = context();
     let h = host("a", "");
-    ctx.store.put(h.clone());
-    assert_eq!(
-        reconcile(&h, &ctx, now()).await.expect("reconciled"),
-        Next::OnChange
-    );
-    assert!(
-        ctx.store
-            .stored::<HostFirmwareSettings>("ns", "a")
-            .is_none()
-    );
+    assert_eq!(reconcile_put(&ctx, &h).await, Next::OnChange);
+    assert!(settings_now(&ctx, "a").is_none());
 }
 
 /// Host a's HostFirmwareSettings as upstream's operator leaves it: the host as owner,
@@ -170,13 +154,8 @@ fn upstreams_settings() -> HostFirmwareSettings {
         "status": {"settings": {"Stale": "1"}},
     }))
     .expect("valid settings");
-    settings.metadata.owner_references = Some(vec![OwnerReference {
-        api_version: "metal3.io/v1alpha1".into(),
-        kind: "BareMetalHost".into(),
-        name: "a".into(),
-        uid: "a-uid".into(),
-        ..OwnerReference::default()
-    }]);
+    let host_a = owned_by(METAL3, "BareMetalHost", "a", "a-uid");
+    settings.metadata.owner_references = Some(vec![host_a]);
     settings.metadata.managed_fields = Some(vec![upstream_status_update()]);
     settings
 }
@@ -225,11 +204,8 @@ async fn upstreams_objects_are_adopted_not_duplicated() {
 
 /// Upstream's settings object kept, the host among its owners once, its status taken
 /// over and written anew: the stale setting gone, the refused one reported.
-fn the_settings_are_adopted_and_judged(ctx: &FirmwareContext<FixtureProvisioner, MemoryObjects>) {
-    let adopted = ctx
-        .store
-        .stored::<HostFirmwareSettings>("ns", "a")
-        .expect("kept");
+fn the_settings_are_adopted_and_judged(ctx: &Ctx) {
+    let adopted = settings_now(ctx, "a").expect("kept");
     assert_eq!(adopted.metadata.uid.as_deref(), Some("upstream-hfs"));
     assert_eq!(adopted.owner_references().len(), 1);
     assert!(
@@ -261,15 +237,8 @@ fn the_settings_are_adopted_and_judged(ctx: &FirmwareContext<FixtureProvisioner,
 async fn a_node_unknown_to_the_provisioner_waits_for_the_host() {
     let ctx = context();
     let h = host("c", "node-c");
-    ctx.store.put(h.clone());
-    assert_eq!(
-        reconcile(&h, &ctx, now()).await.expect("reconciled"),
-        Next::OnChange
-    );
+    assert_eq!(reconcile_put(&ctx, &h).await, Next::OnChange);
     // The settings object is there, with no status until the node is read.
-    let settings = ctx
-        .store
-        .stored::<HostFirmwareSettings>("ns", "c")
-        .expect("made");
+    let settings = settings_now(&ctx, "c").expect("made");
     assert!(settings.status.is_none());
 }

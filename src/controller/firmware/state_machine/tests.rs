@@ -146,13 +146,30 @@ pub(crate) fn test_host(name: &str, node: &str) -> BareMetalHost {
 }
 
 fn owner(uid: &str) -> OwnerReference {
+    owned_by("metal3.io/v1alpha1", "BareMetalHost", "h", uid)
+}
+
+/// An owner: `kind` (of `api_version`) `name`, by `uid`.
+pub(crate) fn owned_by(api_version: &str, kind: &str, name: &str, uid: &str) -> OwnerReference {
     OwnerReference {
-        api_version: "metal3.io/v1alpha1".into(),
-        kind: "BareMetalHost".into(),
-        name: "h".into(),
+        api_version: api_version.into(),
+        kind: kind.into(),
+        name: name.into(),
         uid: uid.into(),
         ..OwnerReference::default()
     }
+}
+
+/// The uids of `object`'s owners, in order.
+pub(crate) fn owner_uids(object: &impl kube::Resource) -> Vec<String> {
+    let owners = object.meta().owner_references.iter().flatten();
+    owners.map(|o| o.uid.clone()).collect()
+}
+
+/// The names of `object`'s owners, in order.
+pub(crate) fn owner_names(object: &impl kube::Resource) -> Vec<String> {
+    let owners = object.meta().owner_references.iter().flatten();
+    owners.map(|o| o.name.clone()).collect()
 }
 
 fn hfs(spec: serde_json::Value, owners: Vec<OwnerReference>) -> HostFirmwareSettings {

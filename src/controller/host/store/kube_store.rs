@@ -12,14 +12,12 @@ use super::{
 };
 use crate::api::firmware::{FirmwareUpdate, HostFirmwareComponents};
 use crate::api::{
-    BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDataSpec, HardwareDetails,
-    PreprovisioningImage,
+    BareMetalHost, HardwareData, HardwareDataSpec, HardwareDetails, PreprovisioningImage,
 };
-use crate::controller::runtime::store::managed_fields::without_empty_objects;
 use crate::controller::runtime::store::patches::{guarded_list_patch, pointer_segment};
 use crate::controller::runtime::store::{
-    FIELD_MANAGER, KubeClient, Object, ObjectStore, apply_as, conflict_or, owner_reference,
-    patch_guarded, take_over,
+    FIELD_MANAGER, KubeClient, Object, apply_as, conflict_or, owner_reference, patch_guarded,
+    take_over,
 };
 
 /// [`Store`] on a Kubernetes client.
@@ -74,29 +72,6 @@ impl Store for KubeStore {
             .get_metadata_opt(&host.name_any())
             .await?;
         Ok(meta.and_then(|m| m.metadata.resource_version))
-    }
-
-    async fn apply_status(
-        &self,
-        host: &BareMetalHost,
-        status: &BareMetalHostStatus,
-    ) -> Result<(), StoreError> {
-        let api = self.api::<BareMetalHost>(host);
-        let mut status = serde_json::to_value(status)
-            .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
-        without_empty_objects(&mut status);
-        let patch = json!({
-            "apiVersion": "metal3.io/v1alpha1",
-            "kind": "BareMetalHost",
-            "status": status,
-        });
-        api.patch_status(
-            &host.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
-        Ok(())
     }
 
     async fn remove_annotations(
@@ -206,13 +181,6 @@ impl Store for KubeStore {
         let api = self.api::<PreprovisioningImage>(host);
         apply_as(&api, &host.name_any(), FIELD_MANAGER, image).await?;
         Ok(())
-    }
-
-    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, StoreError> {
-        if let Some(Some(secret)) = self.kube.cached(namespace, name) {
-            return Ok(Some(secret));
-        }
-        self.kube.get(namespace, name).await
     }
 
     async fn own_secret(

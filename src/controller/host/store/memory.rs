@@ -14,12 +14,9 @@ use crate::api::firmware::{
     FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
 };
 use crate::api::{
-    BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDataSpec, HardwareDetails,
-    PreprovisioningImage,
+    BareMetalHost, HardwareData, HardwareDataSpec, HardwareDetails, PreprovisioningImage,
 };
-use crate::controller::runtime::store::{
-    MemoryObjects, Object, ObjectStore, Stored, owner_reference,
-};
+use crate::controller::runtime::store::{MemoryObjects, Object, Stored, owner_reference};
 
 /// An event as [`MemoryStore`] recorded it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,14 +165,6 @@ impl Store for MemoryStore {
         Ok(None)
     }
 
-    async fn apply_status(
-        &self,
-        host: &BareMetalHost,
-        status: &BareMetalHostStatus,
-    ) -> Result<(), StoreError> {
-        self.objects.apply_status(host, status).await
-    }
-
     async fn remove_annotations(
         &self,
         host: &BareMetalHost,
@@ -249,10 +238,6 @@ impl Store for MemoryStore {
         }
         self.objects.put(written);
         Ok(())
-    }
-
-    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, StoreError> {
-        Ok(self.secret_now(namespace, name))
     }
 
     async fn own_secret(

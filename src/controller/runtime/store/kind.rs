@@ -14,6 +14,7 @@ use kube::Resource;
 use kube::core::object::HasStatus;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use super::events::Reporter;
 use super::{FIELD_MANAGER, HostEvent, Read, StoreError};
@@ -67,6 +68,11 @@ impl StatusApply {
 pub trait Kind: Object + HasStatus<Status: Serialize + Clone + Send + Sync + 'static> {
     /// How the status is applied.
     const STATUS_APPLY: StatusApply = StatusApply::PLAIN;
+
+    /// The status as the apply sends it.
+    fn status_body(status: &Self::Status) -> Result<Value, serde_json::Error> {
+        serde_json::to_value(status)
+    }
 
     /// Who posts the kind's events: upstream's controller of it.
     fn reporter() -> Reporter {

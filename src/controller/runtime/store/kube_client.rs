@@ -97,9 +97,9 @@ impl ObjectStore for KubeClient {
         read: Read,
     ) -> Result<Option<K>, StoreError> {
         match (read, self.cached::<K>(namespace, name)) {
-            (Read::Cached, Some(object)) | (Read::FreshIfPresent, Some(object @ None)) => {
-                Ok(object)
-            }
+            (Read::Cached, Some(object))
+            | (Read::FreshIfPresent, Some(object @ None))
+            | (Read::CachedIfPresent, Some(object @ Some(_))) => Ok(object),
             _ => Ok(self.api::<K>(namespace).get_opt(name).await?),
         }
     }
@@ -164,6 +164,8 @@ impl ObjectStore for KubeClient {
         status: &K::Status,
     ) -> Result<(), StoreError> {
         let how = K::STATUS_APPLY;
+        let status =
+            K::status_body(status).map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
         let mut body = json!({
             "apiVersion": K::api_version(&()),
             "kind": K::kind(&()),

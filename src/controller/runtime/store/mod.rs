@@ -72,6 +72,9 @@ pub enum Read {
     /// without a request), else the API server: an object that exists is read as it
     /// is now.
     FreshIfPresent,
+    /// The cache when it holds the object, else the API server: for a cache of some
+    /// of the objects only (those bmo labelled).
+    CachedIfPresent,
 }
 
 /// A Kubernetes call that did not go through.
