@@ -53,8 +53,6 @@ impl<S: ClaimStore + 'static> Reconciler for ClaimContext<S> {
     type Object = HostClaim;
     type Error = ClaimError;
     const SHUTDOWN_GRACE: Option<Duration> = None;
-    /// An API call refused or the API server away.
-    const ERROR_RETRY: Duration = Duration::from_secs(5);
 
     fn span(namespace: &str, name: &str) -> tracing::Span {
         tracing::info_span!("hostclaim", namespace, name)

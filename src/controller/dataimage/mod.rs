@@ -103,12 +103,8 @@ async fn save<S: ObjectStore>(
     status: &DataImageStatus,
     event: Option<&str>,
 ) -> Result<(), StoreError> {
-    let events: Vec<HostEvent> = event
-        .inspect(|message| tracing::warn!(dataimage = %name_of(image), "{message}"))
-        .map(|message| HostEvent::warning(state_machine::ERROR_REASON, message))
-        .into_iter()
-        .collect();
-    store.save(image, status, &events).await
+    let event = event.map(|message| HostEvent::warning(state_machine::ERROR_REASON, message));
+    store.save(image, status, event.as_slice()).await
 }
 
 /// The host controller's power-on step for `host` (provisioned or externally

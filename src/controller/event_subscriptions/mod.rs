@@ -95,15 +95,6 @@ pub async fn reconcile<P: EventSubscriber, S: ObjectStore>(
             } => {
                 let saved = ctx.store.save(subscription, &status, event.as_slice());
                 saved.await.map_err(&store_err)?;
-                match (&status.subscription_id, &status.error, event) {
-                    (_, Some(error), Some(_)) => {
-                        tracing::warn!(%error, "event subscription refused")
-                    }
-                    (Some(id), None, Some(_)) => {
-                        tracing::info!(subscription = %id, "created the event subscription");
-                    }
-                    _ => {}
-                }
                 return Ok(retry.map_or(Next::OnChange, Next::After));
             }
         }

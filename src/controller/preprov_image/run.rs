@@ -87,8 +87,6 @@ impl Reconciler for BuildContext {
     type Object = PreprovisioningImage;
     type Error = ObjectError;
     const SHUTDOWN_GRACE: Option<Duration> = None;
-    /// After a failed API call.
-    const ERROR_RETRY: Duration = Duration::from_secs(5);
 
     fn span(namespace: &str, name: &str) -> tracing::Span {
         tracing::info_span!("preprovisioningimage", namespace, name)

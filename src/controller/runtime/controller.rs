@@ -43,8 +43,9 @@ pub trait Reconciler: Send + Sync + Sized + 'static {
     /// How long reconciles in flight may take to finish after the shutdown signal;
     /// `None`: as long as they take.
     const SHUTDOWN_GRACE: Option<Duration> = Some(Duration::from_secs(3));
-    /// Pause after a failed reconcile.
-    const ERROR_RETRY: Duration;
+    /// Pause after a failed reconcile; by default as after a refused Kubernetes call
+    /// (the API server away, say).
+    const ERROR_RETRY: Duration = Duration::from_secs(5);
     /// Pause after a reconcile that lost a write race ([`StoreError::Conflict`]
     /// among the error's causes), not logged; `None`: as after any failure.
     const CONFLICT_RETRY: Option<Duration> = Some(CONFLICT_RETRY);

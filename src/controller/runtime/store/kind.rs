@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::events::Reporter;
-use super::{FIELD_MANAGER, HostEvent, Read, StoreError};
+use super::{FIELD_MANAGER, HostEvent, Read, StoreError, name_of};
 
 /// An object a store keeps: of any kind, namespaced or not.
 pub trait Stored: Resource<DynamicType = ()> + Clone + Send + Sync + 'static {}
@@ -145,7 +145,8 @@ pub trait ObjectStore: Send + Sync {
     /// Publishes `event` about `object`; a failure is logged, not returned.
     fn publish<K: Kind>(&self, object: &K, event: &HostEvent) -> impl Future<Output = ()> + Send;
 
-    /// Writes `status`, then publishes `events` about `object`.
+    /// Writes `status`, then publishes `events` about `object`, each in the log too
+    /// (a Warning event as a warning).
     fn save<K: Kind>(
         &self,
         object: &K,
@@ -155,6 +156,12 @@ pub trait ObjectStore: Send + Sync {
         async move {
             self.apply_status(object, status).await?;
             for event in events {
+                let (object_name, reason) = (name_of(object), &event.reason);
+                if event.warning {
+                    tracing::warn!(object = %object_name, %reason, "{}", event.message);
+                } else {
+                    tracing::info!(object = %object_name, %reason, "{}", event.message);
+                }
                 self.publish(object, event).await;
             }
             Ok(())
