@@ -1,4 +1,4 @@
-//! The Events bmo posts about hosts, shaped as upstream's operator posts them, so that
+//! The Events bmo posts about its objects, shaped as upstream's operator posts them, so that
 //! tools selecting events by source or reporting controller keep finding them after
 //! a switch (docs/migration.md).
 //!
@@ -124,6 +124,23 @@ mod tests {
             message,
             warning,
         }
+    }
+
+    #[test]
+    fn a_kinds_reporter_is_upstreams_controller_of_it() {
+        let dataimage = Reporter::upstream("DataImage");
+        assert_eq!(dataimage.component, "metal3-dataimage-controller");
+        assert_eq!(dataimage.controller, "metal3.io/dataimage-controller");
+        let subscription = Reporter::upstream("BMCEventSubscription");
+        assert_eq!(
+            subscription.component,
+            "metal3-bmceventsubscription-controller"
+        );
+        let settings = Reporter::upstream("HostFirmwareSettings");
+        assert_eq!(
+            settings.controller,
+            "metal3.io/hostfirmwaresettings-controller"
+        );
     }
 
     #[test]
