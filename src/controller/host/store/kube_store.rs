@@ -14,7 +14,7 @@ use crate::api::firmware::{FirmwareUpdate, HostFirmwareComponents};
 use crate::api::{
     BareMetalHost, HardwareData, HardwareDataSpec, HardwareDetails, PreprovisioningImage,
 };
-use crate::controller::runtime::store::patches::{guarded_list_patch, pointer_segment};
+use crate::controller::runtime::store::patches::{guarded_list_write, pointer_segment};
 use crate::controller::runtime::store::{
     FIELD_MANAGER, KubeClient, Object, apply_as, conflict_or, owner_reference, patch_guarded,
     take_over,
@@ -190,37 +190,18 @@ impl Store for KubeStore {
         hold: bool,
     ) -> Result<Option<String>, StoreError> {
         let mut patch = Vec::new();
+        let meta = &secret.metadata;
         if hold && !secret_is_held(secret) {
-            let current: Vec<Value> = secret.finalizers().iter().map(|f| json!(f)).collect();
-            let mut wanted = current.clone();
-            wanted.push(json!(SECRET_FINALIZER));
-            patch.extend(guarded_list_patch(
-                "/metadata/finalizers",
-                &current,
-                secret.metadata.finalizers.is_none(),
-                secret.metadata.resource_version.as_deref(),
-                wanted,
-            ));
+            let wanted = [secret.finalizers(), &[SECRET_FINALIZER.to_owned()]].concat();
+            let path = "/metadata/finalizers";
+            patch.extend(guarded_list_write(secret, path, &meta.finalizers, &wanted)?);
         }
         let uid = host.metadata.uid.clone().unwrap_or_default();
         if !secret.owner_references().iter().any(|o| o.uid == uid) {
-            let current: Vec<Value> = secret
-                .owner_references()
-                .iter()
-                .map(|o| serde_json::to_value(o).unwrap_or(Value::Null))
-                .collect();
-            let mut wanted = current.clone();
-            wanted.push(
-                serde_json::to_value(owner_reference(host, false))
-                    .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?,
-            );
-            patch.extend(guarded_list_patch(
-                "/metadata/ownerReferences",
-                &current,
-                secret.metadata.owner_references.is_none(),
-                secret.metadata.resource_version.as_deref(),
-                wanted,
-            ));
+            let owner = owner_reference(host, false);
+            let wanted = [secret.owner_references(), &[owner]].concat();
+            let (path, current) = ("/metadata/ownerReferences", &meta.owner_references);
+            patch.extend(guarded_list_write(secret, path, current, &wanted)?);
         }
         // A label is one key of a map: setting it loses nothing of anyone else's.
         if secret.metadata.labels.is_none() {

@@ -39,28 +39,32 @@ pub fn guarded_list_patch(
     }
 }
 
+/// [`guarded_list_patch`] of `object`'s list at `path`, read as `current`, to
+/// `wanted`.
+pub fn guarded_list_write<K: Resource, T: serde::Serialize>(
+    object: &K,
+    path: &str,
+    current: &Option<Vec<T>>,
+    wanted: &[T],
+) -> Result<Vec<Value>, StoreError> {
+    let values = |items: &[T]| {
+        let values: Result<Vec<Value>, _> = items.iter().map(serde_json::to_value).collect();
+        values.map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))
+    };
+    let read = values(current.as_deref().unwrap_or_default())?;
+    let version = object.meta().resource_version.as_deref();
+    let patch = guarded_list_patch(path, &read, current.is_none(), version, values(wanted)?);
+    Ok(patch)
+}
+
 /// Adds `owner` to `object`'s owners, if they are still as read.
 pub async fn add_owner<K>(api: &Api<K>, object: &K, owner: OwnerReference) -> Result<K, StoreError>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let to_value = |o: &OwnerReference| {
-        serde_json::to_value(o).map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))
-    };
-    let current = object
-        .owner_references()
-        .iter()
-        .map(to_value)
-        .collect::<Result<Vec<Value>, _>>()?;
-    let mut wanted = current.clone();
-    wanted.push(to_value(&owner)?);
-    let patch = guarded_list_patch(
-        "/metadata/ownerReferences",
-        &current,
-        object.meta().owner_references.is_none(),
-        object.meta().resource_version.as_deref(),
-        wanted,
-    );
+    let current = &object.meta().owner_references;
+    let wanted = [object.owner_references(), &[owner]].concat();
+    let patch = guarded_list_write(object, "/metadata/ownerReferences", current, &wanted)?;
     patch_guarded(api, object, patch).await
 }
 
@@ -123,14 +127,8 @@ pub async fn patch_finalizers<K>(
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let current: Vec<Value> = object.finalizers().iter().map(|f| json!(f)).collect();
-    let patch = guarded_list_patch(
-        "/metadata/finalizers",
-        &current,
-        object.meta().finalizers.is_none(),
-        object.meta().resource_version.as_deref(),
-        wanted.into_iter().map(Value::String).collect(),
-    );
+    let current = &object.meta().finalizers;
+    let patch = guarded_list_write(object, "/metadata/finalizers", current, &wanted)?;
     patch_guarded(api, object, patch).await?;
     Ok(())
 }
