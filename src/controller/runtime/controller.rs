@@ -211,3 +211,17 @@ fn reconcile_in_span<R: Reconciler>(
 fn error_policy<R: Reconciler>(object: Arc<R::Object>, error: &R::Error, ctx: Arc<R>) -> Action {
     ctx.retry(&object, error)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::runtime::store::ObjectError;
+
+    #[test]
+    fn a_lost_race_is_found_among_the_causes() {
+        let about_a_host = ObjectError::store("BareMetalHost ns/h")(StoreError::Conflict);
+        assert!(lost_race(&about_a_host));
+        assert!(lost_race(&StoreError::Conflict));
+        assert!(!lost_race(&std::io::Error::other("the API server is away")));
+    }
+}
