@@ -70,26 +70,18 @@ fn image_for(host: &BareMetalHost) -> PreprovisioningImage {
 
 #[test]
 fn which_states_want_and_wait_for_an_image() {
+    let fast_inspection = json!({"inspectionMode": "fast"});
+    let no_cleaning = json!({"automatedCleaningMode": "disabled"});
     let cases = [
         ("registering", json!({}), false, false),
         ("inspecting", json!({}), true, true),
-        (
-            "inspecting",
-            json!({"inspectionMode": "fast"}),
-            false,
-            false,
-        ),
+        ("inspecting", fast_inspection, false, false),
         ("available", json!({}), true, false),
         ("preparing", json!({}), true, true),
         ("provisioning", json!({}), true, false),
         ("provisioned", json!({}), false, false),
         ("deprovisioning", json!({}), true, true),
-        (
-            "deprovisioning",
-            json!({"automatedCleaningMode": "disabled"}),
-            false,
-            false,
-        ),
+        ("deprovisioning", no_cleaning, false, false),
         ("deleting", json!({}), false, false),
     ];
     for (state, extra, wants, needs) in cases {
