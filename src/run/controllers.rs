@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::state::{Health, Stop};
 use crate::config::Config;
 use crate::controller;
+use crate::controller::runtime::store::KubeClient;
 use crate::provisioner::IronicProvisioner;
 
 /// The controllers the configuration turns on: HostClaim, BareMetalSwitch, and the
@@ -21,7 +22,7 @@ fn optional_controllers(
     let mut tasks = Vec::new();
     if config.claims.enabled {
         tasks.push(tokio::spawn(controller::claims::run(
-            controller::claims::KubeClaimStore::new(kube.clone()),
+            KubeClient::new(kube.clone(), None),
             namespace.map(str::to_owned),
             stop.stopped(),
         )));
@@ -70,8 +71,7 @@ pub(super) fn start_controllers(
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let namespace = config.watch_namespace.clone().filter(|ns| !ns.is_empty());
     let host_store = controller::host::KubeStore::new(kube.clone(), config.pod_name.clone());
-    let data_image_store =
-        controller::dataimage::KubeDataImageStore::new(kube.clone(), config.pod_name.clone());
+    let data_image_store = KubeClient::new(kube.clone(), config.pod_name.clone());
     let ctx = host_context(
         config,
         host_store,
@@ -110,7 +110,7 @@ pub(super) fn start_controllers(
     ));
     let firmware_ctx = Arc::new(controller::firmware::FirmwareContext {
         provisioner: provisioner.clone(),
-        store: controller::firmware::KubeFirmwareStore::new(kube.clone(), config.pod_name.clone()),
+        store: KubeClient::new(kube.clone(), config.pod_name.clone()),
         namespace: config.watch_namespace.clone(),
     });
     tasks.push(tokio::spawn(controller::firmware::run(
@@ -148,10 +148,7 @@ fn start_event_subscriptions(
 ) -> tokio::task::JoinHandle<()> {
     let subscriptions_ctx = Arc::new(controller::event_subscriptions::SubscriptionContext {
         provisioner,
-        store: controller::event_subscriptions::KubeSubscriptionStore::new(
-            kube.clone(),
-            config.pod_name.clone(),
-        ),
+        store: KubeClient::new(kube.clone(), config.pod_name.clone()),
         namespace: config.watch_namespace.clone(),
     });
     tokio::spawn(controller::event_subscriptions::run(
@@ -168,7 +165,7 @@ fn host_context(
     provisioner: IronicProvisioner,
     netboot: Option<&crate::netboot::Netboot>,
     health: &Health,
-    data_image_store: controller::dataimage::KubeDataImageStore,
+    data_image_store: KubeClient,
 ) -> Arc<controller::host::Context<IronicProvisioner>> {
     let mut ctx =
         controller::host::Context::with_store(store, provisioner, config.controller_settings())

@@ -25,14 +25,14 @@ use kube::runtime::controller::Action;
 
 use crate::api::claims::{ASSOCIATED_CONDITION, HOST_CLAIM_FINALIZER, SYNCHRONIZED_CONDITION};
 use crate::api::{BareMetalHost, HostClaim, HostClaimStatus};
-use crate::controller::runtime::store::StoreError;
+use crate::controller::runtime::store::{KubeClient, StoreError};
 pub use run::run;
 use state_machine::{DataKind, Drive, Release};
 use status::{
     BARE_METAL_HOST_ASSOCIATED, CONFIGURATION_SYNCED, HOST_CLAIM_DELETING, MISSING_BARE_METAL_HOST,
     NO_BARE_METAL_HOST,
 };
-pub use store::{ClaimStore, KubeClaimStore, MemoryClaimStore};
+pub use store::ClaimStore;
 
 /// Annotation on the copies of a claim's Secrets in the host's namespace: the claim
 /// (`namespace/name`) they belong to. bmo never overwrites or deletes a Secret
@@ -52,19 +52,16 @@ pub struct ClaimSettings {
 }
 
 /// What a claim reconcile shares.
-pub struct ClaimContext<S = KubeClaimStore> {
+pub struct ClaimContext<S = KubeClient> {
     pub store: S,
     /// `WATCH_NAMESPACE`: only hosts (and so policies) of this namespace are bound;
     /// claims bound to a host elsewhere are another bmo's and left alone.
     pub namespace: Option<String>,
 }
 
-/// A reconcile that did not finish; tried again after [`run`]'s error pause.
-#[derive(Debug, thiserror::Error)]
-pub enum ClaimError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
+/// A reconcile that did not finish (a Kubernetes call); tried again after [`run`]'s
+/// error pause.
+pub type ClaimError = StoreError;
 
 fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
@@ -93,7 +90,9 @@ pub async fn reconcile_claim<S: ClaimStore>(
         return release(claim, ctx).await;
     }
     if !has_finalizer {
-        ctx.store.set_finalizer(claim, true).await?;
+        ctx.store
+            .set_finalizer(claim, HOST_CLAIM_FINALIZER, true)
+            .await?;
         return Ok(Action::await_change());
     }
     let old = claim.status.clone().unwrap_or_default();
@@ -107,7 +106,7 @@ pub async fn reconcile_claim<S: ClaimStore>(
                 return Ok(Action::requeue(RETRY_DELAY));
             }
         },
-        Some(bound) => match ctx.store.host(&bound.namespace, &bound.name).await? {
+        Some(bound) => match ctx.store.get(&bound.namespace, &bound.name).await? {
             Some(host) if state_machine::bound_to(&host, claim) => host,
             _ => {
                 let message = format!(
@@ -272,12 +271,12 @@ async fn copy_secret<S: ClaimStore>(
         Err(message) => return Ok(Err(message)),
     };
     let claim_ns = claim.namespace().unwrap_or_default();
-    let Some(source) = ctx.store.secret(&claim_ns, &source_name).await? else {
+    let Some(source) = ctx.store.get::<Secret>(&claim_ns, &source_name).await? else {
         return Ok(Err(format!("Secret {source_name} not found")));
     };
     let host_ns = host.namespace().unwrap_or_default();
     let copy_name = kind.copy_name(&host.name_any());
-    let existing = ctx.store.secret(&host_ns, &copy_name).await?;
+    let existing = ctx.store.get::<Secret>(&host_ns, &copy_name).await?;
     if let Some(existing) = &existing {
         if !is_copy_of(existing, claim) {
             return Ok(Err(format!(
@@ -312,7 +311,7 @@ async fn release<S: ClaimStore>(
 ) -> Result<Action, ClaimError> {
     let old = claim.status.clone().unwrap_or_default();
     let host = match &old.bare_metal_host {
-        Some(bound) => ctx.store.host(&bound.namespace, &bound.name).await?,
+        Some(bound) => ctx.store.get(&bound.namespace, &bound.name).await?,
         None => None,
     };
     let now = now();
@@ -342,7 +341,7 @@ async fn release<S: ClaimStore>(
             let host_ns = host.namespace().unwrap_or_default();
             for kind in DataKind::ALL {
                 let name = kind.copy_name(&host.name_any());
-                if let Some(copy) = ctx.store.secret(&host_ns, &name).await?
+                if let Some(copy) = ctx.store.get::<Secret>(&host_ns, &name).await?
                     && is_copy_of(&copy, claim)
                 {
                     ctx.store.delete_secret(&host_ns, &name).await?;
@@ -350,11 +349,15 @@ async fn release<S: ClaimStore>(
             }
             ctx.store.set_consumer(&host, None).await?;
             tracing::info!(claim = %key(claim), host = %key(&host), "HostClaim deleted: host released");
-            ctx.store.set_finalizer(claim, false).await?;
+            ctx.store
+                .set_finalizer(claim, HOST_CLAIM_FINALIZER, false)
+                .await?;
             Ok(Action::await_change())
         }
         _ => {
-            ctx.store.set_finalizer(claim, false).await?;
+            ctx.store
+                .set_finalizer(claim, HOST_CLAIM_FINALIZER, false)
+                .await?;
             Ok(Action::await_change())
         }
     }

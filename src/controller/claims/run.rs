@@ -7,20 +7,15 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Predicate, predicates, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 
 use super::state_machine::{DataKind, HOST_CLAIM_KIND};
-use super::{ClaimContext, ClaimError, ClaimStore, KubeClaimStore, reconcile_claim};
+use super::{ClaimContext, ClaimError, ClaimStore, reconcile_claim};
 use crate::api::{BareMetalHost, HostClaim};
-use crate::controller::runtime::controller::{self, Reconciler, own_watch};
-use crate::controller::runtime::store::StoreError;
+use crate::controller::runtime::controller::{self as runtime, Reconciler};
+use crate::controller::runtime::store::KubeClient;
 use crate::controller::runtime::watch::api_in;
-
-/// Pause after a failed reconcile (an API call refused or the API server away).
-const ERROR_RETRY: Duration = Duration::from_secs(5);
-/// Pause after a lost write race (another claim took the host first).
-const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 
 /// Runs the HostClaim controller until `shutdown` resolves.
 ///
@@ -32,38 +27,31 @@ const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 /// `spec.consumerRef` names it), so the host's state is mirrored as it moves, and
 /// on every change of a Secret it names (watched by metadata only).
 pub async fn run(
-    store: KubeClaimStore,
+    store: KubeClient,
     namespace: Option<String>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = store.client().clone();
     // Claims come from tenant namespaces, so they are watched everywhere; the hosts
     // they bind are those bmo manages (WATCH_NAMESPACE, when set).
-    let controller = own_watch(Api::all(client.clone()), |_| (), claim_change_predicate());
+    let claims = Api::all(client.clone());
+    let own = runtime::own_watch(claims, |_| (), runtime::spec_annotations_finalizers());
     let hosts: Api<BareMetalHost> = api_in(&client, namespace.as_deref());
     let secrets: Api<PartialObjectMeta<Secret>> = Api::all(client);
-    let claims_by_secret = controller.store();
-    let controller = controller
-        .watches(hosts, watcher::Config::default(), |host| claim_of(&host))
-        // A claim's Secret made or changed: copied again at once.
-        .watches(secrets, watcher::Config::default(), move |secret| {
-            let ns = secret.metadata.namespace.unwrap_or_default();
-            let name = secret.metadata.name.unwrap_or_default();
-            claims_by_secret
-                .state()
-                .iter()
-                .filter(|c| refers_to(c, &ns, &name))
-                .map(|c| ObjectRef::from_obj(c.as_ref()))
-                .collect::<Vec<_>>()
-        });
+    // A claim's Secret made or changed: copied again at once.
+    let secret_changes = watcher(secrets, watcher::Config::default()).touched_objects();
+    let controller = runtime::wake_naming(own, secret_changes, refers_to).watches(
+        hosts,
+        watcher::Config::default(),
+        |host| claim_of(&host),
+    );
     let ctx = Arc::new(ClaimContext { store, namespace });
-    controller::run(controller, ctx, shutdown).await;
+    runtime::run(controller, ctx, shutdown).await;
 }
 
-impl<S: ClaimStore + Send + Sync + 'static> Reconciler for ClaimContext<S> {
+impl<S: ClaimStore + 'static> Reconciler for ClaimContext<S> {
     type Object = HostClaim;
     type Error = ClaimError;
-    const KIND: &'static str = "HostClaim";
     const SHUTDOWN_GRACE: Option<Duration> = None;
 
     fn span(namespace: &str, name: &str) -> tracing::Span {
@@ -72,16 +60,6 @@ impl<S: ClaimStore + Send + Sync + 'static> Reconciler for ClaimContext<S> {
 
     async fn reconcile(self: Arc<Self>, claim: Arc<HostClaim>) -> Result<Action, ClaimError> {
         reconcile_claim(&claim, &self).await
-    }
-
-    fn retry(&self, claim: &HostClaim, error: &ClaimError) -> Action {
-        match error {
-            ClaimError::Store(StoreError::Conflict) => Action::requeue(CONFLICT_RETRY),
-            ClaimError::Store(_) => {
-                tracing::warn!(claim = %claim.name_any(), namespace = claim.namespace().unwrap_or_default(), %error, "HostClaim reconcile failed; retrying");
-                Action::requeue(ERROR_RETRY)
-            }
-        }
     }
 }
 
@@ -109,10 +87,4 @@ pub(super) fn refers_to(claim: &HostClaim, namespace: &str, name: &str) -> bool 
             kind.reference(claim)
                 .is_some_and(|r| r.name.as_deref() == Some(name))
         })
-}
-
-fn claim_change_predicate() -> impl Predicate<HostClaim> + Send + Sync + 'static {
-    predicates::generation
-        .combine(predicates::annotations)
-        .combine(predicates::finalizers)
 }

@@ -1,23 +1,35 @@
 //! Reconciler tests: the claim controller on the in-memory store.
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
 use super::*;
 use crate::api::{HostDeployPolicy, ProvisioningState};
+use crate::controller::runtime::store::MemoryObjects;
 
-fn store_with(policy_names: serde_json::Value) -> MemoryClaimStore {
-    let store = MemoryClaimStore::default();
-    store.put_namespace("tenant", [("team".to_owned(), "a".to_owned())].into());
+/// Namespace `name` with `labels`.
+fn namespace(name: &str, labels: BTreeMap<String, String>) -> Namespace {
+    let mut namespace = Namespace::default();
+    namespace.metadata.name = Some(name.into());
+    namespace.metadata.labels = Some(labels);
+    namespace
+}
+
+fn store_with(policy_names: serde_json::Value) -> MemoryObjects {
+    let store = MemoryObjects::default();
+    store.put(namespace(
+        "tenant",
+        [("team".to_owned(), "a".to_owned())].into(),
+    ));
     let policy: HostDeployPolicy = serde_json::from_value(json!({
         "apiVersion": "metal3.io/v1alpha1", "kind": "HostDeployPolicy",
         "metadata": {"name": "policy", "namespace": "infra"},
         "spec": {"hostClaimNamespaces": policy_names},
     }))
     .expect("policy");
-    store.put_policy(policy);
+    store.put(policy);
     let mut host: BareMetalHost = serde_json::from_value(json!({
         "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
         "metadata": {"name": "bm-0", "namespace": "infra", "labels": {"size": "large"}},
@@ -27,8 +39,8 @@ fn store_with(policy_names: serde_json::Value) -> MemoryClaimStore {
     let mut status = crate::api::BareMetalHostStatus::default();
     status.provisioning.state = ProvisioningState::Available;
     host.status = Some(status);
-    store.put_host(host);
-    store.put_secret(user_data("tenant", "ud", "#cloud-config\n"));
+    store.put(host);
+    store.put(user_data("tenant", "ud", "#cloud-config\n"));
     store
 }
 
@@ -42,8 +54,8 @@ fn user_data(ns: &str, name: &str, value: &str) -> Secret {
     secret
 }
 
-fn put_claim(store: &MemoryClaimStore, spec: serde_json::Value) {
-    store.put_claim(
+fn put_claim(store: &MemoryObjects, spec: serde_json::Value) {
+    store.put::<HostClaim>(
         serde_json::from_value(json!({
             "apiVersion": "metal3.io/v1alpha1", "kind": "HostClaim",
             "metadata": {"name": "web", "namespace": "tenant", "uid": "u1", "generation": 1},
@@ -53,7 +65,7 @@ fn put_claim(store: &MemoryClaimStore, spec: serde_json::Value) {
     );
 }
 
-fn ctx(store: MemoryClaimStore) -> ClaimContext<MemoryClaimStore> {
+fn ctx(store: MemoryObjects) -> ClaimContext<MemoryObjects> {
     ClaimContext {
         store,
         namespace: None,
@@ -61,13 +73,29 @@ fn ctx(store: MemoryClaimStore) -> ClaimContext<MemoryClaimStore> {
 }
 
 /// Reconciles the stored claim once.
-async fn step(ctx: &ClaimContext<MemoryClaimStore>) -> Action {
-    let claim = ctx.store.claim("tenant", "web").expect("claim stored");
+async fn step(ctx: &ClaimContext<MemoryObjects>) -> Action {
+    let claim = claim_now(&ctx.store, "web").expect("claim stored");
     reconcile_claim(&claim, ctx).await.expect("reconcile")
 }
 
-fn condition(ctx: &ClaimContext<MemoryClaimStore>, type_: &str) -> (String, String) {
-    let claim = ctx.store.claim("tenant", "web").expect("claim");
+/// The claim `name` in namespace `tenant`, as stored now.
+fn claim_now(store: &MemoryObjects, name: &str) -> Option<HostClaim> {
+    store.stored("tenant", name)
+}
+
+/// The copy of the claim's user data in the host's namespace, as stored now.
+fn copy_now(store: &MemoryObjects) -> Option<Secret> {
+    store.stored("infra", "bm-0-userdata")
+}
+
+/// Asserts that the stored claim's condition `type_` has `(status, reason)`.
+fn assert_condition(ctx: &ClaimContext<MemoryObjects>, type_: &str, expected: (&str, &str)) {
+    let (status, reason) = condition(ctx, type_);
+    assert_eq!((status.as_str(), reason.as_str()), expected, "{type_}");
+}
+
+fn condition(ctx: &ClaimContext<MemoryObjects>, type_: &str) -> (String, String) {
+    let claim = claim_now(&ctx.store, "web").expect("claim");
     let status = claim.status.unwrap_or_default();
     let c = status
         .conditions
@@ -77,21 +105,19 @@ fn condition(ctx: &ClaimContext<MemoryClaimStore>, type_: &str) -> (String, Stri
     (c.status.clone(), c.reason.clone())
 }
 
-fn host(ctx: &ClaimContext<MemoryClaimStore>) -> BareMetalHost {
-    ctx.store.stored_host("infra", "bm-0").expect("host")
+fn host(ctx: &ClaimContext<MemoryObjects>) -> BareMetalHost {
+    ctx.store
+        .stored::<BareMetalHost>("infra", "bm-0")
+        .expect("host")
 }
 
-fn set_host_state(
-    ctx: &ClaimContext<MemoryClaimStore>,
-    state: ProvisioningState,
-    powered_on: bool,
-) {
+fn set_host_state(ctx: &ClaimContext<MemoryObjects>, state: ProvisioningState, powered_on: bool) {
     let mut h = host(ctx);
     if let Some(s) = h.status.as_mut() {
         s.provisioning.state = state;
         s.powered_on = powered_on;
     }
-    ctx.store.put_host(h);
+    ctx.store.put(h);
 }
 
 fn spec() -> serde_json::Value {
@@ -113,9 +139,9 @@ async fn a_claim_binds_drives_mirrors_and_on_deletion_deprovisions_and_releases(
 
 /// The first passes: the finalizer, then the host bound, given the claim's image,
 /// power and user data (a copy), and the conditions saying so.
-async fn binds_and_drives_the_host(ctx: &ClaimContext<MemoryClaimStore>) {
+async fn binds_and_drives_the_host(ctx: &ClaimContext<MemoryObjects>) {
     step(ctx).await;
-    let claim = ctx.store.claim("tenant", "web").expect("claim");
+    let claim = claim_now(&ctx.store, "web").expect("claim");
     assert_eq!(claim.finalizers(), [HOST_CLAIM_FINALIZER]);
 
     step(ctx).await;
@@ -133,46 +159,26 @@ async fn binds_and_drives_the_host(ctx: &ClaimContext<MemoryClaimStore>) {
         h.spec.user_data.as_ref().and_then(|r| r.name.as_deref()),
         Some("bm-0-userdata")
     );
-    let copy = ctx
-        .store
-        .stored_secret("infra", "bm-0-userdata")
-        .expect("user data copied");
+    let copy = copy_now(&ctx.store).expect("user data copied");
     assert_eq!(copy.data, user_data("tenant", "ud", "#cloud-config\n").data);
-    assert_eq!(
-        condition(ctx, "Associated"),
-        ("True".into(), "BareMetalHostAssociated".into())
-    );
-    assert_eq!(
-        condition(ctx, "Synchronized"),
-        ("True".into(), "ConfigurationSynced".into())
-    );
-    assert_eq!(
-        condition(ctx, "Provisioned"),
-        ("False".into(), "available".into())
-    );
+    assert_condition(ctx, "Associated", ("True", "BareMetalHostAssociated"));
+    assert_condition(ctx, "Synchronized", ("True", "ConfigurationSynced"));
+    assert_condition(ctx, "Provisioned", ("False", "available"));
     assert_eq!(condition(ctx, "Ready").0, "False");
 }
 
 /// The host provisioned and powered on: the claim's status follows it, and a second
 /// pass changes nothing on the host.
-async fn mirrors_the_provisioned_host(ctx: &ClaimContext<MemoryClaimStore>) {
+async fn mirrors_the_provisioned_host(ctx: &ClaimContext<MemoryObjects>) {
     set_host_state(ctx, ProvisioningState::Provisioned, true);
     step(ctx).await;
-    let status = ctx
-        .store
-        .claim("tenant", "web")
+    let status = claim_now(&ctx.store, "web")
         .and_then(|c| c.status)
         .expect("status");
     assert!(status.powered_on);
     assert_eq!(status.hardware_data.map(|r| r.name), Some("bm-0".into()));
-    assert_eq!(
-        condition(ctx, "Provisioned"),
-        ("True".into(), "provisioned".into())
-    );
-    assert_eq!(
-        condition(ctx, "Ready"),
-        ("True".into(), "InfoReported".into())
-    );
+    assert_condition(ctx, "Provisioned", ("True", "provisioned"));
+    assert_condition(ctx, "Ready", ("True", "InfoReported"));
     // Settled: a second pass changes nothing on the host.
     let version = host(ctx).metadata.resource_version;
     step(ctx).await;
@@ -181,10 +187,10 @@ async fn mirrors_the_provisioned_host(ctx: &ClaimContext<MemoryClaimStore>) {
 
 /// The claim deleted: the host is deprovisioned, still bound until it is available
 /// again, then released, the user data copy removed and the finalizer with it.
-async fn on_deletion_deprovisions_and_releases(ctx: &ClaimContext<MemoryClaimStore>) {
-    let mut deleted = ctx.store.claim("tenant", "web").expect("claim");
+async fn on_deletion_deprovisions_and_releases(ctx: &ClaimContext<MemoryObjects>) {
+    let mut deleted = claim_now(&ctx.store, "web").expect("claim");
     deleted.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-    ctx.store.put_claim(deleted);
+    ctx.store.put(deleted);
     step(ctx).await;
     let h = host(ctx);
     assert!(h.spec.image.is_none() && !h.spec.online && h.spec.user_data.is_none());
@@ -192,30 +198,18 @@ async fn on_deletion_deprovisions_and_releases(ctx: &ClaimContext<MemoryClaimSto
         h.spec.consumer_ref.is_some(),
         "still bound while it deprovisions"
     );
-    assert_eq!(
-        condition(ctx, "Associated"),
-        ("False".into(), "HostClaimDeleting".into())
-    );
+    assert_condition(ctx, "Associated", ("False", "HostClaimDeleting"));
     step(ctx).await;
-    assert!(
-        ctx.store.claim("tenant", "web").is_some(),
-        "waits for the host"
-    );
+    assert!(claim_now(&ctx.store, "web").is_some(), "waits for the host");
     set_host_state(ctx, ProvisioningState::Deprovisioning, false);
     step(ctx).await;
-    assert!(
-        ctx.store.claim("tenant", "web").is_some(),
-        "waits for the host"
-    );
+    assert!(claim_now(&ctx.store, "web").is_some(), "waits for the host");
     set_host_state(ctx, ProvisioningState::Available, false);
     step(ctx).await;
     assert!(host(ctx).spec.consumer_ref.is_none(), "host released");
+    assert!(copy_now(&ctx.store).is_none(), "copy removed");
     assert!(
-        ctx.store.stored_secret("infra", "bm-0-userdata").is_none(),
-        "copy removed"
-    );
-    assert!(
-        ctx.store.claim("tenant", "web").is_none(),
+        claim_now(&ctx.store, "web").is_none(),
         "finalizer removed, claim gone"
     );
 }
@@ -227,10 +221,7 @@ async fn without_an_admitting_policy_no_host_is_bound() {
     step(&ctx).await;
     let action = step(&ctx).await;
     assert_eq!(action, Action::requeue(RETRY_DELAY));
-    assert_eq!(
-        condition(&ctx, "Associated"),
-        ("False".into(), "NoBareMetalHost".into())
-    );
+    assert_condition(&ctx, "Associated", ("False", "NoBareMetalHost"));
     assert!(host(&ctx).spec.consumer_ref.is_none());
 }
 
@@ -240,13 +231,13 @@ async fn a_second_claim_finds_no_free_host() {
     put_claim(&ctx.store, spec());
     step(&ctx).await;
     step(&ctx).await;
-    let mut other = ctx.store.claim("tenant", "web").expect("claim");
+    let mut other = claim_now(&ctx.store, "web").expect("claim");
     other.metadata.name = Some("db".into());
     other.metadata.uid = Some("u2".into());
     other.status = None;
-    ctx.store.put_claim(other.clone());
+    ctx.store.put(other.clone());
     reconcile_claim(&other, &ctx).await.expect("reconcile");
-    let other = ctx.store.claim("tenant", "db").expect("claim");
+    let other = claim_now(&ctx.store, "db").expect("claim");
     let associated = other.status.unwrap_or_default().conditions;
     assert!(
         associated
@@ -269,9 +260,10 @@ async fn a_missing_secret_leaves_the_host_alone_and_says_which() {
     step(&ctx).await;
     let action = step(&ctx).await;
     assert_eq!(action, Action::requeue(RETRY_DELAY));
-    assert_eq!(
-        condition(&ctx, "Synchronized"),
-        ("False".into(), "NetworkDataSecretSyncFailure".into())
+    assert_condition(
+        &ctx,
+        "Synchronized",
+        ("False", "NetworkDataSecretSyncFailure"),
     );
     assert!(!host(&ctx).spec.online, "host not driven");
 }
@@ -280,18 +272,12 @@ async fn a_missing_secret_leaves_the_host_alone_and_says_which() {
 async fn a_secret_that_is_not_the_claims_copy_is_never_overwritten() {
     let ctx = ctx(store_with(json!({})));
     ctx.store
-        .put_secret(user_data("infra", "bm-0-userdata", "admin's"));
+        .put(user_data("infra", "bm-0-userdata", "admin's"));
     put_claim(&ctx.store, spec());
     step(&ctx).await;
     step(&ctx).await;
-    assert_eq!(
-        condition(&ctx, "Synchronized"),
-        ("False".into(), "UserDataSecretSyncFailure".into())
-    );
-    let kept = ctx
-        .store
-        .stored_secret("infra", "bm-0-userdata")
-        .expect("secret");
+    assert_condition(&ctx, "Synchronized", ("False", "UserDataSecretSyncFailure"));
+    let kept = copy_now(&ctx.store).expect("secret");
     assert_eq!(kept.data, user_data("infra", "x", "admin's").data);
 }
 
@@ -299,7 +285,7 @@ async fn a_secret_that_is_not_the_claims_copy_is_never_overwritten() {
 async fn a_lost_race_for_the_host_is_a_conflict() {
     let ctx = ctx(store_with(json!({})));
     let stale = host(&ctx);
-    ctx.store.put_host(stale.clone());
+    ctx.store.put(stale.clone());
     let claim: HostClaim = serde_json::from_value(json!({
         "apiVersion": "metal3.io/v1alpha1", "kind": "HostClaim",
         "metadata": {"name": "web", "namespace": "tenant"}, "spec": {"poweredOn": true}}))
@@ -328,10 +314,10 @@ async fn a_bmo_confined_to_a_namespace_binds_only_hosts_there_and_leaves_other_c
     assert_eq!(condition(&here, "Associated").1, "BareMetalHostAssociated");
     let mut elsewhere = here;
     elsewhere.namespace = Some("other-hosts".into());
-    let before = elsewhere.store.claim("tenant", "web");
+    let before = claim_now(&elsewhere.store, "web");
     let mut deleted = before.clone().expect("claim");
     deleted.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-    elsewhere.store.put_claim(deleted);
+    elsewhere.store.put(deleted);
     step(&elsewhere).await;
     assert!(
         host(&elsewhere).spec.image.is_some(),
@@ -346,7 +332,7 @@ fn a_claim_is_woken_by_the_secrets_of_its_own_namespace_it_names() {
         &store,
         json!({"poweredOn": true, "userData": {"name": "ud"}, "metaData": {"name": "md"}}),
     );
-    let claim = store.claim("tenant", "web").expect("claim");
+    let claim = claim_now(&store, "web").expect("claim");
     assert!(run::refers_to(&claim, "tenant", "ud"));
     assert!(run::refers_to(&claim, "tenant", "md"));
     assert!(!run::refers_to(&claim, "tenant", "other"));

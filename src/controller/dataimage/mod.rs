@@ -9,11 +9,11 @@
 //! and on deletion ejects the image and then lets the object go.
 //!
 //! The same shape as the other controllers: [`state_machine`] decides (pure), the
-//! provisioner acts ([`DataImageProvisioner`]), [`store`] writes.
+//! provisioner acts ([`DataImageProvisioner`]), the runtime's [`ObjectStore`] reads
+//! and writes.
 
 mod run;
 pub mod state_machine;
-pub mod store;
 
 use std::time::Duration;
 
@@ -22,22 +22,36 @@ use kube::ResourceExt;
 
 pub use run::run;
 use state_machine::{CdRead, Facts, PowerOnStep, Requeue, Step};
-pub use store::{DataImageStore, KubeDataImageStore};
 
 use futures::future::BoxFuture;
 
+use crate::api::images::DATA_IMAGE_FINALIZER;
 use crate::api::{BareMetalHost, DataImage, DataImageStatus};
 use crate::bmc::AddressGuard;
-use crate::controller::runtime::Next;
 use crate::controller::runtime::seams::{BeforePowerOn, SeamError};
-use crate::controller::runtime::store::{ObjectError, StoreError, name_of as namespaced};
-use crate::provisioner::{DataImageProvisioner, HostId, NodeRef, ProvisionerError};
+use crate::controller::runtime::store::{
+    HostEvent, Kind, KubeClient, ObjectError, ObjectStore, Read, StatusApply, StoreError,
+    name_of as namespaced, owner_reference,
+};
+use crate::controller::runtime::{Next, node_of};
+use crate::provisioner::{DataImageProvisioner, ProvisionerError};
 
 /// Steps one reconcile takes at most; more means the object keeps changing under it.
 const MAX_STEPS: usize = 8;
 
+/// Its events are posted as upstream's controller's (Warnings).
+impl Kind for DataImage {
+    // Status fields upstream's operator wrote with Update become bmo's first, so that
+    // the apply clears what it leaves out (an old error, say).
+    const STATUS_APPLY: StatusApply = StatusApply {
+        take_over: true,
+        refusal_is_conflict: false,
+        ..StatusApply::PLAIN
+    };
+}
+
 /// What the DataImage controller shares.
-pub struct DataImageContext<P, S = KubeDataImageStore> {
+pub struct DataImageContext<P, S = KubeClient> {
     pub provisioner: P,
     pub store: S,
     /// `WATCH_NAMESPACE`: only objects in this namespace; all when `None`.
@@ -52,17 +66,6 @@ pub type DataImageError = ObjectError;
 /// The DataImage's `namespace/name`.
 fn name_of(image: &DataImage) -> String {
     namespaced(image)
-}
-
-fn node_of(host: &BareMetalHost) -> NodeRef {
-    NodeRef {
-        id: HostId::new(host.namespace().unwrap_or_default(), host.name_any()),
-        provisioning_id: host
-            .status
-            .as_ref()
-            .map(|s| s.provisioning.id.clone())
-            .filter(|id| !id.is_empty()),
-    }
 }
 
 /// Reads the host's virtual CD. Only Ironic being unreachable is an error; any other
@@ -94,27 +97,21 @@ fn delay(requeue: Requeue, status: Option<&DataImageStatus>, max_backoff: Durati
 }
 
 /// Saves `status` and publishes `event` (a Warning) about `image`.
-async fn save<S: DataImageStore>(
+async fn save<S: ObjectStore>(
     store: &S,
     image: &DataImage,
     status: &DataImageStatus,
     event: Option<&str>,
 ) -> Result<(), StoreError> {
-    store.apply_status(image, status).await?;
-    if let Some(message) = event {
-        tracing::warn!(dataimage = %name_of(image), "{message}");
-        store
-            .publish(image, state_machine::ERROR_REASON, message)
-            .await;
-    }
-    Ok(())
+    let event = event.map(|message| HostEvent::warning(state_machine::ERROR_REASON, message));
+    store.save(image, status, event.as_slice()).await
 }
 
 /// The host controller's power-on step for `host` (provisioned or externally
 /// provisioned, to be powered on): attaches, changes or ejects the DataImage of the
 /// same name. `None` means "power on now"; `Some(next)` holds the power-on until then.
 /// A `spec.url` that `guard` refuses is an attach failure Ironic never hears of.
-pub async fn prepare_power_on<P: DataImageProvisioner, S: DataImageStore>(
+pub async fn prepare_power_on<P: DataImageProvisioner, S: ObjectStore>(
     host: &BareMetalHost,
     provisioner: &P,
     guard: &AddressGuard,
@@ -126,7 +123,8 @@ pub async fn prepare_power_on<P: DataImageProvisioner, S: DataImageStore>(
     let object = format!("DataImage {host_name}");
     let store_err = ObjectError::store(&object);
     let namespace = host.namespace().unwrap_or_default();
-    let found = store.data_image(&namespace, &host.name_any()).await;
+    let name = host.name_any();
+    let found = store.read(&namespace, &name, Read::FreshIfPresent).await;
     let Some(image) = found.map_err(store_err)? else {
         return Ok(None);
     };
@@ -208,7 +206,7 @@ struct Eject<'a, P, S> {
     saying: &'static str,
 }
 
-impl<P: DataImageProvisioner, S: DataImageStore> Eject<'_, P, S> {
+impl<P: DataImageProvisioner, S: ObjectStore> Eject<'_, P, S> {
     /// Saves `failed` (the status of a failed try, and its message) first, then
     /// ejects and saves the status the eject comes to: that status, and when to look
     /// again (after a failed try, the backoff).
@@ -251,7 +249,7 @@ impl<P: DataImageProvisioner, S: DataImageStore> Eject<'_, P, S> {
 /// ([`BeforePowerOn`]): [`prepare_power_on`] on `store`.
 pub struct AttachBeforePowerOn<S>(pub S);
 
-impl<P: DataImageProvisioner, S: DataImageStore> BeforePowerOn<P> for AttachBeforePowerOn<S> {
+impl<P: DataImageProvisioner, S: ObjectStore> BeforePowerOn<P> for AttachBeforePowerOn<S> {
     fn before_power_on<'a>(
         &'a self,
         host: &'a BareMetalHost,
@@ -267,14 +265,14 @@ impl<P: DataImageProvisioner, S: DataImageStore> BeforePowerOn<P> for AttachBefo
 }
 
 /// One reconcile of `image` by the DataImage controller.
-pub async fn reconcile<P: DataImageProvisioner, S: DataImageStore>(
+pub async fn reconcile<P: DataImageProvisioner, S: ObjectStore>(
     image: &DataImage,
     ctx: &DataImageContext<P, S>,
 ) -> Result<Next, DataImageError> {
     let object = format!("DataImage {}", name_of(image));
     let store_err = ObjectError::store(&object);
     let namespace = image.namespace().unwrap_or_default();
-    let host = ctx.store.host(&namespace, &image.name_any()).await;
+    let host = ctx.store.get(&namespace, &image.name_any()).await;
     let mut facts = Facts {
         image: image.clone(),
         host: host.map_err(store_err)?,
@@ -303,7 +301,7 @@ enum Taken {
 }
 
 /// Takes `step` for the DataImage `object`.
-async fn take<P: DataImageProvisioner, S: DataImageStore>(
+async fn take<P: DataImageProvisioner, S: ObjectStore>(
     step: Step,
     facts: &mut Facts,
     ctx: &DataImageContext<P, S>,
@@ -316,11 +314,17 @@ async fn take<P: DataImageProvisioner, S: DataImageStore>(
             let Some(host) = &facts.host else {
                 return Ok(Taken::Next(Next::OnChange));
             };
-            let added = ctx.store.add_owner(&facts.image, host).await;
+            // Not as controller, as upstream.
+            let owner = owner_reference(host, false);
+            let added = ctx.store.add_owner(&facts.image, owner).await;
             added.map_err(store_err)?;
         }
         Step::SetFinalizer(present) => {
-            let set = ctx.store.set_finalizer(&facts.image, present).await;
+            let finalizer = DATA_IMAGE_FINALIZER;
+            let set = ctx
+                .store
+                .set_finalizer(&facts.image, finalizer, present)
+                .await;
             set.map_err(store_err)?;
             if !present {
                 tracing::info!("DataImage released");
@@ -373,14 +377,15 @@ async fn take<P: DataImageProvisioner, S: DataImageStore>(
 }
 
 /// Reads the DataImage again after a write; `false` when it is gone.
-async fn reread<P, S: DataImageStore>(
+async fn reread<P, S: ObjectStore>(
     facts: &mut Facts,
     ctx: &DataImageContext<P, S>,
 ) -> Result<bool, StoreError> {
     let namespace = facts.image.namespace().unwrap_or_default();
+    let name = facts.image.name_any();
     match ctx
         .store
-        .data_image(&namespace, &facts.image.name_any())
+        .read(&namespace, &name, Read::FreshIfPresent)
         .await?
     {
         Some(image) => {

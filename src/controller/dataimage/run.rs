@@ -15,19 +15,14 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::DefaultBackoff;
 
-use super::{DataImageContext, DataImageError, DataImageStore, KubeDataImageStore};
+use super::{DataImageContext, DataImageError};
 use crate::api::host::{DETACHED_ANNOTATION, PAUSED_ANNOTATION};
 use crate::api::{BareMetalHost, DataImage};
 use crate::controller::runtime::controller::{self, Reconciler, own_watch_with};
 use crate::controller::runtime::shared_watch::Subscription;
-use crate::controller::runtime::store::managed_fields;
+use crate::controller::runtime::store::{KubeClient, ObjectStore, managed_fields};
 use crate::controller::runtime::watch::api_in;
 use crate::provisioner::DataImageProvisioner;
-
-/// How soon a reconcile that failed is tried again (upstream's delay).
-const RETRY: Duration = Duration::from_secs(60);
-/// How long reconciles in flight may take to finish after the shutdown signal.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 /// What of a DataImage wakes it: generation, finalizers and owners.
 fn image_change(image: &DataImage) -> Option<u64> {
@@ -61,7 +56,7 @@ fn host_change(host: &BareMetalHost) -> Option<u64> {
 
 /// Runs the DataImage controller until `shutdown` resolves.
 pub async fn run<P: DataImageProvisioner + 'static>(
-    ctx: Arc<DataImageContext<P, KubeDataImageStore>>,
+    ctx: Arc<DataImageContext<P, KubeClient>>,
     hosts: Subscription<BareMetalHost>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
@@ -73,20 +68,24 @@ pub async fn run<P: DataImageProvisioner + 'static>(
         image_change,
         DefaultBackoff::default,
     );
-    let _ = ctx.store.cache.set(controller.store());
+    // A host without a DataImage, the usual case, is answered from it; one the cache
+    // holds is read from the API server (the attach and eject decisions need its
+    // current status).
+    ctx.store.cache(controller.store());
     let host_changes = hosts.changed(host_change).filter_map(|h| async move {
         Some(ObjectRef::<DataImage>::new(&h.name_any()).within(&h.namespace()?))
     });
     controller::run(controller.reconcile_on(host_changes), ctx, shutdown).await;
 }
 
-impl<P: DataImageProvisioner + 'static, S: DataImageStore + 'static> Reconciler
+impl<P: DataImageProvisioner + 'static, S: ObjectStore + 'static> Reconciler
     for DataImageContext<P, S>
 {
     type Object = DataImage;
     type Error = DataImageError;
-    const KIND: &'static str = "DataImage";
-    const SHUTDOWN_GRACE: Option<Duration> = Some(SHUTDOWN_GRACE);
+    /// Upstream's delay, after a lost write race too.
+    const ERROR_RETRY: Duration = Duration::from_secs(60);
+    const CONFLICT_RETRY: Option<Duration> = None;
 
     fn span(namespace: &str, name: &str) -> tracing::Span {
         tracing::info_span!("dataimage", %namespace, %name)
@@ -94,10 +93,5 @@ impl<P: DataImageProvisioner + 'static, S: DataImageStore + 'static> Reconciler
 
     async fn reconcile(self: Arc<Self>, image: Arc<DataImage>) -> Result<Action, DataImageError> {
         super::reconcile(&image, &self).await.map(Action::from)
-    }
-
-    fn retry(&self, image: &DataImage, error: &DataImageError) -> Action {
-        tracing::warn!(dataimage = %super::name_of(image), %error, "DataImage reconcile failed; retrying");
-        Action::requeue(RETRY)
     }
 }

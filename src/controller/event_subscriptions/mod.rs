@@ -7,26 +7,26 @@
 //! request (Ironic's messages repeat them: they are masked).
 //!
 //! The same shape as the host controller: [`state_machine`] decides (pure), the
-//! provisioner acts ([`EventSubscriber`]), [`store`] reads and writes, and
-//! [`reconcile`] only loops over them.
+//! provisioner acts ([`EventSubscriber`]), the runtime's [`ObjectStore`] reads and
+//! writes, and [`reconcile`] only loops over them.
 
 mod run;
 pub mod state_machine;
-pub mod store;
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
 pub use run::run;
 use state_machine::{Facts, Step};
-pub use store::{KubeSubscriptionStore, MemorySubscriptionStore, SubscriptionStore};
 
-use crate::api::{BMCEventSubscription, BMCEventSubscriptionStatus};
+use crate::api::BMCEventSubscription;
+use crate::api::events::BMC_EVENT_SUBSCRIPTION_FINALIZER;
 use crate::controller::runtime::Next;
-use crate::controller::runtime::store::{HostEvent, ObjectError, StoreError, name_of};
+use crate::controller::runtime::store::{Kind, KubeClient, ObjectError, ObjectStore, StoreError};
 use crate::credentials::SecretString;
-use crate::provisioner::{EventSubscriber, HostId, NodeRef, SubscriptionRequest};
+use crate::provisioner::{EventSubscriber, SubscriptionAnswer, SubscriptionRequest};
 
 /// Look again this soon after the provisioner could not answer.
 pub const PROVISIONER_RETRY: Duration = Duration::from_secs(30);
@@ -34,8 +34,11 @@ pub const PROVISIONER_RETRY: Duration = Duration::from_secs(30);
 /// Steps one reconcile takes at most.
 const MAX_STEPS: usize = 10;
 
+/// Its status is applied as it is, its events posted as upstream's controller.
+impl Kind for BMCEventSubscription {}
+
 /// What the BMCEventSubscription controller needs.
-pub struct SubscriptionContext<P, S = KubeSubscriptionStore> {
+pub struct SubscriptionContext<P, S = KubeClient> {
     pub provisioner: P,
     pub store: S,
     /// `WATCH_NAMESPACE`: only subscriptions in this namespace; all when `None`.
@@ -46,79 +49,52 @@ pub struct SubscriptionContext<P, S = KubeSubscriptionStore> {
 pub type SubscriptionError = ObjectError;
 
 /// One reconcile of `subscription`.
-pub async fn reconcile<P: EventSubscriber, S: SubscriptionStore>(
+pub async fn reconcile<P: EventSubscriber, S: ObjectStore>(
     subscription: &BMCEventSubscription,
     ctx: &SubscriptionContext<P, S>,
 ) -> Result<Next, SubscriptionError> {
-    let namespace = subscription.namespace().unwrap_or_default();
-    let object = format!("BMCEventSubscription {}", name_of(subscription));
-    let store_err = ObjectError::store(&object);
-    let host_name = subscription.spec.host_name.clone().unwrap_or_default();
-    let mut facts = Facts::new(subscription.clone());
+    let store_err = ObjectError::about(subscription);
+    let mut facts = Facts::default();
     for _ in 0..MAX_STEPS {
-        let step = state_machine::next(&facts);
-        tracing::debug!(step = step_name(&step), "event subscription step");
-        let node = || {
-            let host = facts.host.clone().flatten();
-            NodeRef {
-                id: HostId::new(&namespace, &host_name),
-                provisioning_id: host.as_ref().and_then(state_machine::node_id),
-            }
-        };
+        let step = state_machine::next(subscription, &facts);
+        tracing::debug!(?step, "event subscription step");
         match step {
             Step::Idle => return Ok(Next::OnChange),
             Step::LoadHost => {
-                let host = ctx
-                    .store
-                    .host(&namespace, &host_name)
-                    .await
-                    .map_err(store_err)?;
-                facts.host = Some(host);
+                let namespace = subscription.namespace().unwrap_or_default();
+                let name = subscription.spec.host_name.as_deref().unwrap_or_default();
+                let host = ctx.store.get(&namespace, name).await;
+                facts.host = Some(host.map_err(&store_err)?);
             }
-            Step::AddFinalizer => {
-                ctx.store
-                    .add_finalizer(subscription)
-                    .await
-                    .map_err(store_err)?;
+            Step::SetFinalizer(present) => {
+                let finalizer = BMC_EVENT_SUBSCRIPTION_FINALIZER;
+                let set = ctx.store.set_finalizer(subscription, finalizer, present);
+                set.await.map_err(&store_err)?;
                 // The finalizer write wakes the next reconcile.
                 return Ok(Next::OnChange);
             }
             Step::ReadHeaders => {
-                let request = request(subscription, &ctx.store).await.map_err(store_err)?;
-                facts.request = Some(request);
+                let request = request(subscription, &ctx.store).await;
+                facts.request = Some(request.map_err(&store_err)?);
             }
-            Step::Create => {
-                let Some(Ok(request)) = &facts.request else {
-                    return Ok(Next::After(PROVISIONER_RETRY));
-                };
-                let answer = ctx
-                    .provisioner
-                    .create_subscription(&node(), request)
-                    .await?;
-                facts.created = Some(answer);
+            Step::Create(node, request) => {
+                let answer = ctx.provisioner.create_subscription(&node, &request);
+                facts.created = Some(answer.await?);
             }
-            Step::Delete(id) => {
-                let answer = ctx.provisioner.delete_subscription(&node(), &id).await?;
-                if answer == crate::provisioner::SubscriptionAnswer::Done(()) {
+            Step::Delete(node, id) => {
+                let answer = ctx.provisioner.delete_subscription(&node, &id).await?;
+                if answer == SubscriptionAnswer::Done(()) {
                     tracing::info!(subscription = %id, "deleted the event subscription on the BMC");
                 }
                 facts.deleted = Some(answer);
-            }
-            Step::RemoveFinalizer => {
-                ctx.store
-                    .remove_finalizer(subscription)
-                    .await
-                    .map_err(store_err)?;
-                return Ok(Next::OnChange);
             }
             Step::Save {
                 status,
                 event,
                 retry,
             } => {
-                save(subscription, &ctx.store, &status, event)
-                    .await
-                    .map_err(store_err)?;
+                let saved = ctx.store.save(subscription, &status, event.as_slice());
+                saved.await.map_err(&store_err)?;
                 return Ok(retry.map_or(Next::OnChange, Next::After));
             }
         }
@@ -126,49 +102,10 @@ pub async fn reconcile<P: EventSubscriber, S: SubscriptionStore>(
     Ok(Next::After(Duration::from_secs(1)))
 }
 
-/// Saves `status`, and publishes `event` (reason, message, warning) if any.
-async fn save<S: SubscriptionStore>(
-    subscription: &BMCEventSubscription,
-    store: &S,
-    status: &BMCEventSubscriptionStatus,
-    event: Option<(String, String, bool)>,
-) -> Result<(), StoreError> {
-    store.apply_status(subscription, status).await?;
-    let Some((reason, message, warning)) = event else {
-        return Ok(());
-    };
-    match (&status.subscription_id, &status.error) {
-        (_, Some(error)) => tracing::warn!(%error, "event subscription refused"),
-        (Some(id), None) => tracing::info!(subscription = %id, "created the event subscription"),
-        (None, None) => {}
-    }
-    let event = HostEvent {
-        reason,
-        message,
-        warning,
-    };
-    store.publish(subscription, &event).await;
-    Ok(())
-}
-
-/// The step's name for the debug log (a step's fields may hold a request).
-fn step_name(step: &Step) -> &'static str {
-    match step {
-        Step::Idle => "Idle",
-        Step::LoadHost => "LoadHost",
-        Step::AddFinalizer => "AddFinalizer",
-        Step::ReadHeaders => "ReadHeaders",
-        Step::Create => "Create",
-        Step::Delete(_) => "Delete",
-        Step::RemoveFinalizer => "RemoveFinalizer",
-        Step::Save { .. } => "Save",
-    }
-}
-
 /// The request to send: destination, context and one header per key of the
 /// `httpHeadersRef` Secret (its namespace is the subscription's), or why there is
 /// none. Only key names appear in the reason, never values.
-async fn request<S: SubscriptionStore>(
+async fn request<S: ObjectStore>(
     subscription: &BMCEventSubscription,
     store: &S,
 ) -> Result<Result<SubscriptionRequest, String>, StoreError> {
@@ -182,7 +119,7 @@ async fn request<S: SubscriptionStore>(
         return Ok(Ok(request));
     };
     let name = reference.name.clone().unwrap_or_default();
-    let Some(secret) = store.secret(&namespace, &name).await? else {
+    let Some(secret) = store.get::<Secret>(&namespace, &name).await? else {
         return Ok(Err(format!(
             "failed to retrieve HTTP headers secret: Secret {namespace}/{name} (spec.httpHeadersRef) \
              does not exist; create it, bmo tries again every 5 minutes"

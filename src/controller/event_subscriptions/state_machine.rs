@@ -7,16 +7,17 @@ use kube::ResourceExt;
 
 use crate::api::events::BMC_EVENT_SUBSCRIPTION_FINALIZER;
 use crate::api::{BMCEventSubscription, BMCEventSubscriptionStatus, BareMetalHost};
-use crate::provisioner::{SubscriptionAnswer, SubscriptionRequest};
+use crate::controller::runtime::node_of;
+use crate::controller::runtime::store::HostEvent;
+use crate::provisioner::{NodeRef, SubscriptionAnswer, SubscriptionRequest};
 
 /// Look again this long after a refusal (a missing host or Secret, a BMC that said
 /// no): the spec cannot change, but the BMC, the host or the Secret can.
 pub const RETRY: Duration = Duration::from_secs(300);
 
 /// What the reconciler found so far; `None` is "not looked at yet".
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Facts {
-    pub subscription: BMCEventSubscription,
     /// The host `spec.hostName` names (`Some(None)`: there is none).
     pub host: Option<Option<BareMetalHost>>,
     /// The request with the headers from the Secret, or why it cannot be made.
@@ -27,59 +28,44 @@ pub struct Facts {
     pub deleted: Option<SubscriptionAnswer<()>>,
 }
 
-impl Facts {
-    pub fn new(subscription: BMCEventSubscription) -> Self {
-        Self {
-            subscription,
-            host: None,
-            request: None,
-            created: None,
-            deleted: None,
-        }
-    }
-}
-
-/// One event: reason, message, whether it is a warning.
-pub type Event = (String, String, bool);
-
-/// The next thing to do.
+/// The next thing to do (header values print as `***`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
     /// Nothing until the subscription or its host changes.
     Idle,
     LoadHost,
-    AddFinalizer,
+    /// Add (`true`) or remove the finalizer.
+    SetFinalizer(bool),
     /// Read the header Secret and build the request.
     ReadHeaders,
-    Create,
-    Delete(String),
-    RemoveFinalizer,
+    Create(NodeRef, SubscriptionRequest),
+    Delete(NodeRef, String),
     Save {
         status: BMCEventSubscriptionStatus,
-        event: Option<Event>,
+        event: Option<HostEvent>,
         /// Look again after this long; `None` when only a change can help.
         retry: Option<Duration>,
     },
 }
 
-/// The next step for `facts`.
-pub fn next(facts: &Facts) -> Step {
-    let subscription = &facts.subscription;
+/// The next step for `subscription`, from `facts`.
+pub fn next(subscription: &BMCEventSubscription, facts: &Facts) -> Step {
     let has_finalizer = subscription
         .finalizers()
         .iter()
         .any(|f| f == BMC_EVENT_SUBSCRIPTION_FINALIZER);
+    let deleting = subscription.metadata.deletion_timestamp.is_some();
     let status = subscription.status.clone().unwrap_or_default();
     let id = status.subscription_id.clone().filter(|id| !id.is_empty());
     let Some(host) = &facts.host else {
-        return if subscription.metadata.deletion_timestamp.is_some() && !has_finalizer {
+        return if deleting && !has_finalizer {
             Step::Idle
         } else {
             Step::LoadHost
         };
     };
-    if subscription.metadata.deletion_timestamp.is_some() {
-        return deletion(facts, has_finalizer, id, host.as_ref());
+    if deleting {
+        return deletion(subscription, facts, has_finalizer, id, host.as_ref());
     }
     let Some(host) = host else {
         let message = format!(
@@ -89,14 +75,12 @@ pub fn next(facts: &Facts) -> Step {
         return refused(status, message, None);
     };
     if !has_finalizer {
-        return Step::AddFinalizer;
-    }
-    if id.is_some() {
-        return Step::Idle;
+        return Step::SetFinalizer(true);
     }
     // The subscription is made through the host's node; the host's status write
     // that records the node wakes this one.
-    if node_id(host).is_none() {
+    let node = node_of(host);
+    if id.is_some() || node.provisioning_id.is_none() {
         return Step::Idle;
     }
     let request = match &facts.request {
@@ -105,24 +89,23 @@ pub fn next(facts: &Facts) -> Step {
         Some(Ok(request)) => request,
     };
     match &facts.created {
-        None => Step::Create,
-        Some(SubscriptionAnswer::Done(id)) => Step::Save {
-            status: BMCEventSubscriptionStatus {
-                subscription_id: Some(id.clone()),
-                error: None,
-            },
-            event: Some((
-                "SubscriptionCreated".into(),
-                format!(
-                    "BMC {} of BareMetalHost {} sends its events to {} (subscription {id})",
-                    bmc_address(host),
-                    host_key(subscription),
-                    request.destination
-                ),
-                false,
-            )),
-            retry: None,
-        },
+        None => Step::Create(node, request.clone()),
+        Some(SubscriptionAnswer::Done(id)) => {
+            let message = format!(
+                "BMC {} of BareMetalHost {} sends its events to {} (subscription {id})",
+                bmc_address(host),
+                host_key(subscription),
+                request.destination
+            );
+            Step::Save {
+                status: BMCEventSubscriptionStatus {
+                    subscription_id: Some(id.clone()),
+                    error: None,
+                },
+                event: Some(HostEvent::normal("SubscriptionCreated", &message)),
+                retry: None,
+            }
+        }
         Some(SubscriptionAnswer::Refused(why)) => refused(
             status,
             refusal_message(subscription, host, why),
@@ -134,6 +117,7 @@ pub fn next(facts: &Facts) -> Step {
 }
 
 fn deletion(
+    subscription: &BMCEventSubscription,
     facts: &Facts,
     has_finalizer: bool,
     id: Option<String>,
@@ -144,23 +128,23 @@ fn deletion(
     }
     // Without a host there is no node to ask: nothing bmo can delete.
     let (Some(id), Some(host)) = (id, host) else {
-        return Step::RemoveFinalizer;
+        return Step::SetFinalizer(false);
     };
     match &facts.deleted {
-        None => Step::Delete(id),
+        None => Step::Delete(node_of(host), id),
         Some(SubscriptionAnswer::Refused(why)) => {
             let message = format!(
                 "BMC {} of BareMetalHost {} did not delete event subscription {id}: {why}. \
                  bmo tries again; to give up on it, remove the finalizer {}",
                 bmc_address(host),
-                host_key(&facts.subscription),
+                host_key(subscription),
                 BMC_EVENT_SUBSCRIPTION_FINALIZER
             );
-            let status = facts.subscription.status.clone().unwrap_or_default();
+            let status = subscription.status.clone().unwrap_or_default();
             refused(status, message, Some(RETRY))
         }
         Some(SubscriptionAnswer::Done(())) | Some(SubscriptionAnswer::NoNode) => {
-            Step::RemoveFinalizer
+            Step::SetFinalizer(false)
         }
     }
 }
@@ -171,20 +155,15 @@ fn refused(
     message: String,
     retry: Option<Duration>,
 ) -> Step {
-    if status.error.as_deref() == Some(message.as_str()) {
-        return match retry {
-            Some(_) => Step::Save {
-                status,
-                event: None,
-                retry,
-            },
-            None => Step::Idle,
-        };
+    let event = (status.error.as_ref() != Some(&message))
+        .then(|| HostEvent::warning("SubscriptionFailed", &message));
+    if event.is_none() && retry.is_none() {
+        return Step::Idle;
     }
-    status.error = Some(message.clone());
+    status.error = Some(message);
     Step::Save {
         status,
-        event: Some(("SubscriptionFailed".into(), message, true)),
+        event,
         retry,
     }
 }
@@ -230,12 +209,4 @@ fn bmc_address(host: &BareMetalHost) -> String {
         Ok(url) => crate::ironic::without_credentials(&url),
         Err(_) => address,
     }
-}
-
-/// The host's node UUID, once registered.
-pub fn node_id(host: &BareMetalHost) -> Option<String> {
-    host.status
-        .as_ref()
-        .map(|s| s.provisioning.id.clone())
-        .filter(|id| !id.is_empty())
 }

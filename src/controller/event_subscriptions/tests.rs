@@ -7,10 +7,9 @@ use k8s_openapi::api::core::v1::{Secret, SecretReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::*;
-use crate::api::events::BMC_EVENT_SUBSCRIPTION_FINALIZER;
 use crate::api::{BMCEventSubscriptionSpec, BareMetalHost};
-use crate::provisioner::ProvisionerError;
-use crate::provisioner::SubscriptionAnswer;
+use crate::controller::runtime::store::MemoryObjects;
+use crate::provisioner::{NodeRef, ProvisionerError};
 
 const SECRET_VALUE: &str = "Bearer s3cr3t-t0ken";
 
@@ -110,29 +109,31 @@ fn headers_secret() -> Secret {
     secret
 }
 
-async fn reconcile_stored<P: EventSubscriber>(
-    ctx: &SubscriptionContext<P, MemorySubscriptionStore>,
-) -> Next {
-    let stored = ctx.store.subscription("ns", "events").expect("stored");
+/// The subscription as stored now; `None` once deleted.
+fn subscription_now<P>(
+    ctx: &SubscriptionContext<P, MemoryObjects>,
+) -> Option<BMCEventSubscription> {
+    ctx.store.stored("ns", "events")
+}
+
+async fn reconcile_stored<P: EventSubscriber>(ctx: &SubscriptionContext<P, MemoryObjects>) -> Next {
+    let stored = subscription_now(ctx).expect("stored");
     reconcile(&stored, ctx).await.expect("reconcile")
 }
 
 /// The stored subscription's `status.error`.
-fn stored_error<P>(ctx: &SubscriptionContext<P, MemorySubscriptionStore>) -> String {
-    ctx.store
-        .subscription("ns", "events")
+fn stored_error<P>(ctx: &SubscriptionContext<P, MemoryObjects>) -> String {
+    subscription_now(ctx)
         .and_then(|s| s.status)
         .and_then(|s| s.error)
         .expect("status.error")
 }
 
-fn context(
-    answer: SubscriptionAnswer<String>,
-) -> SubscriptionContext<Recorder, MemorySubscriptionStore> {
-    let store = MemorySubscriptionStore::default();
-    store.put_subscription(subscription());
-    store.put_host(host(true));
-    store.put_secret(headers_secret());
+fn context(answer: SubscriptionAnswer<String>) -> SubscriptionContext<Recorder, MemoryObjects> {
+    let store = MemoryObjects::default();
+    store.put(subscription());
+    store.put(host(true));
+    store.put(headers_secret());
     SubscriptionContext {
         provisioner: Recorder::answering(answer),
         store,
@@ -144,11 +145,11 @@ fn context(
 async fn creates_once_then_deletes_with_the_object() {
     let ctx = context(SubscriptionAnswer::Done("sub-7".into()));
     assert_eq!(reconcile_stored(&ctx).await, Next::OnChange);
-    let stored = ctx.store.subscription("ns", "events").unwrap();
+    let stored = subscription_now(&ctx).unwrap();
     assert_eq!(stored.finalizers(), [BMC_EVENT_SUBSCRIPTION_FINALIZER]);
 
     reconcile_stored(&ctx).await;
-    let stored = ctx.store.subscription("ns", "events").unwrap();
+    let stored = subscription_now(&ctx).unwrap();
     let status = stored.status.clone().unwrap();
     assert_eq!(status.subscription_id.as_deref(), Some("sub-7"));
     assert_eq!(status.error, None);
@@ -165,18 +166,18 @@ async fn creates_once_then_deletes_with_the_object() {
     assert_eq!(reconcile_stored(&ctx).await, Next::OnChange);
     assert_eq!(ctx.provisioner.created.lock().unwrap().len(), 1);
 
-    let mut deleting = ctx.store.subscription("ns", "events").unwrap();
+    let mut deleting = subscription_now(&ctx).unwrap();
     deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-    ctx.store.put_subscription(deleting);
+    ctx.store.put(deleting);
     reconcile_stored(&ctx).await;
     assert_eq!(*ctx.provisioner.deleted.lock().unwrap(), ["sub-7"]);
-    assert!(ctx.store.subscription("ns", "events").is_none());
+    assert!(subscription_now(&ctx).is_none());
 }
 
 #[tokio::test]
 async fn waits_for_the_node_before_subscribing() {
     let ctx = context(SubscriptionAnswer::Done("sub-7".into()));
-    ctx.store.put_host(host(false));
+    ctx.store.put(host(false));
     reconcile_stored(&ctx).await;
     assert_eq!(reconcile_stored(&ctx).await, Next::OnChange);
     assert!(ctx.provisioner.created.lock().unwrap().is_empty());
@@ -212,9 +213,9 @@ async fn a_refusal_names_host_bmc_and_fix_without_header_values() {
 #[tokio::test]
 async fn a_missing_header_secret_or_host_is_reported() {
     let ctx = context(SubscriptionAnswer::Done("sub-7".into()));
-    let store = MemorySubscriptionStore::default();
-    store.put_subscription(subscription());
-    store.put_host(host(true));
+    let store = MemoryObjects::default();
+    store.put(subscription());
+    store.put(host(true));
     let ctx = SubscriptionContext { store, ..ctx };
     reconcile_stored(&ctx).await;
     reconcile_stored(&ctx).await;
@@ -222,8 +223,8 @@ async fn a_missing_header_secret_or_host_is_reported() {
     assert!(error.contains("Secret ns/headers"), "{error}");
     assert!(ctx.provisioner.created.lock().unwrap().is_empty());
 
-    let store = MemorySubscriptionStore::default();
-    store.put_subscription(subscription());
+    let store = MemoryObjects::default();
+    store.put(subscription());
     let ctx = SubscriptionContext { store, ..ctx };
     assert_eq!(reconcile_stored(&ctx).await, Next::OnChange);
     let error = stored_error(&ctx);
@@ -238,9 +239,9 @@ async fn a_refused_deletion_keeps_the_object_until_the_bmc_deletes() {
     let ctx = context(SubscriptionAnswer::Done("sub-7".into()));
     reconcile_stored(&ctx).await;
     reconcile_stored(&ctx).await;
-    let mut deleting = ctx.store.subscription("ns", "events").unwrap();
+    let mut deleting = subscription_now(&ctx).unwrap();
     deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-    ctx.store.put_subscription(deleting);
+    ctx.store.put(deleting);
     ctx.provisioner
         .refuse_delete
         .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -256,7 +257,7 @@ async fn a_refused_deletion_keeps_the_object_until_the_bmc_deletes() {
     );
     assert!(error.contains(BMC_EVENT_SUBSCRIPTION_FINALIZER), "{error}");
     assert_eq!(
-        ctx.store.subscription("ns", "events").unwrap().finalizers(),
+        subscription_now(&ctx).unwrap().finalizers(),
         [BMC_EVENT_SUBSCRIPTION_FINALIZER]
     );
 
@@ -264,17 +265,17 @@ async fn a_refused_deletion_keeps_the_object_until_the_bmc_deletes() {
         .refuse_delete
         .store(false, std::sync::atomic::Ordering::SeqCst);
     reconcile_stored(&ctx).await;
-    assert!(ctx.store.subscription("ns", "events").is_none());
+    assert!(subscription_now(&ctx).is_none());
     assert_eq!(*ctx.provisioner.deleted.lock().unwrap(), ["sub-7", "sub-7"]);
 }
 
 #[tokio::test]
 async fn a_lost_finalizer_race_is_a_conflict() {
     let ctx = context(SubscriptionAnswer::Done("sub-7".into()));
-    let read = ctx.store.subscription("ns", "events").unwrap();
+    let read = subscription_now(&ctx).unwrap();
     let mut changed = read.clone();
     changed.metadata.finalizers = Some(vec!["someone.else/finalizer".into()]);
-    ctx.store.put_subscription(changed);
+    ctx.store.put(changed);
     let result = reconcile(&read, &ctx).await;
     assert!(
         matches!(

@@ -3,12 +3,7 @@
 
 use std::time::Duration;
 
-use kube::ResourceExt;
-
-use super::store::KubeFirmwareStore;
-use crate::api::BareMetalHost;
-use crate::controller::runtime::store::ObjectError;
-use crate::provisioner::{HostId, NodeRef};
+use crate::controller::runtime::store::{KubeClient, ObjectError};
 
 /// Look again this soon after the provisioner could not answer (upstream's delay).
 pub const PROVISIONER_RETRY: Duration = Duration::from_secs(30);
@@ -18,7 +13,7 @@ pub const PROVISIONER_RETRY: Duration = Duration::from_secs(30);
 pub const MAX_STEPS: usize = 10;
 
 /// What the firmware controllers share.
-pub struct FirmwareContext<P, S = KubeFirmwareStore> {
+pub struct FirmwareContext<P, S = KubeClient> {
     pub provisioner: P,
     pub store: S,
     /// `WATCH_NAMESPACE`: only hosts in this namespace; all when `None`.
@@ -27,11 +22,3 @@ pub struct FirmwareContext<P, S = KubeFirmwareStore> {
 
 /// Why a reconcile could not finish; retried after [`PROVISIONER_RETRY`].
 pub type FirmwareError = ObjectError;
-
-/// The host's node, as the provisioner reads it.
-pub fn node_of(host: &BareMetalHost) -> NodeRef {
-    NodeRef {
-        id: HostId::new(host.namespace().unwrap_or_default(), host.name_any()),
-        provisioning_id: host.status.as_ref().map(|s| s.provisioning.id.clone()),
-    }
-}

@@ -8,8 +8,9 @@
 //! as does [`policy`], which makes each host an owner of its HostUpdatePolicy.
 //!
 //! The same shape as the host controller: [`state_machine`] decides (pure), the
-//! provisioner reads ([`crate::provisioner::FirmwareReader`]), [`store`] writes, and [`settings::reconcile`]
-//! only loops over them; what the three share is in [`context`].
+//! provisioner reads ([`crate::provisioner::FirmwareReader`]), the runtime's store and
+//! [`store`] write, and [`settings::reconcile`] only loops over them; what the three
+//! share is in [`context`].
 
 pub mod components;
 pub mod context;
@@ -22,4 +23,4 @@ pub mod store;
 pub use context::{FirmwareContext, FirmwareError, PROVISIONER_RETRY};
 pub use run::{run, same_name};
 pub use settings::reconcile;
-pub use store::{FirmwareStore, KubeFirmwareStore, MemoryFirmwareStore};
+pub use store::FirmwareStore;

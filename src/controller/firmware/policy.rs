@@ -6,34 +6,17 @@
 //! controller when it services (`state_machine::servicing`); nothing here reads or
 //! writes it.
 
-use std::future::Future;
-
 use kube::ResourceExt;
 
 use super::context::{FirmwareContext, FirmwareError};
 use super::state_machine::has_node;
-use super::store::{KubeFirmwareStore, MemoryFirmwareStore, key, key_of, unchanged};
 use crate::api::BareMetalHost;
 use crate::api::firmware::HostUpdatePolicy;
 use crate::controller::runtime::Next;
-use crate::controller::runtime::store::{ObjectError, StoreError, cached, owner_reference};
-
-/// The Kubernetes side of owning HostUpdatePolicies.
-pub trait PolicyStore: Send + Sync {
-    /// The host's policy, possibly from a cache a write behind.
-    fn policy(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> impl Future<Output = Result<Option<HostUpdatePolicy>, StoreError>> + Send;
-
-    /// Adds the host to `policy`'s owners, if they are still as read.
-    fn own_policy(
-        &self,
-        host: &BareMetalHost,
-        policy: &HostUpdatePolicy,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-}
+use crate::controller::runtime::controller::CONFLICT_RETRY;
+use crate::controller::runtime::store::{
+    ObjectError, ObjectStore, Read, StoreError, owner_reference,
+};
 
 /// Whether `policy` still lacks `host` among its owners and should get it: the host
 /// has a node (upstream owns the policy when it makes the firmware objects) and the
@@ -60,7 +43,7 @@ pub(super) fn owned_by_its_host(policy: &HostUpdatePolicy) -> bool {
 
 /// One reconcile of `host`'s HostUpdatePolicy: owned if it needs to be. A write that
 /// lost a race looks again shortly (the watch then shows the policy as it is).
-pub async fn reconcile<P, S: PolicyStore>(
+pub async fn reconcile<P, S: ObjectStore>(
     host: &BareMetalHost,
     ctx: &FirmwareContext<P, S>,
 ) -> Result<Next, FirmwareError> {
@@ -71,23 +54,24 @@ pub async fn reconcile<P, S: PolicyStore>(
     let name = host.name_any();
     let object = format!("HostUpdatePolicy {namespace}/{name}");
     let store_err = ObjectError::store(&object);
-    let Some(policy) = ctx
-        .store
-        .policy(&namespace, &name)
-        .await
-        .map_err(store_err)?
-    else {
+    // Possibly from a cache a write behind.
+    let policy = ctx.store.read(&namespace, &name, Read::Cached).await;
+    let Some(policy) = policy.map_err(store_err)? else {
         return Ok(Next::OnChange);
     };
     if !needs_owner(host, &policy) {
         return Ok(Next::OnChange);
     }
-    match ctx.store.own_policy(host, &policy).await {
+    match ctx
+        .store
+        .add_owner(&policy, owner_reference(host, false))
+        .await
+    {
         Ok(()) => {
             tracing::info!("the host owns its HostUpdatePolicy");
             Ok(Next::OnChange)
         }
-        Err(StoreError::Conflict) => Ok(Next::After(RETRY_AFTER_CONFLICT)),
+        Err(StoreError::Conflict) => Ok(Next::After(CONFLICT_RETRY)),
         // Deleted meanwhile: nothing to own.
         Err(StoreError::Kube(kube::Error::Api(status))) if status.code == 404 => Ok(Next::OnChange),
         // bmo's role predates the permission (an upgrade without deploy/rbac): said
@@ -104,85 +88,24 @@ pub async fn reconcile<P, S: PolicyStore>(
     }
 }
 
-/// How soon to try again after the policy changed under the write.
-const RETRY_AFTER_CONFLICT: std::time::Duration = std::time::Duration::from_secs(1);
-
-impl PolicyStore for KubeFirmwareStore {
-    async fn policy(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<HostUpdatePolicy>, StoreError> {
-        if let Some(policy) = cached(&self.caches.policies, namespace, name) {
-            return Ok(policy);
-        }
-        self.kube.get(namespace, name).await
-    }
-
-    async fn own_policy(
-        &self,
-        host: &BareMetalHost,
-        policy: &HostUpdatePolicy,
-    ) -> Result<(), StoreError> {
-        self.kube
-            .add_owner(policy, owner_reference(host, false))
-            .await?;
-        Ok(())
-    }
-}
-
-impl MemoryFirmwareStore {
-    /// Puts (or replaces) a HostUpdatePolicy, as a user would; it gets a
-    /// resourceVersion.
-    pub fn put_policy(&self, mut policy: HostUpdatePolicy) {
-        let mut objects = self.lock();
-        objects.stamp(&mut policy);
-        objects.policies.insert(key_of(&policy), policy);
-    }
-
-    pub fn stored_policy(&self, namespace: &str, name: &str) -> Option<HostUpdatePolicy> {
-        self.lock().policies.get(&key(namespace, name)).cloned()
-    }
-}
-
-impl PolicyStore for MemoryFirmwareStore {
-    async fn policy(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<HostUpdatePolicy>, StoreError> {
-        Ok(self.stored_policy(namespace, name))
-    }
-
-    async fn own_policy(
-        &self,
-        host: &BareMetalHost,
-        policy: &HostUpdatePolicy,
-    ) -> Result<(), StoreError> {
-        let mut objects = self.lock();
-        unchanged(objects.policies.get(&key_of(policy)), policy)?;
-        let mut owned = policy.clone();
-        owned
-            .owner_references_mut()
-            .push(owner_reference(host, false));
-        objects.stamp(&mut owned);
-        objects.policies.insert(key_of(&owned), owned);
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
 
     use super::*;
-    use crate::controller::firmware::state_machine::tests::test_host;
+    use crate::controller::firmware::state_machine::tests::{owned_by, owner_uids, test_host};
+    use crate::controller::runtime::store::MemoryObjects;
 
-    fn context() -> FirmwareContext<(), MemoryFirmwareStore> {
+    /// The policy of host `a` as stored now.
+    fn stored_policy(ctx: &FirmwareContext<(), MemoryObjects>) -> Option<HostUpdatePolicy> {
+        ctx.store.stored("ns", "a")
+    }
+
+    fn context() -> FirmwareContext<(), MemoryObjects> {
         FirmwareContext {
             provisioner: (),
-            store: MemoryFirmwareStore::default(),
+            store: MemoryObjects::default(),
             namespace: None,
         }
     }
@@ -195,32 +118,20 @@ mod tests {
             "spec": {"firmwareSettings": "onReboot"},
         }))
         .expect("valid policy");
-        policy.metadata.owner_references = Some(vec![OwnerReference {
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-            name: "fleet".into(),
-            uid: "fleet-uid".into(),
-            ..OwnerReference::default()
-        }]);
+        let fleet = owned_by("v1", "ConfigMap", "fleet", "fleet-uid");
+        policy.metadata.owner_references = Some(vec![fleet]);
         policy
     }
 
-    fn owners(ctx: &FirmwareContext<(), MemoryFirmwareStore>) -> Vec<String> {
-        let policy = ctx
-            .store
-            .stored_policy("ns", "a")
-            .expect("the policy is kept");
-        policy
-            .owner_references()
-            .iter()
-            .map(|o| o.uid.clone())
-            .collect()
+    fn owners(ctx: &FirmwareContext<(), MemoryObjects>) -> Vec<String> {
+        let policy = stored_policy(ctx).expect("the policy is kept");
+        owner_uids(&policy)
     }
 
     #[tokio::test]
     async fn a_registered_host_is_added_to_its_policys_owners_once() {
         let ctx = context();
-        ctx.store.put_policy(policy());
+        ctx.store.put(policy());
         let host = test_host("a", "node-a");
 
         assert_eq!(reconcile(&host, &ctx).await.expect("owned"), Next::OnChange);
@@ -229,11 +140,11 @@ mod tests {
             ["fleet-uid", "a-uid"],
             "the other owner is kept"
         );
-        let owned = ctx.store.stored_policy("ns", "a").expect("kept");
+        let owned = stored_policy(&ctx).expect("kept");
         assert_eq!(owned.spec, policy().spec, "the spec is the user's");
 
         reconcile(&host, &ctx).await.expect("nothing to do");
-        let again = ctx.store.stored_policy("ns", "a").expect("kept");
+        let again = stored_policy(&ctx).expect("kept");
         assert_eq!(
             again.metadata.resource_version, owned.metadata.resource_version,
             "no second write"
@@ -243,7 +154,7 @@ mod tests {
     #[tokio::test]
     async fn a_host_without_a_node_or_being_deleted_leaves_the_policy_alone() {
         let ctx = context();
-        ctx.store.put_policy(policy());
+        ctx.store.put(policy());
         let registering = test_host("a", "");
         reconcile(&registering, &ctx).await.expect("nothing to do");
         assert_eq!(owners(&ctx), ["fleet-uid"]);
@@ -262,7 +173,7 @@ mod tests {
             reconcile(&host, &ctx).await.expect("no policy"),
             Next::OnChange
         );
-        assert!(ctx.store.stored_policy("ns", "a").is_none(), "none is made");
+        assert!(stored_policy(&ctx).is_none(), "none is made");
     }
 
     #[test]

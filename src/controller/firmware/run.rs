@@ -11,6 +11,7 @@
 //! not yet owned by a host of its name is seen. bmo's own writes (statuses, the
 //! objects it makes, the owners it adds) wake nothing.
 
+use std::borrow::Cow;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,10 +25,8 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use tracing::Instrument;
 
-use super::components::ComponentsStore;
-use super::policy::PolicyStore;
 use super::state_machine::ironic_read_firmware;
-use super::{FirmwareContext, FirmwareError, FirmwareStore, KubeFirmwareStore, PROVISIONER_RETRY};
+use super::{FirmwareContext, FirmwareError, FirmwareStore, PROVISIONER_RETRY};
 use crate::api::firmware::{
     FirmwareSchema, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
 };
@@ -35,6 +34,7 @@ use crate::api::{BareMetalHost, BareMetalHostStatus, OperationalStatus, Provisio
 use crate::controller::runtime::Next;
 use crate::controller::runtime::controller::{self, Reconciler};
 use crate::controller::runtime::shared_watch::Feeds;
+use crate::controller::runtime::store::KubeClient;
 use crate::controller::runtime::turns::Turns;
 use crate::controller::runtime::watch::{api_in, cached};
 use crate::provisioner::FirmwareReader;
@@ -145,7 +145,7 @@ pub fn same_name<K: ResourceExt>(object: &K) -> Option<ObjectRef<BareMetalHost>>
 /// Runs the HostFirmwareSettings controller until `shutdown` resolves, reconciling at
 /// most `concurrency` hosts at once, on watches shared with the host controller.
 pub async fn run<P: FirmwareReader + 'static>(
-    ctx: Arc<FirmwareContext<P, KubeFirmwareStore>>,
+    ctx: Arc<FirmwareContext<P, KubeClient>>,
     concurrency: u16,
     feeds: Feeds,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
@@ -155,14 +155,13 @@ pub async fn run<P: FirmwareReader + 'static>(
     let host_changes = feeds
         .hosts
         .changed(move |host: &BareMetalHost| host_node(host, &firmware));
-    let caches = &ctx.store.caches;
-    let _ = caches.settings.set(feeds.settings.cache());
+    ctx.store.cache(feeds.settings.cache());
     let settings_changes = feeds
         .settings
         .changed(predicates::generation)
         .filter(|s| ready(!as_made(s.as_ref(), s.spec.settings.is_empty())))
         .filter_map(|s| async move { same_name(s.as_ref()) });
-    let _ = caches.components.set(feeds.components.cache());
+    ctx.store.cache(feeds.components.cache());
     let components_changes = feeds
         .components
         .changed(components_change)
@@ -175,7 +174,7 @@ pub async fn run<P: FirmwareReader + 'static>(
         watcher::Config::default(),
         "FirmwareSchemas",
     );
-    let _ = caches.schemas.set(schemas);
+    ctx.store.cache(schemas);
     let schemas_kept = schema_events.filter_map(|_| ready(None::<ObjectRef<BareMetalHost>>));
     // A HostUpdatePolicy not owned by its host yet wakes the host of its name, which
     // adds itself to the owners (see [`super::policy`]); that write wakes nothing.
@@ -184,7 +183,7 @@ pub async fn run<P: FirmwareReader + 'static>(
         watcher::Config::default(),
         "HostUpdatePolicies",
     );
-    let _ = caches.policies.set(policies);
+    ctx.store.cache(policies);
     let policy_changes = policy_events.applied_objects().filter_map(|policy| {
         ready(
             policy
@@ -204,18 +203,19 @@ pub async fn run<P: FirmwareReader + 'static>(
     controller::run_in_turns(controller, ctx, turns, shutdown).await;
 }
 
-/// How long firmware reconciles in flight may take to finish after the shutdown signal.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
-
 impl<P, S> Reconciler for FirmwareContext<P, S>
 where
     P: FirmwareReader + 'static,
-    S: FirmwareStore + ComponentsStore + PolicyStore + 'static,
+    S: FirmwareStore + 'static,
 {
     type Object = BareMetalHost;
     type Error = FirmwareError;
-    const KIND: &'static str = "firmware";
-    const SHUTDOWN_GRACE: Option<Duration> = Some(SHUTDOWN_GRACE);
+    const ERROR_RETRY: Duration = PROVISIONER_RETRY;
+    const CONFLICT_RETRY: Option<Duration> = None;
+
+    fn kind() -> Cow<'static, str> {
+        "firmware".into()
+    }
 
     /// None: each of the three reconciles opens its own.
     fn span(_: &str, _: &str) -> tracing::Span {
@@ -244,11 +244,6 @@ where
             sooner(settings?, components?),
             policy?,
         )))
-    }
-
-    fn retry(&self, host: &BareMetalHost, error: &FirmwareError) -> Action {
-        tracing::warn!(host = %host.namespaced_name(), %error, "firmware reconcile failed; retrying");
-        Action::requeue(PROVISIONER_RETRY)
     }
 }
 

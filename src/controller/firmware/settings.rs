@@ -6,13 +6,15 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
-use super::context::{FirmwareContext, FirmwareError, MAX_STEPS, PROVISIONER_RETRY, node_of};
+use super::context::{FirmwareContext, FirmwareError, MAX_STEPS, PROVISIONER_RETRY};
 use super::state_machine::{self, Facts, Lookup, Step};
 use super::store::{self, FirmwareStore};
 use crate::api::BareMetalHost;
 use crate::api::firmware::{FirmwareSchema, HostFirmwareSettings};
-use crate::controller::runtime::Next;
-use crate::controller::runtime::store::{ObjectError, Read, StoreError};
+use crate::controller::runtime::store::{
+    HostEvent, ObjectError, Read, StoreError, owner_reference,
+};
+use crate::controller::runtime::{Next, node_of};
 use crate::provisioner::FirmwareReader;
 
 /// One reconcile of `host`'s HostFirmwareSettings, as of `now`.
@@ -33,7 +35,7 @@ pub async fn reconcile<P: FirmwareReader, S: FirmwareStore>(
     }
     facts.settings = ctx
         .store
-        .settings(&namespace, &name, Read::Cached)
+        .read(&namespace, &name, Read::Cached)
         .await
         .map_err(ObjectError::store(&object))?;
     for _ in 0..MAX_STEPS {
@@ -68,8 +70,10 @@ async fn take<P: FirmwareReader, S: FirmwareStore>(
             facts.settings = create_settings(host, ctx).await.map_err(store_err)?;
         }
         Step::AdoptSettings => {
-            let adopted = ctx.store.adopt_settings(host, &settings).await;
-            facts.settings = Some(adopted.map_err(store_err)?);
+            let adopted = ctx.store.adopt(&settings, owner_reference(host, false));
+            let (adopted, _) = adopted.await.map_err(store_err)?;
+            tracing::info!("adopted the host's HostFirmwareSettings");
+            facts.settings = Some(adopted);
         }
         Step::ReadBios => match ctx.provisioner.bios_settings(&node_of(host)).await? {
             Some(bios) => facts.bios = Some(bios),
@@ -78,7 +82,7 @@ async fn take<P: FirmwareReader, S: FirmwareStore>(
             None => return Ok(Some(Next::OnChange)),
         },
         Step::LookUpSchema(schema) => {
-            let found = ctx.store.schema(&namespace, &schema, Read::Cached).await;
+            let found = ctx.store.read(&namespace, &schema, Read::Cached).await;
             let found = found.map_err(store_err)?;
             facts.schema = Some(lookup(found, &settings));
         }
@@ -98,11 +102,12 @@ async fn take<P: FirmwareReader, S: FirmwareStore>(
             events,
             requeue,
         } => {
-            let saved = ctx.store.apply_status(&settings, &status).await;
+            let events: Vec<HostEvent> = events
+                .iter()
+                .map(|(reason, message)| HostEvent::warning(reason, message))
+                .collect();
+            let saved = ctx.store.save(&settings, &status, &events).await;
             saved.map_err(store_err)?;
-            for (reason, message) in events {
-                ctx.store.publish(&settings, &reason, &message).await;
-            }
             return Ok(Some(Next::After(requeue)));
         }
     }
@@ -115,7 +120,7 @@ async fn create_settings<P, S: FirmwareStore>(
     host: &BareMetalHost,
     ctx: &FirmwareContext<P, S>,
 ) -> Result<Option<HostFirmwareSettings>, StoreError> {
-    match ctx.store.create_settings(host).await {
+    match ctx.store.create(&store::new_settings(host)).await {
         Ok(created) => {
             tracing::info!("created the host's HostFirmwareSettings");
             Ok(Some(created))
@@ -123,7 +128,7 @@ async fn create_settings<P, S: FirmwareStore>(
         Err(StoreError::Conflict) => {
             let namespace = host.namespace().unwrap_or_default();
             ctx.store
-                .settings(&namespace, &host.name_any(), Read::Fresh)
+                .read(&namespace, &host.name_any(), Read::Fresh)
                 .await
         }
         Err(e) => Err(e),
@@ -136,14 +141,14 @@ async fn create_schema<P, S: FirmwareStore>(
     settings: &HostFirmwareSettings,
     schema: &FirmwareSchema,
 ) -> Result<Lookup<FirmwareSchema>, StoreError> {
-    match ctx.store.create_schema(settings, schema).await {
-        Ok(created) => {
-            tracing::info!(schema = %created.name_any(), "created a FirmwareSchema");
-            Ok(Lookup::Found(created))
-        }
-        Err(StoreError::Conflict) => current_schema(ctx, settings, &schema.name_any()).await,
-        Err(e) => Err(e),
+    let mut schema = schema.clone();
+    schema.metadata.namespace = settings.namespace();
+    schema.metadata.owner_references = Some(vec![store::settings_owner(settings)]);
+    let created = ctx.store.create(&schema).await;
+    if let Ok(created) = &created {
+        tracing::info!(schema = %created.name_any(), "created a FirmwareSchema");
     }
+    or_current(ctx, settings, &schema.name_any(), created).await
 }
 
 /// Adds `settings` to `schema`'s owners. Hosts of one model share the schema and add
@@ -154,28 +159,32 @@ async fn own_schema<P, S: FirmwareStore>(
     settings: &HostFirmwareSettings,
     schema: &FirmwareSchema,
 ) -> Result<Lookup<FirmwareSchema>, StoreError> {
-    match ctx.store.own_schema(settings, schema).await {
-        Ok(()) => {
-            let mut owned = schema.clone();
-            owned
-                .owner_references_mut()
-                .push(store::settings_owner(settings));
-            Ok(Lookup::Found(owned))
-        }
-        Err(StoreError::Conflict) => current_schema(ctx, settings, &schema.name_any()).await,
-        Err(e) => Err(e),
-    }
+    let owned = ctx.store.own_schema(settings, schema).await.map(|()| {
+        let mut owned = schema.clone();
+        let owners = owned.owner_references_mut();
+        owners.push(store::settings_owner(settings));
+        owned
+    });
+    or_current(ctx, settings, &schema.name_any(), owned).await
 }
 
-/// The FirmwareSchema `name` as the API server holds it now (after a write lost a race).
-async fn current_schema<P, S: FirmwareStore>(
+/// The schema a write answered, or, when it lost a race, the FirmwareSchema `name` as
+/// the API server holds it now.
+async fn or_current<P, S: FirmwareStore>(
     ctx: &FirmwareContext<P, S>,
     settings: &HostFirmwareSettings,
     name: &str,
+    written: Result<FirmwareSchema, StoreError>,
 ) -> Result<Lookup<FirmwareSchema>, StoreError> {
-    let namespace = settings.namespace().unwrap_or_default();
-    let found = ctx.store.schema(&namespace, name, Read::Fresh).await?;
-    Ok(lookup(found, settings))
+    match written {
+        Ok(schema) => Ok(Lookup::Found(schema)),
+        Err(StoreError::Conflict) => {
+            let namespace = settings.namespace().unwrap_or_default();
+            let found = ctx.store.read(&namespace, name, Read::Fresh).await?;
+            Ok(lookup(found, settings))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// A schema as the state machine needs it: its spec, and `settings` among its owners

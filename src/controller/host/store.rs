@@ -12,32 +12,82 @@ mod memory;
 
 use std::future::Future;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
+use serde_json::Value;
 
 use crate::api::firmware::{
     FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
 };
-use crate::api::{BareMetalHost, BareMetalHostStatus, HardwareDetails, PreprovisioningImage};
+use crate::api::host::FINALIZER;
+use crate::api::{
+    BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDetails, PreprovisioningImage,
+};
+use crate::controller::runtime::store::events::{HOST_REPORTER, Reporter};
+use crate::controller::runtime::store::managed_fields::without_empty_objects;
 pub use crate::controller::runtime::store::{HostEvent, StoreError};
+use crate::controller::runtime::store::{Kind, Object, ObjectStore, Read, StatusApply};
 
 pub use kube_store::KubeStore;
 pub use memory::{MemoryStore, RecordedEvent};
 
-/// The Kubernetes side of the host controller.
+/// A host's status is applied without its empty objects, a refusal as it came; its
+/// events are posted as upstream's host controller posts them, with the host's
+/// consumer as the related object.
+impl Kind for BareMetalHost {
+    const STATUS_APPLY: StatusApply = StatusApply {
+        refusal_is_conflict: false,
+        ..StatusApply::PLAIN
+    };
+
+    fn status_body(status: &BareMetalHostStatus) -> Result<Value, serde_json::Error> {
+        let mut status = serde_json::to_value(status)?;
+        without_empty_objects(&mut status);
+        Ok(status)
+    }
+
+    fn reporter() -> Reporter {
+        HOST_REPORTER
+    }
+
+    fn related(&self) -> Option<ObjectReference> {
+        self.spec.consumer_ref.clone()
+    }
+}
+
+/// The object of kind `K` named as `host`, in its namespace, if there is one.
+async fn namesake<K: Object>(
+    objects: &impl ObjectStore,
+    host: &BareMetalHost,
+) -> Result<Option<K>, StoreError> {
+    let namespace = host.namespace().unwrap_or_default();
+    objects.get(&namespace, &host.name_any()).await
+}
+
+/// The Kubernetes side of the host controller: what every kind's store does, on
+/// [`Store::objects`], and the host's own writes.
 pub trait Store: Send + Sync {
+    /// Where the host's objects and those named as it are read and written.
+    type Objects: ObjectStore;
+
+    fn objects(&self) -> &Self::Objects;
+
     /// Adds bmo's finalizer to the host, if the finalizers are still as read.
     fn add_finalizer(
         &self,
         host: &BareMetalHost,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.objects().set_finalizer(host, FINALIZER, true)
+    }
 
     /// Removes bmo's finalizer from the host, if the finalizers are still as read.
     fn remove_finalizer(
         &self,
         host: &BareMetalHost,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.objects().set_finalizer(host, FINALIZER, false)
+    }
 
     /// Makes bmo the only owner of the status fields that any field manager wrote with
     /// an Update (upstream's operator saves status that way), if the host is still
@@ -61,7 +111,9 @@ pub trait Store: Send + Sync {
         &self,
         host: &BareMetalHost,
         status: &BareMetalHostStatus,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.objects().apply_status(host, status)
+    }
 
     /// Removes these annotation keys from the host.
     fn remove_annotations(
@@ -81,25 +133,36 @@ pub trait Store: Send + Sync {
     fn hardware_data(
         &self,
         host: &BareMetalHost,
-    ) -> impl Future<Output = Result<Option<HardwareDetails>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<HardwareDetails>, StoreError>> + Send {
+        async move {
+            let data = namesake::<HardwareData>(self.objects(), host).await?;
+            Ok(data.and_then(|d| d.spec.hardware))
+        }
+    }
 
     /// The host's HostFirmwareSettings (same name), when it exists.
     fn firmware_settings(
         &self,
         host: &BareMetalHost,
-    ) -> impl Future<Output = Result<Option<HostFirmwareSettings>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<HostFirmwareSettings>, StoreError>> + Send {
+        namesake(self.objects(), host)
+    }
 
     /// The host's HostFirmwareComponents (same name), when it exists.
     fn firmware_components(
         &self,
         host: &BareMetalHost,
-    ) -> impl Future<Output = Result<Option<HostFirmwareComponents>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<HostFirmwareComponents>, StoreError>> + Send {
+        namesake(self.objects(), host)
+    }
 
     /// The host's HostUpdatePolicy (same name), when it exists.
     fn host_update_policy(
         &self,
         host: &BareMetalHost,
-    ) -> impl Future<Output = Result<Option<HostUpdatePolicy>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<HostUpdatePolicy>, StoreError>> + Send {
+        namesake(self.objects(), host)
+    }
 
     /// Records in the host's HostFirmwareComponents that preparing started to flash
     /// `updates` (`status.updates`, and `status.lastUpdated` now), as upstream does
@@ -122,7 +185,9 @@ pub trait Store: Send + Sync {
     fn preprovisioning_image(
         &self,
         host: &BareMetalHost,
-    ) -> impl Future<Output = Result<Option<PreprovisioningImage>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<PreprovisioningImage>, StoreError>> + Send {
+        namesake(self.objects(), host)
+    }
 
     /// Writes the host's PreprovisioningImage: labels, owner and spec (server-side
     /// apply; its status is the image builder's).
@@ -132,12 +197,15 @@ pub trait Store: Send + Sync {
         image: &PreprovisioningImage,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// The Secret `name` in `namespace`, when it exists.
+    /// The Secret `name` in `namespace`, when it exists: from the cache of the
+    /// Secrets bmo labelled when it is one of them.
     fn secret(
         &self,
         namespace: &str,
         name: &str,
-    ) -> impl Future<Output = Result<Option<Secret>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<Secret>, StoreError>> + Send {
+        self.objects().read(namespace, name, Read::CachedIfPresent)
+    }
 
     /// Labels `secret` as bmo's and adds the host to its owners, if its owners are
     /// still as read; with `hold`, also adds [`SECRET_FINALIZER`], if its finalizers
@@ -154,10 +222,15 @@ pub trait Store: Send + Sync {
     fn release_secret(
         &self,
         secret: &Secret,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.objects()
+            .set_finalizer(secret, SECRET_FINALIZER, false)
+    }
 
     /// Publishes an event about the host; a failure is logged, not returned.
-    fn publish(&self, host: &BareMetalHost, event: HostEvent) -> impl Future<Output = ()> + Send;
+    fn publish(&self, host: &BareMetalHost, event: HostEvent) -> impl Future<Output = ()> + Send {
+        async move { self.objects().publish(host, &event).await }
+    }
 }
 
 /// Label bmo puts on the BMC Secrets it uses; only labelled Secrets are watched.

@@ -3,47 +3,44 @@
 //! status and the archive, serve the archive after bmo's IPA ramdisk, write the
 //! status and post the event.
 //!
-//! Its reads and writes go through `kube::Api` directly (no store trait of its own
-//! yet: the decisions are pure and unit-tested; the I/O is this file).
+//! Its reads and writes go through the runtime's store on the API server (the
+//! decisions are pure and unit-tested; the I/O is this file).
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{predicates, watcher};
-use kube::{Api, ResourceExt};
-use serde_json::json;
+use kube::runtime::reflector;
+use kube::runtime::{WatchStreamExt, predicates, watcher};
 
 use super::build::{self, NETWORK_DATA_KEYS, NetworkData};
 use crate::api::PreprovisioningImage;
-use crate::controller::runtime::controller::{self, Reconciler, own_watch};
-use crate::controller::runtime::store::events::{Reporter, upstream_event};
-use crate::controller::runtime::store::patch_finalizers;
-use crate::controller::runtime::store::{FIELD_MANAGER, StoreError};
+use crate::controller::runtime::controller::{self as runtime, Reconciler};
+use crate::controller::runtime::store::{
+    Kind, KubeClient, ObjectError, ObjectStore, StatusApply, StoreError, patch_finalizers,
+};
 use crate::controller::runtime::watch::api_in;
 use crate::netboot::host_ramdisks::RamdiskServer;
 
-/// Who bmo's image events say posted them.
-pub const IMAGE_REPORTER: Reporter = Reporter {
-    component: "metal3-preprovisioningimage-controller",
-    controller: "metal3.io/preprovisioningimage-controller",
-};
+/// Its events are posted as upstream's image controller's; a refused status write is
+/// an error like any other.
+impl Kind for PreprovisioningImage {
+    const STATUS_APPLY: StatusApply = StatusApply {
+        refusal_is_conflict: false,
+        ..StatusApply::PLAIN
+    };
+}
 /// A built image is looked at again this often, so that its URLs follow the
 /// provisioning IP.
 const READY_RECHECK: Duration = Duration::from_secs(60);
 /// An image that could not be built is tried again this often (a Secret made or
 /// changed wakes it at once).
 const FAILED_RETRY: Duration = Duration::from_secs(15);
-/// Pause after a failed API call.
-const ERROR_RETRY: Duration = Duration::from_secs(5);
-/// Pause after a lost write race.
-const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 
 /// Finalizers upstream puts on images: its image controller's (to discard the image
 /// it built) and its host controller's. Neither is bmo's, and no upstream
@@ -54,28 +51,10 @@ pub const UPSTREAM_FINALIZERS: &[&str] = &[
     "baremetalhost.metal3.io/preprovisioningImage",
 ];
 
-/// Why a reconcile of an image did not finish.
-#[derive(Debug, thiserror::Error)]
-pub enum BuildError {
-    #[error("PreprovisioningImage {image}: {source}")]
-    Kube {
-        image: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("PreprovisioningImage {image}: {source}")]
-    Store {
-        image: String,
-        #[source]
-        source: StoreError,
-    },
-}
-
 /// What every reconcile shares.
 struct BuildContext {
-    client: kube::Client,
+    kube: KubeClient,
     server: RamdiskServer,
-    instance: Option<String>,
     images: reflector::Store<PreprovisioningImage>,
 }
 
@@ -89,36 +68,24 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let namespace = namespace.as_deref();
-    let controller = own_watch(api_in(&client, namespace), |_| (), predicates::generation);
-    let secrets: Api<PartialObjectMeta<Secret>> = api_in(&client, namespace);
+    let own = runtime::own_watch(api_in(&client, namespace), |_| (), predicates::generation);
+    let secrets: kube::Api<PartialObjectMeta<Secret>> = api_in(&client, namespace);
     let ctx = Arc::new(BuildContext {
-        client,
+        kube: KubeClient::new(client, instance),
         server,
-        instance,
-        images: controller.store(),
+        images: own.store(),
     });
-    let by_secret = controller.store();
     // A network data Secret made or changed: the image is built again at once.
-    let controller = controller.watches(secrets, watcher::Config::default(), move |secret| {
-        let ns = secret.metadata.namespace.unwrap_or_default();
-        let name = secret.metadata.name.unwrap_or_default();
-        by_secret
-            .state()
-            .iter()
-            .filter(|i| {
-                i.namespace().as_deref() == Some(ns.as_str())
-                    && i.spec.network_data_name.as_deref() == Some(name.as_str())
-            })
-            .map(|i| ObjectRef::from_obj(i.as_ref()))
-            .collect::<Vec<_>>()
+    let secret_changes = watcher(secrets, watcher::Config::default()).touched_objects();
+    let controller = runtime::wake_naming(own, secret_changes, |image, _, secret| {
+        image.spec.network_data_name.as_deref() == Some(secret)
     });
-    controller::run(controller, ctx, shutdown).await;
+    runtime::run(controller, ctx, shutdown).await;
 }
 
 impl Reconciler for BuildContext {
     type Object = PreprovisioningImage;
-    type Error = BuildError;
-    const KIND: &'static str = "PreprovisioningImage";
+    type Error = ObjectError;
     const SHUTDOWN_GRACE: Option<Duration> = None;
 
     fn span(namespace: &str, name: &str) -> tracing::Span {
@@ -128,32 +95,13 @@ impl Reconciler for BuildContext {
     async fn reconcile(
         self: Arc<Self>,
         image: Arc<PreprovisioningImage>,
-    ) -> Result<Action, BuildError> {
-        let key = format!(
-            "{}/{}",
-            image.namespace().unwrap_or_default(),
-            image.name_any()
-        );
-        if image.metadata.deletion_timestamp.is_some() {
-            return release(&image, &self)
-                .await
-                .map_err(|source| BuildError::Store { image: key, source });
-        }
-        reconcile_image(&image, &self)
-            .await
-            .map_err(|source| BuildError::Kube { image: key, source })
-    }
-
-    fn retry(&self, image: &PreprovisioningImage, error: &BuildError) -> Action {
-        if let BuildError::Store {
-            source: StoreError::Conflict,
-            ..
-        } = error
-        {
-            return Action::requeue(CONFLICT_RETRY);
-        }
-        tracing::warn!(image = %image.name_any(), %error, "PreprovisioningImage reconcile failed; retrying");
-        Action::requeue(ERROR_RETRY)
+    ) -> Result<Action, ObjectError> {
+        let reconciled = if image.metadata.deletion_timestamp.is_some() {
+            release(&image, &self).await
+        } else {
+            reconcile_image(&image, &self).await
+        };
+        reconciled.map_err(ObjectError::about(image.as_ref()))
     }
 }
 
@@ -170,8 +118,7 @@ async fn release(image: &PreprovisioningImage, ctx: &BuildContext) -> Result<Act
         .collect();
     if kept.len() != image.finalizers().len() {
         tracing::info!("removing upstream's finalizers from the deleted PreprovisioningImage");
-        let api: Api<PreprovisioningImage> = Api::namespaced(ctx.client.clone(), &namespace);
-        patch_finalizers(&api, image, kept).await?;
+        patch_finalizers(&ctx.kube.api_of(image), image, kept).await?;
     }
     Ok(Action::await_change())
 }
@@ -179,7 +126,7 @@ async fn release(image: &PreprovisioningImage, ctx: &BuildContext) -> Result<Act
 async fn reconcile_image(
     image: &PreprovisioningImage,
     ctx: &BuildContext,
-) -> Result<Action, kube::Error> {
+) -> Result<Action, StoreError> {
     let namespace = image.namespace().unwrap_or_default();
     let name = image.name_any();
     forget_deleted(ctx);
@@ -212,33 +159,11 @@ async fn reconcile_image(
     }
     if image.status.as_ref() != Some(&decision.status) {
         tracing::info!(built, url = ?decision.status.image_url, "PreprovisioningImage status");
-        let api: Api<PreprovisioningImage> = Api::namespaced(ctx.client.clone(), &namespace);
-        let patch = json!({
-            "apiVersion": "metal3.io/v1alpha1",
-            "kind": "PreprovisioningImage",
-            "status": decision.status,
-        });
-        api.patch_status(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
+        ctx.kube.apply_status(image, &decision.status).await?;
     }
     if let Some(event) = decision.event {
         tracing::warn!(reason = %event.reason, message = %event.message, "PreprovisioningImage not built");
-        let object = upstream_event(
-            image,
-            IMAGE_REPORTER,
-            &event,
-            None,
-            ctx.instance.as_deref(),
-            &now,
-        );
-        let events: Api<Event> = Api::namespaced(ctx.client.clone(), &namespace);
-        if let Err(e) = events.create(&PostParams::default(), &object).await {
-            tracing::debug!(error = %e, "could not publish event");
-        }
+        ctx.kube.publish(image, &event).await;
     }
     Ok(Action::requeue(if built {
         READY_RECHECK
@@ -252,12 +177,11 @@ async fn network_data(
     image: &PreprovisioningImage,
     ctx: &BuildContext,
     namespace: &str,
-) -> Result<NetworkData, kube::Error> {
+) -> Result<NetworkData, StoreError> {
     let Some(secret) = &image.spec.network_data_name else {
         return Ok(NetworkData::None);
     };
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    Ok(match secrets.get_opt(secret).await? {
+    Ok(match ctx.kube.get::<Secret>(namespace, secret).await? {
         None => NetworkData::Missing {
             name: secret.clone(),
         },

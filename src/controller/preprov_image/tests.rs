@@ -2,7 +2,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
 use super::build::{self, NETWORK_DATA_PATH, NetworkData, Server};
-use crate::api::{BareMetalHost, PreprovisioningImage, PreprovisioningImageFormat};
+use crate::api::{
+    BareMetalHost, PreprovisioningImage, PreprovisioningImageFormat, PreprovisioningImageStatus,
+};
 use crate::controller::host::preprov_image::{self as host_side, ImageUse};
 use crate::controller::host::store::MemoryStore;
 use crate::netboot::cpio;
@@ -29,6 +31,12 @@ fn host(state: &str, extra: serde_json::Value) -> BareMetalHost {
     status.provisioning.state = serde_json::from_value(json!(state)).unwrap();
     host.status = Some(status);
     host
+}
+
+/// The status and reason of condition `type_` in `status`.
+fn condition<'a>(status: &'a PreprovisioningImageStatus, type_: &str) -> (&'a str, &'a str) {
+    let found = status.conditions.iter().find(|c| c.type_ == type_).unwrap();
+    (found.status.as_str(), found.reason.as_str())
 }
 
 fn now() -> Time {
@@ -62,26 +70,18 @@ fn image_for(host: &BareMetalHost) -> PreprovisioningImage {
 
 #[test]
 fn which_states_want_and_wait_for_an_image() {
+    let fast_inspection = json!({"inspectionMode": "fast"});
+    let no_cleaning = json!({"automatedCleaningMode": "disabled"});
     let cases = [
         ("registering", json!({}), false, false),
         ("inspecting", json!({}), true, true),
-        (
-            "inspecting",
-            json!({"inspectionMode": "fast"}),
-            false,
-            false,
-        ),
+        ("inspecting", fast_inspection, false, false),
         ("available", json!({}), true, false),
         ("preparing", json!({}), true, true),
         ("provisioning", json!({}), true, false),
         ("provisioned", json!({}), false, false),
         ("deprovisioning", json!({}), true, true),
-        (
-            "deprovisioning",
-            json!({"automatedCleaningMode": "disabled"}),
-            false,
-            false,
-        ),
+        ("deprovisioning", no_cleaning, false, false),
         ("deleting", json!({}), false, false),
     ];
     for (state, extra, wants, needs) in cases {
@@ -148,15 +148,7 @@ fn a_built_image_reads_back_with_the_network_data_and_is_used() {
         status.network_data.as_ref().unwrap().version.as_deref(),
         Some("7")
     );
-    let ready = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .unwrap();
-    assert_eq!(
-        (ready.status.as_str(), ready.reason.as_str()),
-        ("True", "ImageSuccess")
-    );
+    assert_eq!(condition(status, "Ready"), ("True", "ImageSuccess"));
 
     let mut built = image.clone();
     built.status = Some(decision.status);
@@ -214,14 +206,8 @@ fn a_missing_secret_fails_the_image_naming_host_secret_and_fix_once() {
             event.message
         );
     }
-    let error = decision
-        .status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Error")
-        .unwrap();
     assert_eq!(
-        (error.status.as_str(), error.reason.as_str()),
+        condition(&decision.status, "Error"),
         ("True", "MissingNetworkData")
     );
     let mut failed = image.clone();

@@ -17,7 +17,11 @@ pub mod watch;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
+
+use crate::api::BareMetalHost;
+use crate::provisioner::{HostId, NodeRef};
 
 /// When to look at an object again (unless a watch event comes first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,4 +46,17 @@ pub fn backoff(error_count: i64, max: Duration) -> Duration {
     let random = std::hash::RandomState::new().build_hasher().finish();
     let fraction = 0.5 + (random % 500) as f64 / 1000.0;
     full.mul_f64(fraction).max(Duration::from_secs(1))
+}
+
+/// The host's Ironic node as the provisioner names it: by the host, and by its
+/// node's UUID once registered.
+pub fn node_of(host: &BareMetalHost) -> NodeRef {
+    NodeRef {
+        id: HostId::new(host.namespace().unwrap_or_default(), host.name_any()),
+        provisioning_id: host
+            .status
+            .as_ref()
+            .map(|s| s.provisioning.id.clone())
+            .filter(|id| !id.is_empty()),
+    }
 }

@@ -261,6 +261,15 @@ mod tests {
         (waiting, order)
     }
 
+    /// Gives the turn held as `first` back and waits until every one `waiting` had its
+    /// own.
+    async fn pass_on<T>(first: T, waiting: Vec<tokio::task::JoinHandle<()>>) {
+        drop(first);
+        for task in waiting {
+            let _ = task.await;
+        }
+    }
+
     #[tokio::test]
     async fn turns_go_in_the_order_they_were_asked_for_with_the_host_as_it_is_then() {
         let (reader, mut writer) = store();
@@ -276,10 +285,7 @@ mod tests {
 
         let (waiting, mut order) = queue_waiters(&turns, &["c", "b"]).await;
         writer.apply_watcher_event(&Event::Apply(host("c", 2)));
-        drop(first);
-        for task in waiting {
-            let _ = task.await;
-        }
+        pass_on(first, waiting).await;
         assert_eq!(order.recv().await, Some(("c", Some(2))), "the newer object");
         assert_eq!(order.recv().await, Some(("b", Some(1))));
     }
@@ -309,10 +315,7 @@ mod tests {
         tokio::task::yield_now().await;
         let _ = stop.send(());
         assert!(given_up.await.unwrap_or(false), "ended by its shutdown");
-        drop(first);
-        for task in waiting {
-            let _ = task.await;
-        }
+        pass_on(first, waiting).await;
         assert_eq!(order.recv().await.map(|(name, _)| name), Some("urgent"));
         assert_eq!(order.recv().await.map(|(name, _)| name), Some("b"));
         assert!(
@@ -346,10 +349,7 @@ mod tests {
         let (waiting, mut order) = queue_waiters(&turns, &["b", "c"]).await;
         *offered.lock().unwrap_or_else(PoisonError::into_inner) = Some("c".into());
         turns.rerank(&ObjectRef::new("c").within("ns"));
-        drop(first);
-        for task in waiting {
-            let _ = task.await;
-        }
+        pass_on(first, waiting).await;
         assert_eq!(order.recv().await, Some(("c", Some(1))), "c got the turn");
         assert_eq!(order.recv().await, Some(("b", Some(1))));
     }

@@ -4,29 +4,41 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Patch, PatchParams};
-use kube::{Api, Client};
+use kube::Client;
 use serde_json::json;
 
 use crate::api::{BareMetalSwitch, BareMetalSwitchStatus};
-use crate::controller::runtime::store::{KubeClient, StatusApply, StoreError, conflict_or, found};
+use crate::controller::runtime::store::{
+    Kind, KubeClient, ObjectStore, StatusApply, StoreError, apply_as, conflict_or,
+};
 
 /// Field manager of the Secrets bmo writes for the switches and of their status.
 pub const SWITCH_FIELD_MANAGER: &str = "bmo-switches";
 
+/// Its status (its conditions) is applied as the switches' field manager.
+impl Kind for BareMetalSwitch {
+    const STATUS_APPLY: StatusApply = StatusApply {
+        manager: SWITCH_FIELD_MANAGER,
+        named: true,
+        ..StatusApply::PLAIN
+    };
+}
+
 /// The Kubernetes side of the BareMetalSwitch controller.
 #[derive(Clone)]
 pub struct KubeSwitchStore {
-    client: Client,
+    kube: KubeClient,
 }
 
 impl KubeSwitchStore {
     pub fn new(client: Client) -> Self {
-        KubeSwitchStore { client }
+        KubeSwitchStore {
+            kube: KubeClient::new(client, None),
+        }
     }
 
     pub fn client(&self) -> &Client {
-        &self.client
+        self.kube.client()
     }
 
     /// The data of Secret `namespace/name`, or `None` when it does not exist.
@@ -35,11 +47,7 @@ impl KubeSwitchStore {
         namespace: &str,
         name: &str,
     ) -> Result<Option<BTreeMap<String, Vec<u8>>>, StoreError> {
-        let secret = found(
-            Api::<Secret>::namespaced(self.client.clone(), namespace)
-                .get(name)
-                .await,
-        )?;
+        let secret = self.kube.get::<Secret>(namespace, name).await?;
         Ok(secret.map(|s| {
             s.data
                 .unwrap_or_default()
@@ -69,14 +77,9 @@ impl KubeSwitchStore {
             },
             "data": data,
         });
-        Api::<Secret>::namespaced(self.client.clone(), namespace)
-            .patch(
-                name,
-                &PatchParams::apply(SWITCH_FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
-            .await
-            .map_err(conflict_or)?;
+        let api = self.kube.api::<Secret>(namespace);
+        let applied = apply_as(&api, name, SWITCH_FIELD_MANAGER, &body).await;
+        applied.map_err(conflict_or)?;
         Ok(())
     }
 
@@ -86,13 +89,6 @@ impl KubeSwitchStore {
         switch: &BareMetalSwitch,
         status: &BareMetalSwitchStatus,
     ) -> Result<(), StoreError> {
-        let how = StatusApply {
-            manager: SWITCH_FIELD_MANAGER,
-            named: true,
-            ..StatusApply::PLAIN
-        };
-        KubeClient::new(self.client.clone(), None)
-            .apply_status(switch, status, how)
-            .await
+        self.kube.apply_status(switch, status).await
     }
 }

@@ -177,48 +177,22 @@ fn a_failed_eject_is_reported_and_tried_again() {
 
 #[test]
 fn before_power_on_attaches_changes_and_ejects_as_upstream() {
+    let (fresh, attached) = (image(URL, None), image(URL, Some(URL)));
+    let changed = image("http://images.example/new.iso", Some(URL));
+    let gone = deleted(attached.clone());
+    let (empty, inserted) = (cd(false, false, None), cd(true, false, None));
     let cases = [
-        ("no node", image(URL, None), CdRead::NoNode, "proceed"),
-        ("busy", image(URL, None), cd(false, true, None), "hold"),
-        (
-            "nothing yet",
-            image(URL, None),
-            cd(false, false, None),
-            "attach",
-        ),
-        (
-            "attached",
-            image(URL, Some(URL)),
-            cd(true, false, None),
-            "proceed",
-        ),
-        (
-            "url changed",
-            image("http://images.example/new.iso", Some(URL)),
-            cd(true, false, None),
-            "detach",
-        ),
-        (
-            "ejected behind bmo's back",
-            image(URL, Some(URL)),
-            cd(false, false, None),
-            "hold",
-        ),
-        (
-            "deleted, inserted",
-            deleted(image(URL, Some(URL))),
-            cd(true, false, None),
-            "detach",
-        ),
-        (
-            "deleted, ejected",
-            deleted(image(URL, Some(URL))),
-            cd(false, false, None),
-            "proceed",
-        ),
+        ("no node", &fresh, &CdRead::NoNode, "proceed"),
+        ("busy", &fresh, &cd(false, true, None), "hold"),
+        ("nothing yet", &fresh, &empty, "attach"),
+        ("attached", &attached, &inserted, "proceed"),
+        ("url changed", &changed, &inserted, "detach"),
+        ("ejected behind bmo's back", &attached, &empty, "hold"),
+        ("deleted, inserted", &gone, &inserted, "detach"),
+        ("deleted, ejected", &gone, &empty, "proceed"),
     ];
     for (what, image, cd, want) in cases {
-        let got = match before_power_on("ns/h", &image, &cd, &now()) {
+        let got = match before_power_on("ns/h", image, cd, &now()) {
             PowerOnStep::Proceed(_) => "proceed",
             PowerOnStep::Attach => "attach",
             PowerOnStep::Detach { .. } => "detach",

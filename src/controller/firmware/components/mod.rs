@@ -7,10 +7,10 @@
 //! duplicated.
 //!
 //! The same shape as the settings controller: [`state_machine`] decides, the
-//! provisioner reads, [`store`] writes, and [`reconcile`] only loops over them.
+//! provisioner reads, the runtime's [`ObjectStore`] writes, and [`reconcile`] only
+//! loops over them.
 
 pub mod state_machine;
-pub mod store;
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
@@ -19,13 +19,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
 use state_machine::{Facts, Step};
-pub use store::ComponentsStore;
 
-use super::context::{FirmwareContext, FirmwareError, MAX_STEPS, node_of};
+use super::context::{FirmwareContext, FirmwareError, MAX_STEPS};
 use crate::api::BareMetalHost;
-use crate::api::firmware::HostFirmwareComponents;
-use crate::controller::runtime::Next;
-use crate::controller::runtime::store::{ObjectError, Read, StoreError};
+use crate::api::firmware::{HostFirmwareComponents, HostFirmwareComponentsSpec};
+use crate::controller::runtime::store::{
+    HostEvent, ObjectError, ObjectStore, Read, StoreError, owner_reference,
+};
+use crate::controller::runtime::{Next, node_of};
 use crate::provisioner::FirmwareReader;
 
 /// What of a HostFirmwareComponents the host controller acts on: its conditions
@@ -39,8 +40,17 @@ pub fn conditions_hash(object: &HostFirmwareComponents) -> Option<u64> {
     Some(hasher.finish())
 }
 
+/// The empty HostFirmwareComponents of `host`, owned by it.
+fn new_components(host: &BareMetalHost) -> HostFirmwareComponents {
+    let mut object =
+        HostFirmwareComponents::new(&host.name_any(), HostFirmwareComponentsSpec::default());
+    object.metadata.namespace = host.namespace();
+    object.metadata.owner_references = Some(vec![owner_reference(host, false)]);
+    object
+}
+
 /// One reconcile of `host`'s HostFirmwareComponents, as of `now`.
-pub async fn reconcile<P: FirmwareReader, S: ComponentsStore>(
+pub async fn reconcile<P: FirmwareReader, S: ObjectStore>(
     host: &BareMetalHost,
     ctx: &FirmwareContext<P, S>,
     now: Time,
@@ -93,7 +103,7 @@ fn raced<T>(
 }
 
 /// Takes `step` for `object` (`lost_race`: read it from the API server).
-async fn take<P: FirmwareReader, S: ComponentsStore>(
+async fn take<P: FirmwareReader, S: ObjectStore>(
     step: Step,
     host: &BareMetalHost,
     ctx: &FirmwareContext<P, S>,
@@ -107,7 +117,7 @@ async fn take<P: FirmwareReader, S: ComponentsStore>(
         Step::Done(after) => return Ok(Taken::Next(Next::After(after))),
         Step::LookUp => {
             let read = if lost_race { Read::Fresh } else { Read::Cached };
-            let found = ctx.store.components(&namespace, &name, read).await;
+            let found = ctx.store.read(&namespace, &name, read).await;
             facts.object = Some(found.map_err(ObjectError::store(object_name))?);
         }
         Step::ReadComponents => match ctx.provisioner.firmware_components(&node_of(host)).await? {
@@ -116,7 +126,7 @@ async fn take<P: FirmwareReader, S: ComponentsStore>(
             // status write wakes this one.
             None => return Ok(Taken::Next(Next::OnChange)),
         },
-        Step::Create => match raced(ctx.store.create_components(host).await, object_name)? {
+        Step::Create => match raced(ctx.store.create(&new_components(host)).await, object_name)? {
             Ok(created) => {
                 tracing::info!("created the host's HostFirmwareComponents");
                 facts.object = Some(Some(created));
@@ -127,8 +137,14 @@ async fn take<P: FirmwareReader, S: ComponentsStore>(
             let Some(object) = object else {
                 return Ok(Taken::Next(Next::After(Duration::from_secs(1))));
             };
-            match raced(ctx.store.adopt_components(host, &object).await, object_name)? {
-                Ok(adopted) => facts.object = Some(Some(adopted)),
+            let adopted = ctx.store.adopt(&object, owner_reference(host, false)).await;
+            match raced(adopted, object_name)? {
+                Ok((adopted, added)) => {
+                    if added {
+                        tracing::info!("adopted the host's HostFirmwareComponents");
+                    }
+                    facts.object = Some(Some(adopted));
+                }
                 Err(taken) => return Ok(taken),
             }
         }
@@ -142,14 +158,13 @@ async fn take<P: FirmwareReader, S: ComponentsStore>(
             };
             // Written meanwhile (the host controller recorded updates): read it
             // again and decide anew.
-            let saved = ctx.store.apply_components_status(&object, &status).await;
+            let events: Vec<HostEvent> = events
+                .iter()
+                .map(|(reason, message)| HostEvent::warning(reason, message))
+                .collect();
+            let saved = ctx.store.save(&object, &status, &events).await;
             if let Err(taken) = raced(saved, object_name)? {
                 return Ok(taken);
-            }
-            for (reason, message) in events {
-                ctx.store
-                    .publish_components(&object, &reason, &message)
-                    .await;
             }
             return Ok(Taken::Next(Next::After(requeue)));
         }

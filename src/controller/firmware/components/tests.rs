@@ -5,11 +5,12 @@ use serde_json::json;
 
 use super::*;
 use crate::api::firmware::FirmwareComponentStatus;
+use crate::controller::firmware::FirmwareContext;
 use crate::controller::firmware::state_machine::REQUEUE;
 use crate::controller::firmware::state_machine::tests::{
-    memory_context, now, test_host, upstream_status_update,
+    events, memory_context, now, owner_uids, test_host, upstream_status_update,
 };
-use crate::controller::firmware::{FirmwareContext, MemoryFirmwareStore};
+use crate::controller::runtime::store::MemoryObjects;
 use crate::provisioner::FixtureProvisioner;
 
 fn host(name: &str) -> BareMetalHost {
@@ -25,11 +26,31 @@ fn bmc(version: &str) -> Vec<FirmwareComponentStatus> {
     }]
 }
 
-fn context() -> FirmwareContext<FixtureProvisioner, MemoryFirmwareStore> {
+fn context() -> FirmwareContext<FixtureProvisioner, MemoryObjects> {
     let provisioner = FixtureProvisioner::default();
     provisioner.set_firmware_components("ns~with", bmc("1.00"));
     provisioner.set_firmware_components("ns~without", Vec::new());
     memory_context(provisioner)
+}
+
+/// The HostFirmwareComponents of host `name`, as stored now.
+fn components_now(store: &MemoryObjects, name: &str) -> Option<HostFirmwareComponents> {
+    store.stored("ns", name)
+}
+
+/// Host `with`'s HostFirmwareComponents as `ctx` makes it, with a new spec that asks
+/// for `updates`.
+async fn made_asking<P: crate::provisioner::FirmwareReader>(
+    ctx: &FirmwareContext<P, MemoryObjects>,
+    updates: serde_json::Value,
+) -> HostFirmwareComponents {
+    reconcile(&host("with"), ctx, now())
+        .await
+        .expect("reconciled");
+    let mut object = components_now(&ctx.store, "with").expect("made");
+    object.spec.updates = serde_json::from_value(updates).expect("valid updates");
+    object.metadata.generation = Some(2);
+    object
 }
 
 fn condition(object: &HostFirmwareComponents, kind: &str) -> Option<(String, String)> {
@@ -50,19 +71,12 @@ async fn only_a_node_with_components_gets_an_object_and_settled_ones_are_not_rew
         reconcile(&without, &ctx, now()).await.expect("reconciled"),
         Next::After(REQUEUE)
     );
-    assert!(ctx.store.stored_components("ns", "without").is_none());
+    assert!(components_now(&ctx.store, "without").is_none());
 
     let with = host("with");
     reconcile(&with, &ctx, now()).await.expect("reconciled");
-    let object = ctx.store.stored_components("ns", "with").expect("made");
-    assert_eq!(
-        object
-            .owner_references()
-            .iter()
-            .map(|o| o.uid.as_str())
-            .collect::<Vec<_>>(),
-        ["with-uid"]
-    );
+    let object = components_now(&ctx.store, "with").expect("made");
+    assert_eq!(owner_uids(&object), ["with-uid"]);
     let status = object.status.clone().expect("status");
     assert_eq!(status.components, bmc("1.00"));
     assert_eq!(status.last_updated, Some(now()));
@@ -82,7 +96,7 @@ async fn only_a_node_with_components_gets_an_object_and_settled_ones_are_not_rew
     ctx.provisioner
         .set_firmware_components("ns~with", bmc("1.10"));
     reconcile(&with, &ctx, now()).await.expect("reconciled");
-    let object = ctx.store.stored_components("ns", "with").expect("kept");
+    let object = components_now(&ctx.store, "with").expect("kept");
     assert_eq!(object.status.expect("status").components, bmc("1.10"));
 }
 
@@ -105,15 +119,11 @@ async fn upstreams_object_is_adopted_with_the_updates_it_flashed() {
         ..OwnerReference::default()
     }]);
     left.metadata.managed_fields = Some(vec![upstream_status_update()]);
-    ctx.store.put_components(left);
+    ctx.store.put(left);
     reconcile(&with, &ctx, now()).await.expect("reconciled");
-    let object = ctx.store.stored_components("ns", "with").expect("kept");
+    let object = components_now(&ctx.store, "with").expect("kept");
     assert_eq!(object.metadata.uid.as_deref(), Some("hfc-uid"));
-    let owners: Vec<&str> = object
-        .owner_references()
-        .iter()
-        .map(|o| o.uid.as_str())
-        .collect();
+    let owners = owner_uids(&object);
     assert_eq!(owners, ["someone-else", "with-uid"]);
     let status = object.status.clone().expect("status");
     assert_eq!(status.components, bmc("1.00"));
@@ -130,29 +140,24 @@ async fn upstreams_object_is_adopted_with_the_updates_it_flashed() {
         state_machine::pending_updates(Some(&object)),
         state_machine::PendingUpdates::None
     );
-    assert!(ctx.store.events().is_empty());
+    assert!(events(&ctx.store).is_empty());
 }
 
 #[tokio::test]
 async fn an_unknown_component_gets_one_event_until_the_spec_changes() {
     let ctx = context();
     let with = host("with");
-    reconcile(&with, &ctx, now()).await.expect("reconciled");
-    let mut object = ctx.store.stored_components("ns", "with").expect("made");
-    object.spec.updates =
-        serde_json::from_value(json!([{"component": "cpld", "url": "http://images/cpld.bin"}]))
-            .expect("valid updates");
-    object.metadata.generation = Some(2);
-    ctx.store.put_components(object);
+    let cpld = json!([{"component": "cpld", "url": "http://images/cpld.bin"}]);
+    ctx.store.put(made_asking(&ctx, cpld).await);
     for _ in 0..3 {
         reconcile(&with, &ctx, now()).await.expect("reconciled");
     }
-    let object = ctx.store.stored_components("ns", "with").expect("kept");
+    let object = components_now(&ctx.store, "with").expect("kept");
     assert_eq!(
         condition(&object, "Valid"),
         Some(("False".into(), "InvalidComponent".into()))
     );
-    let events = ctx.store.events();
+    let events = events(&ctx.store);
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].1, "ValidationFailed");
     assert!(
@@ -165,7 +170,7 @@ async fn an_unknown_component_gets_one_event_until_the_spec_changes() {
 /// node, as the host controller does when the clean steps start.
 struct RecordingWhileRead {
     provisioner: FixtureProvisioner,
-    store: MemoryFirmwareStore,
+    store: MemoryObjects,
 }
 
 impl crate::provisioner::FirmwareReader for RecordingWhileRead {
@@ -181,11 +186,11 @@ impl crate::provisioner::FirmwareReader for RecordingWhileRead {
         &self,
         node: &crate::provisioner::NodeRef,
     ) -> Result<Option<Vec<FirmwareComponentStatus>>, crate::provisioner::ProvisionerError> {
-        if let Some(mut object) = self.store.stored_components("ns", "with")
+        if let Some(mut object) = components_now(&self.store, "with")
             && object.status.as_ref().is_some_and(|s| s.updates.is_empty())
         {
             object.status.get_or_insert_default().updates = object.spec.updates.clone();
-            self.store.put_components(object);
+            self.store.put(object);
         }
         self.provisioner.firmware_components(node).await
     }
@@ -193,16 +198,12 @@ impl crate::provisioner::FirmwareReader for RecordingWhileRead {
 
 #[tokio::test]
 async fn updates_recorded_meanwhile_are_not_overwritten() {
-    let store = MemoryFirmwareStore::default();
+    let store = MemoryObjects::default();
     let plain = context();
     let with = host("with");
-    reconcile(&with, &plain, now()).await.expect("reconciled");
-    let mut object = plain.store.stored_components("ns", "with").expect("made");
-    object.spec.updates =
-        serde_json::from_value(json!([{"component": "bmc", "url": "http://images/bmc.bin"}]))
-            .expect("valid updates");
-    object.metadata.generation = Some(2);
-    store.put_components(object.clone());
+    let bmc = json!([{"component": "bmc", "url": "http://images/bmc.bin"}]);
+    let object = made_asking(&plain, bmc).await;
+    store.put(object.clone());
     let ctx = FirmwareContext {
         provisioner: RecordingWhileRead {
             provisioner: context().provisioner,
@@ -212,7 +213,9 @@ async fn updates_recorded_meanwhile_are_not_overwritten() {
         namespace: None,
     };
     reconcile(&with, &ctx, now()).await.expect("reconciled");
-    let stored = store.stored_components("ns", "with").expect("kept");
+    let stored = store
+        .stored::<HostFirmwareComponents>("ns", "with")
+        .expect("kept");
     let status = stored.status.clone().expect("status");
     assert_eq!(status.updates, object.spec.updates, "the record survives");
     assert_eq!(

@@ -6,10 +6,13 @@ use serde_json::json;
 use super::state_machine::{REQUEUE, schema_name};
 use super::*;
 use crate::api::firmware::{FirmwareSchema, FirmwareSchemaSpec, SETTINGS_VALID, SettingSchema};
-use crate::controller::firmware::MemoryFirmwareStore;
 use crate::controller::firmware::state_machine::tests::{
-    memory_context, now, test_host, upstream_status_update,
+    events, memory_context, now, owned_by, owner_names, test_host, upstream_status_update,
 };
+
+/// The API group and version of bmo's kinds.
+const METAL3: &str = "metal3.io/v1alpha1";
+use crate::controller::runtime::store::MemoryObjects;
 use crate::provisioner::{BiosSettings, FixtureProvisioner};
 
 fn host(name: &str, node: &str) -> BareMetalHost {
@@ -31,32 +34,38 @@ fn bios() -> BiosSettings {
     }
 }
 
-fn context() -> FirmwareContext<FixtureProvisioner, MemoryFirmwareStore> {
+fn context() -> Ctx {
     let provisioner = FixtureProvisioner::default();
     provisioner.set_bios("ns~a", bios());
     provisioner.set_bios("ns~b", bios());
     memory_context(provisioner)
 }
 
-fn schema_owners(ctx: &FirmwareContext<FixtureProvisioner, MemoryFirmwareStore>) -> Vec<String> {
-    let schemas = ctx.store.schemas();
+type Ctx = FirmwareContext<FixtureProvisioner, MemoryObjects>;
+
+/// Puts `host` in the store and reconciles it once.
+async fn reconcile_put(ctx: &Ctx, host: &BareMetalHost) -> Next {
+    ctx.store.put(host.clone());
+    reconcile(host, ctx, now()).await.expect("reconciled")
+}
+
+/// Host `name`'s HostFirmwareSettings as stored now.
+fn settings_now(ctx: &Ctx, name: &str) -> Option<HostFirmwareSettings> {
+    ctx.store.stored("ns", name)
+}
+
+fn schema_owners(ctx: &Ctx) -> Vec<String> {
+    let schemas = ctx.store.list::<FirmwareSchema>(None);
     assert_eq!(schemas.len(), 1, "{schemas:?}");
-    schemas[0]
-        .owner_references()
-        .iter()
-        .map(|o| o.name.clone())
-        .collect()
+    owner_names(&schemas[0])
 }
 
 /// Hosts a and b of one model, a reconciled (the schema made, owned by a); then b.
-async fn schema_made_by_a() -> (
-    FirmwareContext<FixtureProvisioner, MemoryFirmwareStore>,
-    BareMetalHost,
-) {
+async fn schema_made_by_a() -> (Ctx, BareMetalHost) {
     let ctx = context();
     let (a, b) = (host("a", "node-a"), host("b", "node-b"));
-    ctx.store.put_host(a.clone());
-    ctx.store.put_host(b.clone());
+    ctx.store.put(a.clone());
+    ctx.store.put(b.clone());
     reconcile(&a, &ctx, now()).await.expect("reconciled");
     (ctx, b)
 }
@@ -66,7 +75,7 @@ async fn a_host_whose_cache_missed_the_schema_uses_the_one_made_meanwhile() {
     let (ctx, b) = schema_made_by_a().await;
     // b's cache has not seen a's schema yet: its create meets 409.
     let name = schema_name(&bios().schema);
-    ctx.store.serve_stale_schema("ns", &name, None);
+    ctx.store.serve_stale::<FirmwareSchema>("ns", &name, None);
     let next = reconcile(&b, &ctx, now())
         .await
         .expect("finishes in one reconcile");
@@ -80,25 +89,20 @@ async fn a_host_adds_itself_to_the_owners_the_schema_has_now() {
     // Another host of the model adds itself to the owners after b's cache saw the
     // schema: b's append keeps it.
     let name = schema_name(&bios().schema);
-    let seen = ctx.store.schemas().remove(0);
+    let seen = ctx.store.list::<FirmwareSchema>(None).remove(0);
     ctx.store
-        .serve_stale_schema("ns", &name, Some(seen.clone()));
+        .serve_stale::<FirmwareSchema>("ns", &name, Some(seen.clone()));
     let mut newer = seen;
-    newer.owner_references_mut().push(OwnerReference {
-        api_version: "metal3.io/v1alpha1".into(),
-        kind: "HostFirmwareSettings".into(),
-        name: "c".into(),
-        uid: "c-settings-uid".into(),
-        ..OwnerReference::default()
-    });
+    let settings_c = owned_by(METAL3, "HostFirmwareSettings", "c", "c-settings-uid");
+    newer.owner_references_mut().push(settings_c);
     newer.metadata.resource_version = Some("999".into());
-    ctx.store.put_schema(newer);
+    ctx.store.put(newer);
     let next = reconcile(&b, &ctx, now())
         .await
         .expect("finishes in one reconcile");
     assert_eq!(next, Next::After(REQUEUE));
     assert_eq!(schema_owners(&ctx), ["a", "c", "b"]);
-    let status = ctx.store.stored_settings("ns", "b").and_then(|s| s.status);
+    let status = settings_now(&ctx, "b").and_then(|s| s.status);
     assert_eq!(status.map(|s| s.settings), Some(bios().settings));
 }
 
@@ -107,25 +111,16 @@ async fn hosts_of_one_model_get_their_settings_and_share_one_schema() {
     let ctx = context();
     let (a, b) = (host("a", "node-a"), host("b", "node-b"));
     for h in [&a, &b] {
-        ctx.store.put_host(h.clone());
-        let next = reconcile(h, &ctx, now()).await.expect("reconciled");
-        assert_eq!(next, Next::After(REQUEUE));
+        assert_eq!(reconcile_put(&ctx, h).await, Next::After(REQUEUE));
     }
-    let schemas = ctx.store.schemas();
+    let schemas = ctx.store.list::<FirmwareSchema>(None);
     assert_eq!(schemas.len(), 1, "{schemas:?}");
     let schema = &schemas[0];
     assert_eq!(schema.metadata.name, Some(schema_name(&bios().schema)));
-    let owners: Vec<&str> = schema
-        .owner_references()
-        .iter()
-        .map(|o| o.name.as_str())
-        .collect();
+    let owners = owner_names(schema);
     assert_eq!(owners, ["a", "b"]);
     for name in ["a", "b"] {
-        let settings = ctx
-            .store
-            .stored_settings("ns", name)
-            .expect("settings made");
+        let settings = settings_now(&ctx, name).expect("settings made");
         assert_eq!(settings.owner_references()[0].uid, format!("{name}-uid"));
         let status = settings.status.expect("status written");
         assert_eq!(status.settings, bios().settings);
@@ -144,12 +139,8 @@ async fn hosts_of_one_model_get_their_settings_and_share_one_schema() {
 async fn a_host_without_a_node_gets_nothing_yet() {
     let ctx = context();
     let h = host("a", "");
-    ctx.store.put_host(h.clone());
-    assert_eq!(
-        reconcile(&h, &ctx, now()).await.expect("reconciled"),
-        Next::OnChange
-    );
-    assert!(ctx.store.stored_settings("ns", "a").is_none());
+    assert_eq!(reconcile_put(&ctx, &h).await, Next::OnChange);
+    assert!(settings_now(&ctx, "a").is_none());
 }
 
 /// Host a's HostFirmwareSettings as upstream's operator leaves it: the host as owner,
@@ -163,13 +154,8 @@ fn upstreams_settings() -> HostFirmwareSettings {
         "status": {"settings": {"Stale": "1"}},
     }))
     .expect("valid settings");
-    settings.metadata.owner_references = Some(vec![OwnerReference {
-        api_version: "metal3.io/v1alpha1".into(),
-        kind: "BareMetalHost".into(),
-        name: "a".into(),
-        uid: "a-uid".into(),
-        ..OwnerReference::default()
-    }]);
+    let host_a = owned_by(METAL3, "BareMetalHost", "a", "a-uid");
+    settings.metadata.owner_references = Some(vec![host_a]);
     settings.metadata.managed_fields = Some(vec![upstream_status_update()]);
     settings
 }
@@ -200,13 +186,13 @@ fn upstreams_schema() -> FirmwareSchema {
 async fn upstreams_objects_are_adopted_not_duplicated() {
     let ctx = context();
     let h = host("a", "node-a");
-    ctx.store.put_host(h.clone());
-    ctx.store.put_settings(upstreams_settings());
-    ctx.store.put_schema(upstreams_schema());
+    ctx.store.put(h.clone());
+    ctx.store.put(upstreams_settings());
+    ctx.store.put(upstreams_schema());
 
     reconcile(&h, &ctx, now()).await.expect("reconciled");
 
-    let schemas = ctx.store.schemas();
+    let schemas = ctx.store.list::<FirmwareSchema>(None);
     assert_eq!(schemas.len(), 1);
     assert_eq!(
         schemas[0].owner_references().len(),
@@ -218,10 +204,8 @@ async fn upstreams_objects_are_adopted_not_duplicated() {
 
 /// Upstream's settings object kept, the host among its owners once, its status taken
 /// over and written anew: the stale setting gone, the refused one reported.
-fn the_settings_are_adopted_and_judged(
-    ctx: &FirmwareContext<FixtureProvisioner, MemoryFirmwareStore>,
-) {
-    let adopted = ctx.store.stored_settings("ns", "a").expect("kept");
+fn the_settings_are_adopted_and_judged(ctx: &Ctx) {
+    let adopted = settings_now(ctx, "a").expect("kept");
     assert_eq!(adopted.metadata.uid.as_deref(), Some("upstream-hfs"));
     assert_eq!(adopted.owner_references().len(), 1);
     assert!(
@@ -240,7 +224,7 @@ fn the_settings_are_adopted_and_judged(
         .find(|c| c.type_ == SETTINGS_VALID)
         .expect("Valid");
     assert_eq!(valid.status, "False");
-    let events = ctx.store.events();
+    let events = events(&ctx.store);
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].1, "ValidationFailed");
     assert!(
@@ -253,12 +237,8 @@ fn the_settings_are_adopted_and_judged(
 async fn a_node_unknown_to_the_provisioner_waits_for_the_host() {
     let ctx = context();
     let h = host("c", "node-c");
-    ctx.store.put_host(h.clone());
-    assert_eq!(
-        reconcile(&h, &ctx, now()).await.expect("reconciled"),
-        Next::OnChange
-    );
+    assert_eq!(reconcile_put(&ctx, &h).await, Next::OnChange);
     // The settings object is there, with no status until the node is read.
-    let settings = ctx.store.stored_settings("ns", "c").expect("made");
+    let settings = settings_now(&ctx, "c").expect("made");
     assert!(settings.status.is_none());
 }

@@ -284,6 +284,19 @@ fn type_name(kind: Option<SettingType>) -> &'static str {
     }
 }
 
+/// Which bound `value` lies beyond, if any: `("below minimum", low)` or
+/// `("above maximum", high)`.
+fn out_of_bounds(value: i64, low: Option<i64>, high: Option<i64>) -> Option<(&'static str, i64)> {
+    match (
+        low.filter(|low| value < *low),
+        high.filter(|high| value > *high),
+    ) {
+        (Some(low), _) => Some(("below minimum", low)),
+        (None, Some(high)) => Some(("above maximum", high)),
+        (None, None) => None,
+    }
+}
+
 /// Password settings are never stored: some BMCs report them (encrypted).
 fn is_password(name: &str) -> bool {
     name.contains("Password")
@@ -471,27 +484,14 @@ fn refusal(schema: Option<&SettingSchema>, name: &str, value: &IntOrString) -> O
             let Ok(number) = text.parse::<i64>() else {
                 return Some(format!("String {text} entered while integer expected"));
             };
-            if let Some(low) = schema.lower_bound.filter(|low| number < *low) {
-                Some(format!("integer {number} is below minimum value {low}"))
-            } else {
-                schema
-                    .upper_bound
-                    .filter(|high| number > *high)
-                    .map(|high| format!("integer {number} is above maximum value {high}"))
-            }
+            let (low, high) = (schema.lower_bound, schema.upper_bound);
+            out_of_bounds(number, low, high)
+                .map(|(side, bound)| format!("integer {number} is {side} value {bound}"))
         }
         Some(SettingType::String) => {
             let length = i64::try_from(text.len()).unwrap_or(i64::MAX);
-            if let Some(min) = schema.min_length.filter(|min| length < *min) {
-                Some(format!(
-                    "string {text} length is below minimum length {min}"
-                ))
-            } else {
-                schema
-                    .max_length
-                    .filter(|max| length > *max)
-                    .map(|max| format!("string {text} length is above maximum length {max}"))
-            }
+            out_of_bounds(length, schema.min_length, schema.max_length)
+                .map(|(side, bound)| format!("string {text} length is {side} length {bound}"))
         }
         Some(SettingType::Boolean) => {
             (text != "true" && text != "false").then(|| format!("{text} is not a boolean"))

@@ -2,6 +2,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerRe
 use serde_json::json;
 
 use super::*;
+use crate::controller::runtime::store::MemoryObjects;
 
 /// Upstream's own test schema (hostfirmwaresettings_test.go), whose name upstream's
 /// test pins as `schema-4bcc035f`.
@@ -145,13 +146,30 @@ pub(crate) fn test_host(name: &str, node: &str) -> BareMetalHost {
 }
 
 fn owner(uid: &str) -> OwnerReference {
+    owned_by("metal3.io/v1alpha1", "BareMetalHost", "h", uid)
+}
+
+/// An owner: `kind` (of `api_version`) `name`, by `uid`.
+pub(crate) fn owned_by(api_version: &str, kind: &str, name: &str, uid: &str) -> OwnerReference {
     OwnerReference {
-        api_version: "metal3.io/v1alpha1".into(),
-        kind: "BareMetalHost".into(),
-        name: "h".into(),
+        api_version: api_version.into(),
+        kind: kind.into(),
+        name: name.into(),
         uid: uid.into(),
         ..OwnerReference::default()
     }
+}
+
+/// The uids of `object`'s owners, in order.
+pub(crate) fn owner_uids(object: &impl kube::Resource) -> Vec<String> {
+    let owners = object.meta().owner_references.iter().flatten();
+    owners.map(|o| o.uid.clone()).collect()
+}
+
+/// The names of `object`'s owners, in order.
+pub(crate) fn owner_names(object: &impl kube::Resource) -> Vec<String> {
+    let owners = object.meta().owner_references.iter().flatten();
+    owners.map(|o| o.name.clone()).collect()
 }
 
 fn hfs(spec: serde_json::Value, owners: Vec<OwnerReference>) -> HostFirmwareSettings {
@@ -213,11 +231,18 @@ pub(crate) fn upstream_status_update() -> ManagedFieldsEntry {
     }
 }
 
+/// (object, reason, message) of every event published to `store`.
+pub(crate) fn events(store: &MemoryObjects) -> Vec<(String, String, String)> {
+    let events = store.events_about().into_iter();
+    events
+        .map(|(object, event)| (object, event.reason, event.message))
+        .collect()
+}
+
 /// The firmware controllers' context on `provisioner` and an empty in-memory store.
 pub(crate) fn memory_context<P>(
     provisioner: P,
-) -> crate::controller::firmware::FirmwareContext<P, crate::controller::firmware::MemoryFirmwareStore>
-{
+) -> crate::controller::firmware::FirmwareContext<P, MemoryObjects> {
     crate::controller::firmware::FirmwareContext {
         provisioner,
         store: Default::default(),

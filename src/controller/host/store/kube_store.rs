@@ -1,109 +1,62 @@
 //! [`Store`] on the Kubernetes API.
 
-use std::sync::{Arc, OnceLock};
-
-use futures::FutureExt;
-use k8s_openapi::api::core::v1::{Event, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 use super::{
-    HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, secret_is_held,
-    unconfirmed_updates,
+    SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, secret_is_held, unconfirmed_updates,
 };
-use crate::api::firmware::{
-    FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
-};
-use crate::api::host::FINALIZER;
+use crate::api::firmware::{FirmwareUpdate, HostFirmwareComponents};
 use crate::api::{
-    BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDataSpec, HardwareDetails,
-    PreprovisioningImage,
+    BareMetalHost, HardwareData, HardwareDataSpec, HardwareDetails, PreprovisioningImage,
 };
-use crate::controller::runtime::store::managed_fields::without_empty_objects;
-use crate::controller::runtime::store::patches::{guarded_list_patch, pointer_segment};
+use crate::controller::runtime::store::patches::{guarded_list_write, pointer_segment};
 use crate::controller::runtime::store::{
-    FIELD_MANAGER, conflict_or, events, json_patch, owner_reference, patch_finalizers, take_over,
+    FIELD_MANAGER, KubeClient, Object, apply_as, conflict_or, owner_reference, patch_guarded,
+    take_over,
 };
 
 /// [`Store`] on a Kubernetes client.
 #[derive(Clone)]
 pub struct KubeStore {
-    client: kube::Client,
-    /// The pod's name, for the events' `reportingInstance`.
-    instance: Option<String>,
-    /// The Secrets bmo labelled, as the controller's watch of them sees them; set
-    /// once that watch runs. A Secret not in it is read from the API server.
-    labelled_secrets: Arc<OnceLock<reflector::Store<Secret>>>,
+    /// Also names this bmo in the events' `reportingInstance`, and keeps the cache of
+    /// the Secrets bmo labelled, as the controller's watch of them sees them, once
+    /// that watch runs. A Secret not in it is read from the API server.
+    kube: KubeClient,
 }
 
 impl KubeStore {
     /// `instance` names this bmo in the events it publishes (`POD_NAME`).
     pub fn new(client: kube::Client, instance: Option<String>) -> Self {
         Self {
-            client,
-            instance,
-            labelled_secrets: Arc::default(),
+            kube: KubeClient::new(client, instance),
         }
     }
 
     pub fn client(&self) -> &kube::Client {
-        &self.client
+        self.kube.client()
     }
 
     /// Answers [`Store::secret`] from `cache` (a reflector of the Secrets carrying
     /// [`SECRET_LABEL`]) for the Secrets in it; only the first call counts.
     pub fn cache_labelled_secrets(&self, cache: reflector::Store<Secret>) {
-        let _ = self.labelled_secrets.set(cache);
+        self.kube.cache(cache);
     }
 
-    /// The labelled Secret `namespace/name` as the cache holds it, once the cache
-    /// has listed them all.
-    fn cached_secret(&self, namespace: &str, name: &str) -> Option<Secret> {
-        let cache = self.labelled_secrets.get()?;
-        cache.wait_until_ready().now_or_never()?.ok()?;
-        let key = reflector::ObjectRef::new(name).within(namespace);
-        cache.get(&key).map(|secret| Secret::clone(&secret))
-    }
-
-    /// The object of kind `K` named as `host`, in its namespace, if there is one.
-    async fn namesake<K>(&self, host: &BareMetalHost) -> Result<Option<K>, StoreError>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned,
-        K::DynamicType: Default,
-    {
-        Ok(self.api::<K>(host).get_opt(&host.name_any()).await?)
-    }
-
-    fn api<K>(&self, host: &BareMetalHost) -> Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        K::DynamicType: Default,
-    {
-        Api::namespaced(self.client.clone(), &host.namespace().unwrap_or_default())
+    fn api<K: Object>(&self, host: &BareMetalHost) -> Api<K> {
+        self.kube.api(&host.namespace().unwrap_or_default())
     }
 }
 
 impl Store for KubeStore {
-    async fn add_finalizer(&self, host: &BareMetalHost) -> Result<(), StoreError> {
-        let mut wanted = host.finalizers().to_vec();
-        wanted.push(FINALIZER.to_owned());
-        patch_finalizers(&self.api(host), host, wanted).await
-    }
+    type Objects = KubeClient;
 
-    async fn remove_finalizer(&self, host: &BareMetalHost) -> Result<(), StoreError> {
-        let wanted = host
-            .finalizers()
-            .iter()
-            .filter(|f| *f != FINALIZER)
-            .cloned()
-            .collect();
-        patch_finalizers(&self.api(host), host, wanted).await
+    fn objects(&self) -> &KubeClient {
+        &self.kube
     }
 
     async fn take_over_status(
@@ -119,29 +72,6 @@ impl Store for KubeStore {
             .get_metadata_opt(&host.name_any())
             .await?;
         Ok(meta.and_then(|m| m.metadata.resource_version))
-    }
-
-    async fn apply_status(
-        &self,
-        host: &BareMetalHost,
-        status: &BareMetalHostStatus,
-    ) -> Result<(), StoreError> {
-        let api = self.api::<BareMetalHost>(host);
-        let mut status = serde_json::to_value(status)
-            .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
-        without_empty_objects(&mut status);
-        let patch = json!({
-            "apiVersion": "metal3.io/v1alpha1",
-            "kind": "BareMetalHost",
-            "status": status,
-        });
-        api.patch_status(
-            &host.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
-        Ok(())
     }
 
     async fn remove_annotations(
@@ -180,14 +110,8 @@ impl Store for KubeStore {
         );
         data.metadata.owner_references = Some(vec![owner_reference(host, true)]);
         let api = self.api::<HardwareData>(host);
-        let apply = || async {
-            api.patch(
-                &host.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&data),
-            )
-            .await
-        };
+        let name = host.name_any();
+        let apply = || apply_as(&api, &name, FIELD_MANAGER, &data);
         let applied = apply().await?;
         // HardwareData upstream's operator wrote (with Update) becomes bmo's and is
         // applied again, so that what a new inspection no longer reports goes. Applying
@@ -197,38 +121,6 @@ impl Store for KubeStore {
             apply().await?;
         }
         Ok(())
-    }
-
-    async fn hardware_data(
-        &self,
-        host: &BareMetalHost,
-    ) -> Result<Option<HardwareDetails>, StoreError> {
-        let data = self
-            .api::<HardwareData>(host)
-            .get_opt(&host.name_any())
-            .await?;
-        Ok(data.and_then(|d| d.spec.hardware))
-    }
-
-    async fn firmware_settings(
-        &self,
-        host: &BareMetalHost,
-    ) -> Result<Option<HostFirmwareSettings>, StoreError> {
-        self.namesake::<HostFirmwareSettings>(host).await
-    }
-
-    async fn firmware_components(
-        &self,
-        host: &BareMetalHost,
-    ) -> Result<Option<HostFirmwareComponents>, StoreError> {
-        self.namesake::<HostFirmwareComponents>(host).await
-    }
-
-    async fn host_update_policy(
-        &self,
-        host: &BareMetalHost,
-    ) -> Result<Option<HostUpdatePolicy>, StoreError> {
-        self.namesake::<HostUpdatePolicy>(host).await
     }
 
     async fn record_firmware_updates(
@@ -281,34 +173,14 @@ impl Store for KubeStore {
         Ok(())
     }
 
-    async fn preprovisioning_image(
-        &self,
-        host: &BareMetalHost,
-    ) -> Result<Option<PreprovisioningImage>, StoreError> {
-        self.namesake::<PreprovisioningImage>(host).await
-    }
-
     async fn apply_preprovisioning_image(
         &self,
         host: &BareMetalHost,
         image: &PreprovisioningImage,
     ) -> Result<(), StoreError> {
-        self.api::<PreprovisioningImage>(host)
-            .patch(
-                &host.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(image),
-            )
-            .await?;
+        let api = self.api::<PreprovisioningImage>(host);
+        apply_as(&api, &host.name_any(), FIELD_MANAGER, image).await?;
         Ok(())
-    }
-
-    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, StoreError> {
-        if let Some(secret) = self.cached_secret(namespace, name) {
-            return Ok(Some(secret));
-        }
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
-        Ok(secrets.get_opt(name).await?)
     }
 
     async fn own_secret(
@@ -318,37 +190,18 @@ impl Store for KubeStore {
         hold: bool,
     ) -> Result<Option<String>, StoreError> {
         let mut patch = Vec::new();
+        let meta = &secret.metadata;
         if hold && !secret_is_held(secret) {
-            let current: Vec<Value> = secret.finalizers().iter().map(|f| json!(f)).collect();
-            let mut wanted = current.clone();
-            wanted.push(json!(SECRET_FINALIZER));
-            patch.extend(guarded_list_patch(
-                "/metadata/finalizers",
-                &current,
-                secret.metadata.finalizers.is_none(),
-                secret.metadata.resource_version.as_deref(),
-                wanted,
-            ));
+            let wanted = [secret.finalizers(), &[SECRET_FINALIZER.to_owned()]].concat();
+            let path = "/metadata/finalizers";
+            patch.extend(guarded_list_write(secret, path, &meta.finalizers, &wanted)?);
         }
         let uid = host.metadata.uid.clone().unwrap_or_default();
         if !secret.owner_references().iter().any(|o| o.uid == uid) {
-            let current: Vec<Value> = secret
-                .owner_references()
-                .iter()
-                .map(|o| serde_json::to_value(o).unwrap_or(Value::Null))
-                .collect();
-            let mut wanted = current.clone();
-            wanted.push(
-                serde_json::to_value(owner_reference(host, false))
-                    .map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?,
-            );
-            patch.extend(guarded_list_patch(
-                "/metadata/ownerReferences",
-                &current,
-                secret.metadata.owner_references.is_none(),
-                secret.metadata.resource_version.as_deref(),
-                wanted,
-            ));
+            let owner = owner_reference(host, false);
+            let wanted = [secret.owner_references(), &[owner]].concat();
+            let (path, current) = ("/metadata/ownerReferences", &meta.owner_references);
+            patch.extend(guarded_list_write(secret, path, current, &wanted)?);
         }
         // A label is one key of a map: setting it loses nothing of anyone else's.
         if secret.metadata.labels.is_none() {
@@ -364,40 +217,7 @@ impl Store for KubeStore {
                 json!({"op": "test", "path": "/metadata/resourceVersion", "value": secret.metadata.resource_version.as_deref().unwrap_or_default()}),
             );
         }
-        let secrets: Api<Secret> =
-            Api::namespaced(self.client.clone(), &secret.namespace().unwrap_or_default());
-        let patched = secrets
-            .patch(
-                &secret.name_any(),
-                &PatchParams::default(),
-                &Patch::Json::<()>(json_patch(patch)?),
-            )
-            .await
-            .map_err(conflict_or)?;
+        let patched = patch_guarded(&self.kube.api_of(secret), secret, patch).await?;
         Ok(patched.metadata.resource_version)
-    }
-
-    async fn release_secret(&self, secret: &Secret) -> Result<(), StoreError> {
-        let wanted = secret
-            .finalizers()
-            .iter()
-            .filter(|f| *f != SECRET_FINALIZER)
-            .cloned()
-            .collect();
-        let secrets: Api<Secret> =
-            Api::namespaced(self.client.clone(), &secret.namespace().unwrap_or_default());
-        patch_finalizers(&secrets, secret, wanted).await
-    }
-
-    async fn publish(&self, host: &BareMetalHost, event: HostEvent) {
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let object = events::host_event(host, &event, self.instance.as_deref(), &now);
-        if let Err(e) = self
-            .api::<Event>(host)
-            .create(&PostParams::default(), &object)
-            .await
-        {
-            tracing::debug!(error = %e, reason = %event.reason, "could not publish event");
-        }
     }
 }

@@ -1,4 +1,4 @@
-//! The Events bmo posts about hosts, shaped as upstream's operator posts them, so that
+//! The Events bmo posts about its objects, shaped as upstream's operator posts them, so that
 //! tools selecting events by source or reporting controller keep finding them after
 //! a switch (docs/migration.md).
 //!
@@ -7,12 +7,13 @@
 //! related object. bmo does the same; the only difference is `type`, which is
 //! `Warning` for errors where upstream always says `Normal`.
 
+use std::borrow::Cow;
+
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::{Resource, ResourceExt};
 
 use super::HostEvent;
-use crate::api::BareMetalHost;
 
 /// Upstream's `source.component` on host events.
 pub const SOURCE_COMPONENT: &str = "metal3-baremetal-controller";
@@ -21,43 +22,37 @@ pub const REPORTING_CONTROLLER: &str = "metal3.io/baremetal-controller";
 
 /// Who an event says posted it: upstream's `source.component` and
 /// `reportingController` of the controller bmo stands in for.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Reporter {
-    pub component: &'static str,
-    pub controller: &'static str,
+    pub component: Cow<'static, str>,
+    pub controller: Cow<'static, str>,
+}
+
+impl Reporter {
+    /// Upstream's controller of `kind`, named after it as upstream names all but the
+    /// host's: `metal3-dataimage-controller`, `metal3.io/dataimage-controller`.
+    pub fn upstream(kind: &str) -> Reporter {
+        let kind = kind.to_lowercase();
+        Reporter {
+            component: format!("metal3-{kind}-controller").into(),
+            controller: format!("metal3.io/{kind}-controller").into(),
+        }
+    }
 }
 
 /// The host controller's reporter.
 pub const HOST_REPORTER: Reporter = Reporter {
-    component: SOURCE_COMPONENT,
-    controller: REPORTING_CONTROLLER,
+    component: Cow::Borrowed(SOURCE_COMPONENT),
+    controller: Cow::Borrowed(REPORTING_CONTROLLER),
 };
 /// Longest message kept (the events API refuses longer notes).
 const MAX_MESSAGE: usize = 1000;
-
-/// The core/v1 Event for `event` about `host`, as of `now`; `instance` (the pod's
-/// name) goes in `reportingInstance` when known.
-pub fn host_event(
-    host: &BareMetalHost,
-    event: &HostEvent,
-    instance: Option<&str>,
-    now: &Time,
-) -> Event {
-    upstream_event(
-        host,
-        HOST_REPORTER,
-        event,
-        host.spec.consumer_ref.clone(),
-        instance,
-        now,
-    )
-}
 
 /// The core/v1 Event for `event` about `object` of one of bmo's kinds, posted as
 /// upstream's `reporter` posts it; `related` is the object's consumer, if any.
 pub fn upstream_event<K: Resource<DynamicType = ()>>(
     object: &K,
-    reporter: Reporter,
+    reporter: &Reporter,
     event: &HostEvent,
     related: Option<ObjectReference>,
     instance: Option<&str>,
@@ -80,14 +75,14 @@ pub fn upstream_event<K: Resource<DynamicType = ()>>(
         reason: Some(event.reason.clone()),
         message: Some(event.message.chars().take(MAX_MESSAGE).collect()),
         source: Some(EventSource {
-            component: Some(reporter.component.into()),
+            component: Some(reporter.component.to_string()),
             host: None,
         }),
         first_timestamp: Some(now.clone()),
         last_timestamp: Some(now.clone()),
         count: Some(1),
         type_: Some(if event.warning { "Warning" } else { "Normal" }.into()),
-        reporting_component: Some(reporter.controller.into()),
+        reporting_component: Some(reporter.controller.to_string()),
         reporting_instance: instance.map(str::to_owned),
         related,
         ..Event::default()
@@ -97,6 +92,18 @@ pub fn upstream_event<K: Resource<DynamicType = ()>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::BareMetalHost;
+
+    /// An event about `host`, as the host controller posts it.
+    fn host_event(
+        host: &BareMetalHost,
+        event: &HostEvent,
+        instance: Option<&str>,
+        now: &Time,
+    ) -> Event {
+        let related = host.spec.consumer_ref.clone();
+        upstream_event(host, &HOST_REPORTER, event, related, instance, now)
+    }
 
     fn host(consumer: Option<serde_json::Value>) -> BareMetalHost {
         let mut spec = serde_json::json!({"online": true});
@@ -117,6 +124,23 @@ mod tests {
             message,
             warning,
         }
+    }
+
+    #[test]
+    fn a_kinds_reporter_is_upstreams_controller_of_it() {
+        let dataimage = Reporter::upstream("DataImage");
+        assert_eq!(dataimage.component, "metal3-dataimage-controller");
+        assert_eq!(dataimage.controller, "metal3.io/dataimage-controller");
+        let subscription = Reporter::upstream("BMCEventSubscription");
+        assert_eq!(
+            subscription.component,
+            "metal3-bmceventsubscription-controller"
+        );
+        let settings = Reporter::upstream("HostFirmwareSettings");
+        assert_eq!(
+            settings.controller,
+            "metal3.io/hostfirmwaresettings-controller"
+        );
     }
 
     #[test]

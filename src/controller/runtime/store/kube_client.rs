@@ -1,9 +1,11 @@
-//! The writes every kind's store makes of its own objects, on one Kubernetes client:
-//! reads that answer `None` for a missing object, the status by server-side apply
-//! (with the take-over of fields written with Update, when asked), the kind's
-//! finalizer, the host as an owner, a new object, and upstream-shaped events.
+//! [`ObjectStore`] on one Kubernetes client: reads that answer `None` for a missing
+//! object, the status by server-side apply (with the take-over of fields written with
+//! Update, when the kind asks), a finalizer, and upstream-shaped events; and what
+//! some kinds' stores add: cached reads, the host as an owner, a new object.
 
-use std::sync::OnceLock;
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::Event;
@@ -11,82 +13,33 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector;
 use kube::{Api, Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::events::{Reporter, upstream_event};
+use super::events::upstream_event;
+use super::kind::{Kind, Object, ObjectStore};
 use super::{
     FIELD_MANAGER, HostEvent, Read, StoreError, add_owner, cached, conflict_or, patch_finalizers,
 };
 
-/// An object of one of bmo's namespaced kinds.
-pub trait Object:
-    Resource<DynamicType = (), Scope = NamespaceResourceScope>
-    + Clone
-    + DeserializeOwned
-    + Serialize
-    + std::fmt::Debug
-{
-}
-
-impl<K> Object for K where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Serialize
-        + std::fmt::Debug
-{
-}
-
-/// How a kind's status is applied.
-#[derive(Debug, Clone, Copy)]
-pub struct StatusApply {
-    /// The field manager of the apply (forced).
-    pub manager: &'static str,
-    /// First make bmo the owner of the status fields other managers wrote with
-    /// Update, so that the apply clears what it leaves out ([`super::take_over`]).
-    pub take_over: bool,
-    /// Send the resourceVersion as read: a status changed meanwhile is not
-    /// overwritten, the write is [`StoreError::Conflict`].
-    pub if_unchanged: bool,
-    /// Name the object in the body's metadata.
-    pub named: bool,
-    /// A 409 or 422 answer is [`StoreError::Conflict`] (else the error as it came).
-    pub refusal_is_conflict: bool,
-}
-
-impl StatusApply {
-    /// Applied as bmo, as it is: no take-over, no precondition.
-    pub const PLAIN: StatusApply = StatusApply {
-        manager: FIELD_MANAGER,
-        take_over: false,
-        if_unchanged: false,
-        named: false,
-        refusal_is_conflict: true,
-    };
-}
-
-/// The namespaced object's `namespace/name`.
-pub fn name_of<K: Resource>(object: &K) -> String {
-    format!(
-        "{}/{}",
-        object.meta().namespace.as_deref().unwrap_or_default(),
-        object.meta().name.as_deref().unwrap_or_default()
-    )
-}
-
-/// A Kubernetes client, and the name of this bmo in the events it publishes.
+/// A Kubernetes client, the name of this bmo in the events it publishes, and what
+/// kinds' stores keep beside it.
 #[derive(Clone)]
 pub struct KubeClient {
     client: kube::Client,
     instance: Option<String>,
+    /// One value of each type, made on first use and shared by every clone: watch
+    /// caches ([`KubeClient::cache`]) and whatever else a kind's store keeps.
+    kept: Arc<Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>>,
 }
 
 impl KubeClient {
     /// `instance` names this bmo in the events it publishes (`POD_NAME`).
     pub fn new(client: kube::Client, instance: Option<String>) -> Self {
-        Self { client, instance }
+        Self {
+            client,
+            instance,
+            kept: Arc::default(),
+        }
     }
 
     pub fn client(&self) -> &kube::Client {
@@ -106,34 +59,52 @@ impl KubeClient {
         self.api(&object.namespace().unwrap_or_default())
     }
 
-    /// The object `namespace/name`, `None` when it does not exist.
-    pub async fn get<K: Object>(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<K>, StoreError> {
-        Ok(self.api::<K>(namespace).get_opt(name).await?)
+    /// The `T` this client and its clones keep, made on first use.
+    pub fn kept<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = kept
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Arc::new(T::default()));
+        match Arc::clone(entry).downcast::<T>() {
+            Ok(value) => value,
+            // Never: the entry of T's type holds a T.
+            Err(_) => Arc::new(T::default()),
+        }
     }
 
-    /// The object `namespace/name` as `read` says: from `cache` when it may and the
-    /// cache has listed, else from the API server; `None` when it does not exist.
-    pub async fn read<K: Object>(
+    /// Answers cached reads of `K` from `cache`, a controller's watch of them; only
+    /// the first call counts.
+    pub fn cache<K: Object>(&self, cache: reflector::Store<K>) {
+        let _ = self.kept::<OnceLock<reflector::Store<K>>>().set(cache);
+    }
+
+    /// `namespace/name` as the cache of `K` holds it (`Some(None)`: it has no such
+    /// object), or `None` when there is no cache or it has not listed yet.
+    pub fn cached<K: Object>(&self, namespace: &str, name: &str) -> Option<Option<K>> {
+        cached(
+            &self.kept::<OnceLock<reflector::Store<K>>>(),
+            namespace,
+            name,
+        )
+    }
+}
+
+impl ObjectStore for KubeClient {
+    async fn read<K: Object>(
         &self,
-        cache: &OnceLock<reflector::Store<K>>,
         namespace: &str,
         name: &str,
         read: Read,
     ) -> Result<Option<K>, StoreError> {
-        if read == Read::Cached
-            && let Some(object) = cached(cache, namespace, name)
-        {
-            return Ok(object);
+        match (read, self.cached::<K>(namespace, name)) {
+            (Read::Cached, Some(object))
+            | (Read::FreshIfPresent, Some(object @ None))
+            | (Read::CachedIfPresent, Some(object @ Some(_))) => Ok(object),
+            _ => Ok(self.api::<K>(namespace).get_opt(name).await?),
         }
-        self.get(namespace, name).await
     }
 
-    /// Makes `object` as bmo; [`StoreError::Conflict`] when it exists already.
-    pub async fn create<K: Object>(&self, object: &K) -> Result<K, StoreError> {
+    async fn create<K: Object>(&self, object: &K) -> Result<K, StoreError> {
         let params = PostParams {
             field_manager: Some(FIELD_MANAGER.into()),
             ..PostParams::default()
@@ -147,14 +118,54 @@ impl KubeClient {
             })
     }
 
-    /// Writes `status` as `object`'s whole status (server-side apply on the status
-    /// subresource), as `how` says.
-    pub async fn apply_status<K: Object, S: Serialize>(
+    async fn set_finalizer<K: Object>(
         &self,
         object: &K,
-        status: &S,
-        how: StatusApply,
+        finalizer: &str,
+        present: bool,
     ) -> Result<(), StoreError> {
+        let wanted = finalizers_with(object, finalizer, present);
+        patch_finalizers(&self.api_of(object), object, wanted).await
+    }
+
+    async fn add_owner<K: Object>(
+        &self,
+        object: &K,
+        owner: OwnerReference,
+    ) -> Result<(), StoreError> {
+        add_owner(&self.api_of(object), object, owner).await?;
+        Ok(())
+    }
+
+    async fn adopt<K: Object>(
+        &self,
+        object: &K,
+        owner: OwnerReference,
+    ) -> Result<(K, bool), StoreError> {
+        let api = self.api_of(object);
+        let mut current = object.clone();
+        let added = !current
+            .owner_references()
+            .iter()
+            .any(|o| o.uid == owner.uid);
+        if added {
+            current = add_owner(&api, &current, owner).await?;
+        }
+        if let Some(newer) = super::take_over(&api, &current, "status").await? {
+            current = newer;
+        }
+        Ok((current, added))
+    }
+
+    /// Server-side apply on the status subresource, as [`Kind::STATUS_APPLY`] says.
+    async fn apply_status<K: Kind>(
+        &self,
+        object: &K,
+        status: &K::Status,
+    ) -> Result<(), StoreError> {
+        let how = K::STATUS_APPLY;
+        let status =
+            K::status_body(status).map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))?;
         let mut body = json!({
             "apiVersion": K::api_version(&()),
             "kind": K::kind(&()),
@@ -181,58 +192,14 @@ impl KubeClient {
         }
     }
 
-    /// Adds (`present`) or removes `finalizer`, if the finalizers are still as read.
-    pub async fn set_finalizer<K: Object>(
-        &self,
-        object: &K,
-        finalizer: &str,
-        present: bool,
-    ) -> Result<(), StoreError> {
-        let wanted = finalizers_with(object, finalizer, present);
-        patch_finalizers(&self.api_of(object), object, wanted).await
-    }
-
-    /// Adds `owner` to `object`'s owners (if they are still as read).
-    pub async fn add_owner<K: Object>(
-        &self,
-        object: &K,
-        owner: OwnerReference,
-    ) -> Result<K, StoreError> {
-        add_owner(&self.api_of(object), object, owner).await
-    }
-
-    /// Adds `owner` to `object`'s owners unless it is among them (if they are still
-    /// as read), then makes bmo the owner of the status fields other managers wrote
-    /// with Update: the object as it is afterwards, and whether the owner was added.
-    pub async fn adopt<K: Object>(
-        &self,
-        object: &K,
-        owner: OwnerReference,
-    ) -> Result<(K, bool), StoreError> {
-        let api = self.api_of(object);
-        let mut current = object.clone();
-        let added = !current
-            .owner_references()
-            .iter()
-            .any(|o| o.uid == owner.uid);
-        if added {
-            current = add_owner(&api, &current, owner).await?;
-        }
-        if let Some(newer) = super::take_over(&api, &current, "status").await? {
-            current = newer;
-        }
-        Ok((current, added))
-    }
-
-    /// Publishes `event` about `object` as upstream's `reporter` posts it; a failure
-    /// is logged, not returned.
-    pub async fn publish<K: Object>(&self, object: &K, reporter: Reporter, event: &HostEvent) {
+    /// Posted as upstream's controller of the kind posts it.
+    async fn publish<K: Kind>(&self, object: &K, event: &HostEvent) {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let event = upstream_event(
             object,
-            reporter,
+            &K::reporter(),
             event,
-            None,
+            object.related(),
             self.instance.as_deref(),
             &now,
         );

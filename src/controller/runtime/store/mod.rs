@@ -1,10 +1,11 @@
-//! What every controller's store shares: the error of a Kubernetes call, guarded
-//! list writes ([`patches`]), server-side apply with the take-over of fields written
-//! with Update ([`managed_fields`]), events ([`events`]), the writes a kind's store
-//! makes of its own objects ([`kube_client`]) and what the in-memory stores share
-//! ([`memory`]).
+//! What every controller's store shares: the reads and writes every kind makes
+//! ([`kind`]: [`ObjectStore`]) on the API server ([`kube_client`]) and in memory
+//! ([`memory`]), the error of a Kubernetes call, guarded list writes ([`patches`]),
+//! server-side apply with the take-over of fields written with Update
+//! ([`managed_fields`]) and upstream-shaped events ([`events`]).
 
 pub mod events;
+pub mod kind;
 pub mod kube_client;
 pub mod managed_fields;
 pub mod memory;
@@ -20,8 +21,21 @@ use kube::{Resource, ResourceExt};
 use crate::api::BareMetalHost;
 use crate::provisioner::ProvisionerError;
 
-pub use kube_client::{KubeClient, Object, StatusApply, name_of};
-pub use patches::{add_owner, conflict_or, found, json_patch, patch_finalizers, take_over};
+pub use kind::{Kind, Object, ObjectStore, StatusApply, Stored};
+pub use kube_client::KubeClient;
+pub use memory::MemoryObjects;
+pub use patches::{
+    add_owner, apply_as, conflict_or, found, json_patch, patch_finalizers, patch_guarded, take_over,
+};
+
+/// The namespaced object's `namespace/name`.
+pub fn name_of<K: Resource>(object: &K) -> String {
+    format!(
+        "{}/{}",
+        object.meta().namespace.as_deref().unwrap_or_default(),
+        object.meta().name.as_deref().unwrap_or_default()
+    )
+}
 
 /// Field manager for everything bmo writes.
 pub const FIELD_MANAGER: &str = "bmo";
@@ -54,6 +68,13 @@ pub enum Read {
     Cached,
     /// The API server, as it holds the object now (after a write lost a race).
     Fresh,
+    /// None when the listed cache has no such object (the usual case, answered
+    /// without a request), else the API server: an object that exists is read as it
+    /// is now.
+    FreshIfPresent,
+    /// The cache when it holds the object, else the API server: for a cache of some
+    /// of the objects only (those bmo labelled).
+    CachedIfPresent,
 }
 
 /// A Kubernetes call that did not go through.
@@ -89,6 +110,16 @@ impl ObjectError {
             source,
         }
     }
+
+    /// The error of a Kubernetes call about `object` (named by its kind and
+    /// `namespace/name`), for `map_err`.
+    pub fn about<K: Resource<DynamicType = ()>>(object: &K) -> impl Fn(StoreError) -> ObjectError {
+        let object = format!("{} {}", K::kind(&()), name_of(object));
+        move |source| ObjectError::Store {
+            object: object.clone(),
+            source,
+        }
+    }
 }
 
 /// An event to publish about an object (a host, most often).
@@ -106,6 +137,14 @@ impl HostEvent {
             reason: reason.to_owned(),
             message: message.to_owned(),
             warning: true,
+        }
+    }
+
+    /// A Normal event.
+    pub fn normal(reason: &str, message: &str) -> Self {
+        HostEvent {
+            warning: false,
+            ..HostEvent::warning(reason, message)
         }
     }
 }

@@ -39,35 +39,64 @@ pub fn guarded_list_patch(
     }
 }
 
+/// [`guarded_list_patch`] of `object`'s list at `path`, read as `current`, to
+/// `wanted`.
+pub fn guarded_list_write<K: Resource, T: serde::Serialize>(
+    object: &K,
+    path: &str,
+    current: &Option<Vec<T>>,
+    wanted: &[T],
+) -> Result<Vec<Value>, StoreError> {
+    let values = |items: &[T]| {
+        let values: Result<Vec<Value>, _> = items.iter().map(serde_json::to_value).collect();
+        values.map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))
+    };
+    let read = values(current.as_deref().unwrap_or_default())?;
+    let version = object.meta().resource_version.as_deref();
+    let patch = guarded_list_patch(path, &read, current.is_none(), version, values(wanted)?);
+    Ok(patch)
+}
+
 /// Adds `owner` to `object`'s owners, if they are still as read.
 pub async fn add_owner<K>(api: &Api<K>, object: &K, owner: OwnerReference) -> Result<K, StoreError>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let to_value = |o: &OwnerReference| {
-        serde_json::to_value(o).map_err(|e| StoreError::Kube(kube::Error::SerdeError(e)))
-    };
-    let current = object
-        .owner_references()
-        .iter()
-        .map(to_value)
-        .collect::<Result<Vec<Value>, _>>()?;
-    let mut wanted = current.clone();
-    wanted.push(to_value(&owner)?);
-    let patch = guarded_list_patch(
-        "/metadata/ownerReferences",
-        &current,
-        object.meta().owner_references.is_none(),
-        object.meta().resource_version.as_deref(),
-        wanted,
-    );
-    api.patch(
-        &object.name_any(),
-        &PatchParams::default(),
-        &Patch::Json::<()>(json_patch(patch)?),
-    )
-    .await
-    .map_err(conflict_or)
+    let current = &object.meta().owner_references;
+    let wanted = [object.owner_references(), &[owner]].concat();
+    let patch = guarded_list_write(object, "/metadata/ownerReferences", current, &wanted)?;
+    patch_guarded(api, object, patch).await
+}
+
+/// Applies the JSON Patch `operations` to `object`, their `test`s its preconditions:
+/// the object as it is afterwards; a failed test is [`StoreError::Conflict`].
+pub async fn patch_guarded<K>(
+    api: &Api<K>,
+    object: &K,
+    operations: Vec<Value>,
+) -> Result<K, StoreError>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = Patch::Json::<()>(json_patch(operations)?);
+    let name = object.name_any();
+    let patched = api.patch(&name, &PatchParams::default(), &patch).await;
+    patched.map_err(conflict_or)
+}
+
+/// Server-side applies `body` to the object `name` as `manager`, forced (the fields
+/// `manager` applied before and leaves out go): the object as it is afterwards.
+pub async fn apply_as<K>(
+    api: &Api<K>,
+    name: &str,
+    manager: &str,
+    body: &(impl serde::Serialize + std::fmt::Debug),
+) -> Result<K, kube::Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = PatchParams::apply(manager).force();
+    api.patch(name, &params, &Patch::Apply(body)).await
 }
 
 /// A failed `test` comes back as 422 (Invalid), a stale resourceVersion as 409.
@@ -98,21 +127,9 @@ pub async fn patch_finalizers<K>(
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let current: Vec<Value> = object.finalizers().iter().map(|f| json!(f)).collect();
-    let patch = guarded_list_patch(
-        "/metadata/finalizers",
-        &current,
-        object.meta().finalizers.is_none(),
-        object.meta().resource_version.as_deref(),
-        wanted.into_iter().map(Value::String).collect(),
-    );
-    api.patch(
-        &object.name_any(),
-        &PatchParams::default(),
-        &Patch::Json::<()>(json_patch(patch)?),
-    )
-    .await
-    .map_err(conflict_or)?;
+    let current = &object.meta().finalizers;
+    let patch = guarded_list_write(object, "/metadata/finalizers", current, &wanted)?;
+    patch_guarded(api, object, patch).await?;
     Ok(())
 }
 
@@ -144,14 +161,7 @@ where
         json!({"op": "test", "path": "/metadata/resourceVersion", "value": version}),
         json!({"op": "replace", "path": "/metadata/managedFields", "value": wanted}),
     ];
-    let newer = api
-        .patch(
-            &object.name_any(),
-            &PatchParams::default(),
-            &Patch::Json::<()>(json_patch(patch)?),
-        )
-        .await
-        .map_err(conflict_or)?;
+    let newer = patch_guarded(api, object, patch).await?;
     tracing::info!(
         object = %object.name_any(),
         subresource,
