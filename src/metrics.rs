@@ -215,7 +215,14 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
+        Self::with(|_| {})
+    }
+
+    /// The metrics, with what `more` registers too (series kept elsewhere, such as
+    /// controller-runtime's, which the controllers' runtime counts).
+    pub fn with(more: impl FnOnce(&mut Registry)) -> Self {
         let mut registry = Registry::default();
+        more(&mut registry);
         // Registered in upstream's order. prometheus-client appends `_total` to
         // counter names.
         Self {

@@ -92,7 +92,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     // /healthz says bmo lives and /readyz says it is not ready.
     let health = Health {
         ready: Arc::new(AtomicBool::new(false)),
-        metrics: Arc::new(Metrics::new()),
+        metrics: Arc::new(Metrics::with(controller::runtime::observed::register)),
     };
     let probes = crate::netboot::descriptors::health_limits(caps.health);
     let server = serve_probes(config.health_addr, health.clone(), probes, stop.stopped()).await?;

@@ -12,7 +12,7 @@ use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
 
-use crate::support::{bmo_run, eventually, free_port, installed_namespace};
+use crate::support::{bmo_run, create_fake_host, eventually, free_port, installed_namespace};
 
 async fn service_account_token(client: &kube::Client, ns: &str, name: &str) -> String {
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
@@ -104,6 +104,23 @@ async fn secured_metrics_answer_only_tokens_the_api_server_authorises() {
     .await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("metal3_"), "the metrics: {body}");
+    // controller-runtime's series, named and labelled as upstream's operator exports them.
+    create_fake_host(&client, &ns, "counted").await;
+    eventually(
+        "the host controller's reconciles to be counted",
+        Duration::from_secs(60),
+        || async {
+            let (_, body) = status_with(Some(&reader)).await?;
+            let counted = body.contains(
+                r#"controller_runtime_reconcile_total{controller="baremetalhost",result="#,
+            ) && body.contains(
+                r#"controller_runtime_reconcile_time_seconds_count{controller="baremetalhost"}"#,
+            ) && body
+                .contains(r#"controller_runtime_active_workers{controller="baremetalhost"}"#);
+            if counted { Ok(()) } else { Err(body) }
+        },
+    )
+    .await;
     for (token, expected) in [
         (None, 401),
         (Some("not-a-token"), 401),

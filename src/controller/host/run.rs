@@ -22,6 +22,7 @@ use super::{Context, ReconcileError, reconcile, steady};
 use crate::api::BareMetalHost;
 use crate::api::firmware::{HostFirmwareComponents, HostFirmwareSettings};
 use crate::controller::runtime::backoff;
+use crate::controller::runtime::observed::observed;
 use crate::controller::runtime::shared_watch::{Feeds, Subscription, Watches};
 use crate::controller::runtime::turns::Turns;
 use crate::controller::runtime::watch::{
@@ -122,7 +123,9 @@ pub async fn run_with<P: Provisioner + 'static>(
         .with_config(kube::runtime::controller::Config::default().concurrency(0))
         .graceful_shutdown_on(shutdown.clone())
         .run(
-            turns.reconciler(shutdown.clone(), reconcile),
+            turns.reconciler(shutdown.clone(), |host, ctx| {
+                observed("baremetalhost", reconcile(host, ctx))
+            }),
             error_policy,
             ctx,
         )

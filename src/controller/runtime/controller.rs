@@ -20,6 +20,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
+use super::observed::observed;
 use super::store::StoreError;
 use super::turns::Turns;
 use super::watch::{WatchBackoff, run_until_shutdown};
@@ -205,7 +206,8 @@ fn reconcile_in_span<R: Reconciler>(
     ctx: Arc<R>,
 ) -> impl Future<Output = Result<Action, R::Error>> + Send + 'static {
     let span = R::span(&object.namespace().unwrap_or_default(), &object.name_any());
-    ctx.reconcile(object).instrument(span)
+    let controller = R::kind().to_lowercase();
+    async move { observed(&controller, ctx.reconcile(object)).await }.instrument(span)
 }
 
 fn error_policy<R: Reconciler>(object: Arc<R::Object>, error: &R::Error, ctx: Arc<R>) -> Action {

@@ -3,11 +3,13 @@
 //! policy, the stop at shutdown), the watches shared between controllers
 //! ([`shared_watch`]), the namespaces watched, the backoff of a failed watch and the
 //! shutdown grace ([`watch`]), turns in line for reconciles ([`turns`]), the store
-//! helpers every kind's store uses ([`store`]), conditions ([`conditions`]) and the
-//! seams where one controller acts for another kind ([`seams`]).
+//! helpers every kind's store uses ([`store`]), conditions ([`conditions`]),
+//! controller-runtime's reconcile series ([`observed`]) and the seams where one
+//! controller acts for another kind ([`seams`]).
 
 pub mod conditions;
 pub mod controller;
+pub mod observed;
 pub mod seams;
 pub mod shared_watch;
 pub mod store;
