@@ -47,7 +47,8 @@ async fn network_data_defaults_to_the_preprovisioning_data_else_dhcp_on_every_in
 
     // A host with only preprovisioning network data gets that in its config drive.
     let preprovisioned = "preprov-0";
-    let network_yaml = "links:\n- id: bond0\n  type: bond\nnetworks: []\nservices: []\n";
+    // Valid as Ironic's schema requires: the node carries it as its network_data.
+    let network_yaml = "links:\n- id: eth0\n  type: phy\n  ethernet_mac_address: 52:54:00:00:00:01\nnetworks: []\nservices: []\n";
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": "preprov-network"},
         "stringData": {"networkData": network_yaml},
@@ -121,7 +122,7 @@ async fn network_data_defaults_to_the_preprovisioning_data_else_dhcp_on_every_in
     let drive = stored_config_drive(&host.status.expect("status").provisioning.id).await;
     assert_eq!(
         drive["network_data"],
-        json!({"links": [{"id": "bond0", "type": "bond"}], "networks": [], "services": []})
+        json!({"links": [{"id": "eth0", "type": "phy", "ethernet_mac_address": "52:54:00:00:00:01"}], "networks": [], "services": []})
     );
 }
 

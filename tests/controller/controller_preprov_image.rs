@@ -24,7 +24,8 @@ use crate::support::{Stack, create_bmc_secret, eventually, new_namespace, unique
 /// A stand-in IPA ramdisk whose length is not a multiple of 4, so the padding
 /// before the appended archive is exercised.
 const BASE_RAMDISK: &[u8] = b"stand-in IPA initramfs (really a compressed cpio)";
-const NETWORK_DATA: &str = r#"{"links":[{"id":"eth0","type":"phy"}],"networks":[]}"#;
+// Valid as Ironic's schema requires: the node carries it as its network_data.
+const NETWORK_DATA: &str = r#"{"links":[{"id":"eth0","type":"phy","ethernet_mac_address":"52:54:00:00:00:01"}],"networks":[],"services":[]}"#;
 const NETWORK_DATA_PATH: &str = "mnt/config/openstack/latest/network_data.json";
 
 fn host(name: &str, network_secret: &str) -> BareMetalHost {
@@ -239,7 +240,7 @@ async fn a_host_boots_its_own_ramdisk_with_its_network_data_appended() {
     );
 
     // A changed Secret: a new version, a new URL with the new data, the old one gone.
-    let changed = r#"{"links":[{"id":"eth1","type":"phy"}],"networks":[]}"#;
+    let changed = r#"{"links":[{"id":"eth1","type":"phy","ethernet_mac_address":"52:54:00:00:00:02"}],"networks":[],"services":[]}"#;
     put_network_data(&secrets, "pp-net", changed).await;
     let (new_url, new_version) = eventually(
         "the image to follow the Secret",
