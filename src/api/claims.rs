@@ -22,9 +22,7 @@ super::metal3_kind! {
     /// A request for a BareMetalHost that a tenant namespace makes; the host it binds is
     /// then driven through the claim.
     #[kube(
-        kind = "HostClaim",
-        plural = "hostclaims",
-        singular = "hostclaim",
+        kind = "HostClaim", plural = "hostclaims", singular = "hostclaim",
         status = "HostClaimStatus",
         doc = "A claim on a BareMetalHost (possibly in another namespace) and what to deploy on it."
     )]
@@ -119,9 +117,7 @@ pub struct NamespacedName {
 super::metal3_kind! {
     /// Which namespaces may claim the BareMetalHosts of the namespace the policy is in.
     #[kube(
-        kind = "HostDeployPolicy",
-        plural = "hostdeploypolicies",
-        singular = "hostdeploypolicy",
+        kind = "HostDeployPolicy", plural = "hostdeploypolicies", singular = "hostdeploypolicy",
         status = "HostDeployPolicyStatus",
         doc = "Admits HostClaims from other namespaces to the BareMetalHosts of this namespace."
     )]

@@ -11,25 +11,11 @@ pub const BMC_EVENT_SUBSCRIPTION_FINALIZER: &str = "bmceventsubscription.metal3.
 super::metal3_kind! {
     /// Redfish events of one host's BMC, sent to a URL.
     #[kube(
-        kind = "BMCEventSubscription",
-        plural = "bmceventsubscriptions",
-        singular = "bmceventsubscription",
-        status = "BMCEventSubscriptionStatus",
-        shortname = "bes",
-        shortname = "bmcevent",
+        kind = "BMCEventSubscription", plural = "bmceventsubscriptions", singular = "bmceventsubscription",
+        status = "BMCEventSubscriptionStatus", shortname = "bes", shortname = "bmcevent",
         doc = "A subscription to the Redfish events of a BareMetalHost's BMC. Cannot be changed once created.",
-        printcolumn(
-            name = "Error",
-            type_ = "string",
-            json_path = ".status.error",
-            description = "The last error"
-        ),
-        printcolumn(
-            name = "Age",
-            type_ = "date",
-            json_path = ".metadata.creationTimestamp",
-            description = "Time since the subscription was created"
-        )
+        printcolumn(name = "Error", type_ = "string", json_path = ".status.error", description = "The last error"),
+        printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp", description = "Time since the subscription was created")
     )]
     pub struct BMCEventSubscriptionSpec {
         /// The BareMetalHost (same namespace) whose BMC sends the events.

@@ -30,11 +30,8 @@ pub const NIC_COMPONENT_PREFIX: &str = "nic:";
 super::metal3_kind! {
     /// BIOS settings of one host: `spec` holds the wanted values, `status` what the BMC reports.
     #[kube(
-        kind = "HostFirmwareSettings",
-        plural = "hostfirmwaresettings",
-        singular = "hostfirmwaresettings",
-        status = "HostFirmwareSettingsStatus",
-        shortname = "hfs",
+        kind = "HostFirmwareSettings", plural = "hostfirmwaresettings", singular = "hostfirmwaresettings",
+        status = "HostFirmwareSettingsStatus", shortname = "hfs",
         doc = "BIOS settings of the BareMetalHost of the same name: wanted (spec) and current (status)."
     )]
     pub struct HostFirmwareSettingsSpec {
@@ -74,9 +71,7 @@ super::metal3_kind! {
     /// The settings a hardware model offers, with types and limits. Hosts whose schemas
     /// are identical share one.
     #[kube(
-        kind = "FirmwareSchema",
-        plural = "firmwareschemas",
-        singular = "firmwareschema",
+        kind = "FirmwareSchema", plural = "firmwareschemas", singular = "firmwareschema",
         doc = "The BIOS settings of a hardware model: type, allowed values, limits, read-only flag."
     )]
     pub struct FirmwareSchemaSpec {
@@ -135,9 +130,7 @@ pub struct SettingSchema {
 super::metal3_kind! {
     /// Firmware versions of one host, and the updates to apply.
     #[kube(
-        kind = "HostFirmwareComponents",
-        plural = "hostfirmwarecomponents",
-        singular = "hostfirmwarecomponents",
+        kind = "HostFirmwareComponents", plural = "hostfirmwarecomponents", singular = "hostfirmwarecomponents",
         status = "HostFirmwareComponentsStatus",
         doc = "Firmware components of the BareMetalHost of the same name: updates to apply (spec) and versions found (status)."
     )]
@@ -209,9 +202,7 @@ super::metal3_kind! {
     /// Whether firmware changes may be applied to the provisioned BareMetalHost of the
     /// same name.
     #[kube(
-        kind = "HostUpdatePolicy",
-        plural = "hostupdatepolicies",
-        singular = "hostupdatepolicy",
+        kind = "HostUpdatePolicy", plural = "hostupdatepolicies", singular = "hostupdatepolicy",
         doc = "Whether changed firmware settings and updates run on the provisioned BareMetalHost of the same name."
     )]
     pub struct HostUpdatePolicySpec {

@@ -18,9 +18,7 @@ pub const IMAGE_ERROR: &str = "Error";
 super::metal3_kind! {
     /// An ISO to attach to the BareMetalHost of the same name as virtual media.
     #[kube(
-        kind = "DataImage",
-        plural = "dataimages",
-        singular = "dataimage",
+        kind = "DataImage", plural = "dataimages", singular = "dataimage",
         status = "DataImageStatus",
         doc = "An ISO attached as virtual media to the BareMetalHost of the same name."
     )]
@@ -73,24 +71,11 @@ pub enum PreprovisioningImageFormat {
 super::metal3_kind! {
     /// The deploy image built for the BareMetalHost of the same name.
     #[kube(
-        kind = "PreprovisioningImage",
-        plural = "preprovisioningimages",
-        singular = "preprovisioningimage",
-        status = "PreprovisioningImageStatus",
-        shortname = "ppimg",
+        kind = "PreprovisioningImage", plural = "preprovisioningimages", singular = "preprovisioningimage",
+        status = "PreprovisioningImageStatus", shortname = "ppimg",
         doc = "The deploy ramdisk or ISO for the BareMetalHost of the same name, with its network data built in.",
-        printcolumn(
-            name = "Ready",
-            type_ = "string",
-            json_path = ".status.conditions[?(@.type=='Ready')].status",
-            description = "Whether the image can be used"
-        ),
-        printcolumn(
-            name = "Reason",
-            type_ = "string",
-            json_path = ".status.conditions[?(@.type=='Ready')].reason",
-            description = "Why the image is or is not ready"
-        )
+        printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type=='Ready')].status", description = "Whether the image can be used"),
+        printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type=='Ready')].reason", description = "Why the image is or is not ready")
     )]
     pub struct PreprovisioningImageSpec {
         /// Secret with the network data to build into the image.

@@ -32,36 +32,13 @@ pub enum SwitchDriver {
 super::metal3_kind! {
     /// A switch that Ironic's networking configures for the hosts cabled to it.
     #[kube(
-        kind = "BareMetalSwitch",
-        plural = "baremetalswitches",
-        singular = "baremetalswitch",
-        status = "BareMetalSwitchStatus",
-        shortname = "bms",
+        kind = "BareMetalSwitch", plural = "baremetalswitches", singular = "baremetalswitch",
+        status = "BareMetalSwitchStatus", shortname = "bms",
         doc = "A switch configured for the BareMetalHosts cabled to it.",
-        printcolumn(
-            name = "Driver",
-            type_ = "string",
-            json_path = ".spec.driver",
-            description = "Driver that configures the switch"
-        ),
-        printcolumn(
-            name = "Device Type",
-            type_ = "string",
-            json_path = ".spec.deviceType",
-            description = "Kind of switch, as the driver names it"
-        ),
-        printcolumn(
-            name = "Address",
-            type_ = "string",
-            json_path = ".spec.address",
-            description = "Management address"
-        ),
-        printcolumn(
-            name = "Valid",
-            type_ = "string",
-            json_path = ".status.conditions[?(@.type==\"Valid\")].status",
-            description = "Whether the switch is usable"
-        )
+        printcolumn(name = "Driver", type_ = "string", json_path = ".spec.driver", description = "Driver that configures the switch"),
+        printcolumn(name = "Device Type", type_ = "string", json_path = ".spec.deviceType", description = "Kind of switch, as the driver names it"),
+        printcolumn(name = "Address", type_ = "string", json_path = ".spec.address", description = "Management address"),
+        printcolumn(name = "Valid", type_ = "string", json_path = ".status.conditions[?(@.type==\"Valid\")].status", description = "Whether the switch is usable")
     )]
     pub struct BareMetalSwitchSpec {
         /// Management address (host name or IP).
@@ -116,28 +93,11 @@ pub enum SwitchPortMode {
 super::metal3_kind! {
     /// Switch-port settings that BareMetalHost NICs reference.
     #[kube(
-        kind = "HostNetworkAttachment",
-        plural = "hostnetworkattachments",
-        singular = "hostnetworkattachment",
+        kind = "HostNetworkAttachment", plural = "hostnetworkattachments", singular = "hostnetworkattachment",
         doc = "Switch-port settings (mode, VLANs, MTU) for the BareMetalHost NICs that reference it.",
-        printcolumn(
-            name = "Mode",
-            type_ = "string",
-            json_path = ".spec.mode",
-            description = "Switch-port mode"
-        ),
-        printcolumn(
-            name = "Native VLAN",
-            type_ = "integer",
-            json_path = ".spec.nativeVLAN",
-            description = "Untagged VLAN"
-        ),
-        printcolumn(
-            name = "Age",
-            type_ = "date",
-            json_path = ".metadata.creationTimestamp",
-            description = "Time since the attachment was created"
-        )
+        printcolumn(name = "Mode", type_ = "string", json_path = ".spec.mode", description = "Switch-port mode"),
+        printcolumn(name = "Native VLAN", type_ = "integer", json_path = ".spec.nativeVLAN", description = "Untagged VLAN"),
+        printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp", description = "Time since the attachment was created")
     )]
     pub struct HostNetworkAttachmentSpec {
         /// Switch-port mode.

@@ -64,57 +64,16 @@ pub const ALLOW_DELETE_WHILE_CONSUMED_ANNOTATION: &str =
 super::metal3_kind! {
     /// Desired state of a bare-metal host.
     #[kube(
-        kind = "BareMetalHost",
-        plural = "baremetalhosts",
-        singular = "baremetalhost",
-        status = "BareMetalHostStatus",
-        shortname = "bmh",
-        shortname = "bmhost",
+        kind = "BareMetalHost", plural = "baremetalhosts", singular = "baremetalhost",
+        status = "BareMetalHostStatus", shortname = "bmh", shortname = "bmhost",
         doc = "A physical server managed through its BMC: how to reach it, what to deploy on it, and what bmo observed.",
-        printcolumn(
-            name = "Status",
-            type_ = "string",
-            json_path = ".status.operationalStatus",
-            description = "Operational status",
-            priority = 1
-        ),
-        printcolumn(
-            name = "State",
-            type_ = "string",
-            json_path = ".status.provisioning.state",
-            description = "Provisioning state"
-        ),
-        printcolumn(
-            name = "Consumer",
-            type_ = "string",
-            json_path = ".spec.consumerRef.name",
-            description = "Object using this host"
-        ),
-        printcolumn(
-            name = "BMC",
-            type_ = "string",
-            json_path = ".spec.bmc.address",
-            description = "BMC address",
-            priority = 1
-        ),
-        printcolumn(
-            name = "Online",
-            type_ = "string",
-            json_path = ".spec.online",
-            description = "Whether the host should be powered on"
-        ),
-        printcolumn(
-            name = "Error",
-            type_ = "string",
-            json_path = ".status.errorType",
-            description = "Kind of the last error"
-        ),
-        printcolumn(
-            name = "Age",
-            type_ = "date",
-            json_path = ".metadata.creationTimestamp",
-            description = "Time since the host was created"
-        )
+        printcolumn(name = "Status", type_ = "string", json_path = ".status.operationalStatus", description = "Operational status", priority = 1),
+        printcolumn(name = "State", type_ = "string", json_path = ".status.provisioning.state", description = "Provisioning state"),
+        printcolumn(name = "Consumer", type_ = "string", json_path = ".spec.consumerRef.name", description = "Object using this host"),
+        printcolumn(name = "BMC", type_ = "string", json_path = ".spec.bmc.address", description = "BMC address", priority = 1),
+        printcolumn(name = "Online", type_ = "string", json_path = ".spec.online", description = "Whether the host should be powered on"),
+        printcolumn(name = "Error", type_ = "string", json_path = ".status.errorType", description = "Kind of the last error"),
+        printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp", description = "Time since the host was created")
     )]
     pub struct BareMetalHostSpec {
         /// Deprecated and never implemented: taints meant for the Machine using this host.
