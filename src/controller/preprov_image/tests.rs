@@ -53,6 +53,11 @@ fn server() -> Server {
     }
 }
 
+/// The builder's decision for `image` on an x86_64 server with a base ramdisk.
+fn decide(image: &PreprovisioningImage, network: &NetworkData) -> build::Decision {
+    build::decide(image, network, &server(), "x86_64", &now())
+}
+
 fn found(data: &[u8]) -> NetworkData {
     NetworkData::Found {
         name: "h-net".into(),
@@ -134,7 +139,7 @@ fn a_built_image_reads_back_with_the_network_data_and_is_used() {
     let h = host("inspecting", json!({}));
     let image = image_for(&h);
     let data = br#"{"links": [{"id": "eth0", "type": "phy"}]}"#;
-    let decision = build::decide(&image, &found(data), &server(), "x86_64", &now());
+    let decision = decide(&image, &found(data));
     let (version, archive) = decision.archive.clone().unwrap();
     assert_eq!(version, "7");
     let files = cpio::files(&archive).unwrap();
@@ -169,20 +174,14 @@ fn a_built_image_reads_back_with_the_network_data_and_is_used() {
         ImageUse::Pending(_)
     ));
     // Built again with nothing changed: the same status, so no write.
-    let again = build::decide(&built, &found(data), &server(), "x86_64", &now());
+    let again = decide(&built, &found(data));
     assert_eq!(Some(&again.status), built.status.as_ref());
 }
 
 #[test]
 fn yaml_network_data_goes_in_as_json() {
     let image = image_for(&host("inspecting", json!({})));
-    let decision = build::decide(
-        &image,
-        &found(b"links:\n  - id: eth0\n"),
-        &server(),
-        "x86_64",
-        &now(),
-    );
+    let decision = decide(&image, &found(b"links:\n  - id: eth0\n"));
     let (_, archive) = decision.archive.unwrap();
     let files = cpio::files(&archive).unwrap();
     let value: serde_json::Value = serde_json::from_slice(&files[0].data).unwrap();
@@ -195,7 +194,7 @@ fn a_missing_secret_fails_the_image_naming_host_secret_and_fix_once() {
     let missing = NetworkData::Missing {
         name: "h-net".into(),
     };
-    let decision = build::decide(&image, &missing, &server(), "x86_64", &now());
+    let decision = decide(&image, &missing);
     assert!(decision.archive.is_none());
     let event = decision.event.clone().unwrap();
     assert_eq!(event.reason, "MissingNetworkData");
@@ -227,20 +226,14 @@ fn a_missing_secret_fails_the_image_naming_host_secret_and_fix_once() {
         ImageUse::Failed(m) if m.contains("ns/h-net")
     ));
     // The same failure again posts no second event.
-    let again = build::decide(&failed, &missing, &server(), "x86_64", &now());
+    let again = decide(&failed, &missing);
     assert!(again.event.is_none());
 }
 
 #[test]
 fn secret_data_never_reaches_status_or_events() {
     let image = image_for(&host("inspecting", json!({})));
-    let decision = build::decide(
-        &image,
-        &found(b"password: {hunter2"),
-        &server(),
-        "x86_64",
-        &now(),
-    );
+    let decision = decide(&image, &found(b"password: {hunter2"));
     let text = serde_json::to_string(&decision.status).unwrap()
         + &decision
             .event
@@ -255,11 +248,11 @@ fn secret_data_never_reaches_status_or_events() {
 fn other_architectures_formats_and_a_missing_ramdisk_are_configuration_errors() {
     let h = host("inspecting", json!({"architecture": "aarch64"}));
     let image = image_for(&h);
-    let d = build::decide(&image, &found(b"{}"), &server(), "x86_64", &now());
+    let d = decide(&image, &found(b"{}"));
     assert_eq!(d.event.unwrap().reason, "ConfigurationError");
     let mut iso_only = image_for(&host("inspecting", json!({})));
     iso_only.spec.accept_formats = vec![PreprovisioningImageFormat::Iso];
-    let d = build::decide(&iso_only, &found(b"{}"), &server(), "x86_64", &now());
+    let d = decide(&iso_only, &found(b"{}"));
     assert_eq!(d.event.unwrap().reason, "ConfigurationError");
     let no_base = Server {
         base_ramdisk: false,
@@ -322,7 +315,7 @@ async fn the_host_writes_its_image_once_and_waits_until_it_is_ready() {
         version: secret_version,
         data: Some(b"{}".to_vec()),
     };
-    let decision = build::decide(&written, &network, &server(), "x86_64", &now());
+    let decision = decide(&written, &network);
     let mut built = written.clone();
     built.status = Some(decision.status);
     store.put_preprovisioning_image(built);

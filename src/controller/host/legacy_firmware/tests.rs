@@ -14,62 +14,38 @@ fn names(mapped: &[Mapped]) -> Vec<(&'static str, &'static str)> {
     mapped.iter().map(|m| (m.setting, m.value)).collect()
 }
 
-#[test]
-fn dell_names_the_switches_as_idrac_does() {
-    let table = [
-        (
-            config(Some(true), Some(true), Some(true)),
-            vec![
-                ("ProcVirtualization", "Enabled"),
-                ("LogicalProc", "Enabled"),
-                ("SriovGlobalEnable", "Enabled"),
-            ],
-        ),
-        (
-            config(Some(false), Some(false), Some(false)),
-            vec![
-                ("ProcVirtualization", "Disabled"),
-                ("LogicalProc", "Disabled"),
-                ("SriovGlobalEnable", "Disabled"),
-            ],
-        ),
-        (
-            config(None, Some(false), None),
-            vec![("LogicalProc", "Disabled")],
-        ),
-        (config(None, None, None), vec![]),
-    ];
-    for (config, expected) in table {
-        let mapped = map(Vendor::Dell, &config).expect("Dell is mapped");
-        assert_eq!(names(&mapped), expected, "{config:?}");
-    }
-}
+/// Each vendor's names for virtualization, SMT and SR-IOV, as its BMC spells them.
+const VENDOR_NAMES: [(Vendor, [&str; 3]); 2] = [
+    (
+        Vendor::Dell,
+        ["ProcVirtualization", "LogicalProc", "SriovGlobalEnable"],
+    ),
+    (
+        Vendor::Hpe,
+        ["ProcVirtualization", "ProcHyperthreading", "Sriov"],
+    ),
+];
 
 #[test]
-fn hpe_names_the_switches_as_ilo_does() {
-    let table = [
-        (
-            config(Some(true), Some(true), Some(true)),
-            vec![
-                ("ProcVirtualization", "Enabled"),
-                ("ProcHyperthreading", "Enabled"),
-                ("Sriov", "Enabled"),
-            ],
-        ),
-        (
-            config(Some(false), Some(false), Some(false)),
-            vec![
-                ("ProcVirtualization", "Disabled"),
-                ("ProcHyperthreading", "Disabled"),
-                ("Sriov", "Disabled"),
-            ],
-        ),
-        (config(None, None, Some(true)), vec![("Sriov", "Enabled")]),
-        (config(None, None, None), vec![]),
-    ];
-    for (config, expected) in table {
-        let mapped = map(Vendor::Hpe, &config).expect("HPE is mapped");
-        assert_eq!(names(&mapped), expected, "{config:?}");
+fn dell_and_hpe_name_the_switches_as_idrac_and_ilo_do() {
+    for (vendor, [virt, smt, sriov]) in VENDOR_NAMES {
+        let table = [
+            (
+                config(Some(true), Some(true), Some(true)),
+                vec![(virt, "Enabled"), (smt, "Enabled"), (sriov, "Enabled")],
+            ),
+            (
+                config(Some(false), Some(false), Some(false)),
+                vec![(virt, "Disabled"), (smt, "Disabled"), (sriov, "Disabled")],
+            ),
+            (config(None, Some(false), None), vec![(smt, "Disabled")]),
+            (config(None, None, Some(true)), vec![(sriov, "Enabled")]),
+            (config(None, None, None), vec![]),
+        ];
+        for (config, expected) in table {
+            let mapped = map(vendor, &config).expect("the vendor is mapped");
+            assert_eq!(names(&mapped), expected, "{vendor:?} {config:?}");
+        }
     }
 }
 
