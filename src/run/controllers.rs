@@ -4,8 +4,10 @@
 use std::sync::Arc;
 
 use super::state::{Health, Stop};
+use crate::api::BareMetalHost;
 use crate::config::Config;
 use crate::controller;
+use crate::controller::runtime::shared_watch::Subscription;
 use crate::controller::runtime::store::KubeClient;
 use crate::provisioner::IronicProvisioner;
 
@@ -87,6 +89,7 @@ pub(super) fn start_controllers(
     let host_feeds = watches.subscribe();
     let firmware_feeds = watches.subscribe();
     let data_image_hosts = watches.hosts.subscribe();
+    let subscription_hosts = watches.hosts.subscribe();
     let (attachment_hosts, attachment_host_events) =
         (watches.hosts.cache(), watches.hosts.events());
     let mut tasks = vec![
@@ -130,7 +133,13 @@ pub(super) fn start_controllers(
         data_image_hosts,
         stop.stopped(),
     )));
-    tasks.push(start_event_subscriptions(config, kube, provisioner, stop));
+    tasks.push(start_event_subscriptions(
+        config,
+        kube,
+        provisioner,
+        subscription_hosts,
+        stop,
+    ));
     tracing::info!(
         namespace = config.watch_namespace.as_deref().unwrap_or("(all)"),
         concurrency = config.concurrency,
@@ -144,6 +153,7 @@ fn start_event_subscriptions(
     config: &Config,
     kube: &kube::Client,
     provisioner: IronicProvisioner,
+    hosts: Subscription<BareMetalHost>,
     stop: &Stop,
 ) -> tokio::task::JoinHandle<()> {
     let subscriptions_ctx = Arc::new(controller::event_subscriptions::SubscriptionContext {
@@ -153,6 +163,7 @@ fn start_event_subscriptions(
     });
     tokio::spawn(controller::event_subscriptions::run(
         subscriptions_ctx,
+        hosts,
         stop.stopped(),
     ))
 }

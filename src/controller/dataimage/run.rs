@@ -5,7 +5,6 @@
 //! and when the BareMetalHost of the same name appears, is paused or detached (or
 //! no longer), or gets its node.
 
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +17,7 @@ use kube::runtime::watcher::DefaultBackoff;
 use super::{DataImageContext, DataImageError};
 use crate::api::host::{DETACHED_ANNOTATION, PAUSED_ANNOTATION};
 use crate::api::{BareMetalHost, DataImage};
-use crate::controller::runtime::controller::{self, Reconciler, own_watch_with};
+use crate::controller::runtime::controller::{self, Reconciler, fingerprint, own_watch_with};
 use crate::controller::runtime::shared_watch::Subscription;
 use crate::controller::runtime::store::{KubeClient, ObjectStore, managed_fields};
 use crate::controller::runtime::watch::api_in;
@@ -26,32 +25,18 @@ use crate::provisioner::DataImageProvisioner;
 
 /// What of a DataImage wakes it: generation, finalizers and owners.
 fn image_change(image: &DataImage) -> Option<u64> {
-    let mut hasher = DefaultHasher::new();
-    image.metadata.generation.hash(&mut hasher);
-    image.finalizers().hash(&mut hasher);
-    image
-        .owner_references()
-        .iter()
-        .map(|o| o.uid.as_str())
-        .for_each(|uid| uid.hash(&mut hasher));
-    Some(hasher.finish())
+    let owners: Vec<_> = image.owner_references().iter().map(|o| &o.uid).collect();
+    fingerprint((image.metadata.generation, image.finalizers(), owners))
 }
 
 /// What of a host matters to its DataImage: which host, paused, detached, its node.
 fn host_change(host: &BareMetalHost) -> Option<u64> {
-    let mut hasher = DefaultHasher::new();
-    host.metadata.uid.hash(&mut hasher);
-    host.annotations()
-        .contains_key(PAUSED_ANNOTATION)
-        .hash(&mut hasher);
-    host.annotations()
-        .contains_key(DETACHED_ANNOTATION)
-        .hash(&mut hasher);
-    host.status
-        .as_ref()
-        .map(|s| s.provisioning.id.as_str())
-        .hash(&mut hasher);
-    Some(hasher.finish())
+    let annotations = host.annotations();
+    fingerprint((
+        &host.metadata.uid,
+        [PAUSED_ANNOTATION, DETACHED_ANNOTATION].map(|key| annotations.contains_key(key)),
+        host.status.as_ref().map(|s| s.provisioning.id.as_str()),
+    ))
 }
 
 /// Runs the DataImage controller until `shutdown` resolves.

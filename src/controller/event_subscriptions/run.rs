@@ -5,48 +5,47 @@
 //! finalizers (not on bmo's status writes, as upstream), and when the host it names
 //! appears, is replaced, gets its node (`status.provisioning.ID`) or changes state.
 
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use kube::runtime::controller::Action;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 
 use super::{PROVISIONER_RETRY, SubscriptionContext, SubscriptionError};
 use crate::api::{BMCEventSubscription, BareMetalHost};
-use crate::controller::runtime::controller::{self as runtime, Reconciler};
+use crate::controller::runtime::controller::{self as runtime, Reconciler, fingerprint};
+use crate::controller::runtime::shared_watch::Subscription;
 use crate::controller::runtime::store::{KubeClient, ObjectStore};
-use crate::controller::runtime::watch::{WatchBackoff, api_in};
+use crate::controller::runtime::watch::api_in;
 use crate::provisioner::EventSubscriber;
 
 /// What of a host matters here: which object it is, its node, and its state (a BMC
 /// that refused while the host was registering may accept once it is registered).
 fn host_node(host: &BareMetalHost) -> Option<u64> {
-    let mut hasher = DefaultHasher::new();
-    host.metadata.uid.hash(&mut hasher);
-    host.status
+    let node = host
+        .status
         .as_ref()
-        .map(|s| (s.provisioning.id.as_str(), s.provisioning.state))
-        .hash(&mut hasher);
-    Some(hasher.finish())
+        .map(|s| (s.provisioning.id.as_str(), s.provisioning.state));
+    fingerprint((&host.metadata.uid, node))
 }
 
-/// Runs the BMCEventSubscription controller until `shutdown` resolves.
+/// Runs the BMCEventSubscription controller until `shutdown` resolves; `hosts` is
+/// the shared watch of BareMetalHosts.
 pub async fn run<P: EventSubscriber + 'static>(
     ctx: Arc<SubscriptionContext<P, KubeClient>>,
+    hosts: Subscription<BareMetalHost>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (client, namespace) = (ctx.store.client(), ctx.namespace.as_deref());
-    let subscriptions = api_in(client, namespace);
+    let subscriptions = api_in(ctx.store.client(), ctx.namespace.as_deref());
     let own = runtime::own_watch(
         subscriptions,
         |_| (),
         runtime::spec_annotations_finalizers(),
     );
-    let host_changes = watcher(api_in(client, namespace), watcher::Config::default())
-        .backoff(WatchBackoff::default())
-        .applied_objects()
-        .predicate_filter(host_node, Default::default());
+    let host_changes = hosts
+        .changed(host_node)
+        .map(|host| Ok::<_, watcher::Error>(Arc::unwrap_or_clone(host)));
     let controller =
         runtime::wake_naming(own, host_changes, |s: &BMCEventSubscription, _, host| {
             s.spec.host_name.as_deref() == Some(host)

@@ -12,7 +12,6 @@
 //! objects it makes, the owners it adds) wake nothing.
 
 use std::borrow::Cow;
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +31,7 @@ use crate::api::firmware::{
 };
 use crate::api::{BareMetalHost, BareMetalHostStatus, OperationalStatus, ProvisioningState};
 use crate::controller::runtime::Next;
-use crate::controller::runtime::controller::{self, Reconciler};
+use crate::controller::runtime::controller::{self, Reconciler, fingerprint};
 use crate::controller::runtime::shared_watch::Feeds;
 use crate::controller::runtime::store::KubeClient;
 use crate::controller::runtime::turns::Turns;
@@ -44,23 +43,19 @@ use crate::provisioner::FirmwareReader;
 /// (`firmware` holds the hosts' firmware objects, for [`preparing_changes_firmware`]).
 fn host_node(host: &BareMetalHost, firmware: &FirmwareObjects) -> Option<u64> {
     use crate::api::host::{DETACHED_ANNOTATION, PAUSED_ANNOTATION};
-    let mut hasher = DefaultHasher::new();
-    host.metadata.generation.hash(&mut hasher);
-    host.metadata.uid.hash(&mut hasher);
-    for key in [PAUSED_ANNOTATION, DETACHED_ANNOTATION] {
-        host.annotations().contains_key(key).hash(&mut hasher);
-    }
-    host.status
-        .as_ref()
-        .map(|s| {
+    let annotations = host.annotations();
+    fingerprint((
+        host.metadata.generation,
+        &host.metadata.uid,
+        [PAUSED_ANNOTATION, DETACHED_ANNOTATION].map(|key| annotations.contains_key(key)),
+        host.status.as_ref().map(|s| {
             (
                 s.provisioning.id.as_str(),
                 s.operational_status == OperationalStatus::Detached,
                 firmware_phase(host, s, firmware),
             )
-        })
-        .hash(&mut hasher);
-    Some(hasher.finish())
+        }),
+    ))
 }
 
 /// The caches of HostFirmwareSettings and HostFirmwareComponents.
@@ -116,12 +111,8 @@ fn preparing_changes_firmware(
 
 /// What of a HostFirmwareComponents matters here: its spec and its owners.
 fn components_change(object: &HostFirmwareComponents) -> Option<u64> {
-    let mut hasher = DefaultHasher::new();
-    object.metadata.generation.hash(&mut hasher);
-    for owner in object.owner_references() {
-        owner.uid.hash(&mut hasher);
-    }
-    Some(hasher.finish())
+    let owners: Vec<_> = object.owner_references().iter().map(|o| &o.uid).collect();
+    fingerprint((object.metadata.generation, owners))
 }
 
 /// A firmware object as bmo makes it: first generation, empty spec, owned by the

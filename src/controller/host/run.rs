@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -22,6 +22,7 @@ use super::{Context, ReconcileError, reconcile, steady};
 use crate::api::BareMetalHost;
 use crate::api::firmware::{HostFirmwareComponents, HostFirmwareSettings};
 use crate::controller::runtime::backoff;
+use crate::controller::runtime::conditions::conditions_fingerprint;
 use crate::controller::runtime::observed::observed;
 use crate::controller::runtime::shared_watch::{Feeds, Subscription, Watches};
 use crate::controller::runtime::turns::Turns;
@@ -180,13 +181,15 @@ fn firmware_judged<P: Provisioner>(
     let _ = ctx.components_cache.set(components.cache());
     futures::stream::select(
         settings
+            // A change judged valid asks an available host to prepare again, at
+            // once rather than at its next steady poll.
             .changed(|settings: &HostFirmwareSettings| {
-                conditions_hash(settings.status.iter().flat_map(|s| &s.conditions))
+                conditions_fingerprint(settings.status.iter().flat_map(|s| &s.conditions))
             })
             .filter_map(|judged| async move { same_name(judged.as_ref()) }),
         components
             .changed(|components: &HostFirmwareComponents| {
-                conditions_hash(components.status.iter().flat_map(|s| &s.conditions))
+                conditions_fingerprint(components.status.iter().flat_map(|s| &s.conditions))
             })
             .filter_map(|judged| async move { same_name(judged.as_ref()) }),
     )
@@ -254,18 +257,6 @@ fn hosts_using_secret(
             .map(|h| ObjectRef::from_obj(h.as_ref())),
     );
     wake
-}
-
-/// What of a firmware object the host controller acts on: its conditions (type,
-/// status, observed generation). A change judged valid asks an available host to
-/// prepare again, at once rather than at its next steady poll.
-fn conditions_hash<'a>(conditions: impl Iterator<Item = &'a Condition>) -> Option<u64> {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::hash::DefaultHasher::new();
-    for c in conditions {
-        (&c.type_, &c.status, c.observed_generation).hash(&mut hasher);
-    }
-    Some(hasher.finish())
 }
 
 /// The host of the same name as a firmware object.

@@ -62,3 +62,15 @@ pub fn set_in<S: HasConditions, K: kube::Resource>(
         now,
     );
 }
+
+/// What of a kind's conditions wakes the objects that read them: each condition's type,
+/// status and observed generation (not its time or message).
+pub fn conditions_fingerprint<'a>(
+    conditions: impl IntoIterator<Item = &'a Condition>,
+) -> Option<u64> {
+    let seen: Vec<_> = conditions
+        .into_iter()
+        .map(|c| (&c.type_, &c.status, c.observed_generation))
+        .collect();
+    super::controller::fingerprint(seen)
+}

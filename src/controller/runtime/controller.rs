@@ -90,6 +90,15 @@ pub fn spec_annotations_finalizers<K: Resource + 'static>()
         .combine(predicates::finalizers)
 }
 
+/// A change predicate's answer: the hash of what of an object matters, so that the
+/// object wakes its controller only when that moved.
+pub fn fingerprint(what_matters: impl std::hash::Hash) -> Option<u64> {
+    use std::hash::{DefaultHasher, Hasher};
+    let mut hasher = DefaultHasher::new();
+    what_matters.hash(&mut hasher);
+    Some(hasher.finish())
+}
+
 /// The watch of a controller's own objects as the start of its `Controller`: each
 /// object is cached (after `trim`) and wakes when its `change` hash moved; a failed
 /// watch is tried again on [`WatchBackoff`].

@@ -12,7 +12,6 @@
 
 pub mod state_machine;
 
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -28,17 +27,6 @@ use crate::controller::runtime::store::{
 };
 use crate::controller::runtime::{Next, node_of};
 use crate::provisioner::FirmwareReader;
-
-/// What of a HostFirmwareComponents the host controller acts on: its conditions
-/// (type, status, observed generation). A change judged valid asks an available
-/// host to prepare again, at once rather than at its next steady poll.
-pub fn conditions_hash(object: &HostFirmwareComponents) -> Option<u64> {
-    let mut hasher = DefaultHasher::new();
-    for c in object.status.iter().flat_map(|s| &s.conditions) {
-        (&c.type_, &c.status, c.observed_generation).hash(&mut hasher);
-    }
-    Some(hasher.finish())
-}
 
 /// The empty HostFirmwareComponents of `host`, owned by it.
 fn new_components(host: &BareMetalHost) -> HostFirmwareComponents {
