@@ -197,16 +197,9 @@ fn host_key(subscription: &BMCEventSubscription) -> String {
     )
 }
 
+/// The host's BMC address as messages show it: without the credentials a user may
+/// have put in it (`crate::bmc::redact_userinfo`, the address guard's rule).
 fn bmc_address(host: &BareMetalHost) -> String {
-    let address = host
-        .spec
-        .bmc
-        .as_ref()
-        .map(|b| b.address.clone())
-        .unwrap_or_default();
-    // An address may carry credentials in its authority; they stay out of messages.
-    match url::Url::parse(&address) {
-        Ok(url) => crate::ironic::without_credentials(&url),
-        Err(_) => address,
-    }
+    let address = host.spec.bmc.as_ref().map_or("", |b| b.address.as_str());
+    crate::bmc::redact_userinfo(address)
 }

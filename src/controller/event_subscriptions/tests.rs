@@ -211,6 +211,26 @@ async fn a_refusal_names_host_bmc_and_fix_without_header_values() {
 }
 
 #[tokio::test]
+async fn a_password_in_the_bmc_address_stays_out_of_the_refusal() {
+    let ctx = context(SubscriptionAnswer::Refused("not supported".into()));
+    let mut with_password = host(true);
+    // A `/` in the password defeats a URL parser; the address guard's rule does not.
+    let address = "redfish://admin:pa/ss@10.0.0.9/redfish/v1/Systems/1";
+    with_password.spec.bmc.as_mut().unwrap().address = address.into();
+    ctx.store.put(with_password);
+    reconcile_stored(&ctx).await;
+    reconcile_stored(&ctx).await;
+    let error = stored_error(&ctx);
+    assert!(error.contains("redfish://***@10.0.0.9"), "{error}");
+    for shown in [error, ctx.store.events()[0].message.clone()] {
+        assert!(
+            !shown.contains("pa/ss") && !shown.contains("admin"),
+            "{shown}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_missing_header_secret_or_host_is_reported() {
     let ctx = context(SubscriptionAnswer::Done("sub-7".into()));
     let store = MemoryObjects::default();
