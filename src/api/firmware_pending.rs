@@ -2,6 +2,7 @@
 //! firmware controller, which writes their conditions, and the host controller,
 //! which reads them (as upstream's host controller does) while preparing.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::firmware::{
@@ -27,6 +28,31 @@ pub enum PendingSettings {
     Refused(String),
 }
 
+/// How the firmware controller judged an object's spec, from its conditions.
+enum Judged {
+    /// No change detected, or one that is not valid.
+    NoValidChange,
+    /// The conditions do not describe the current spec (`generation`) yet.
+    NotYet,
+    /// A valid change of the current spec.
+    ValidChange,
+}
+
+/// Reads the `changed` and `valid` conditions as upstream's host controller does.
+fn judged(conditions: &[Condition], generation: Option<i64>, changed: &str, valid: &str) -> Judged {
+    let find = |kind: &str| conditions.iter().find(|c| c.type_ == kind);
+    let Some(change) = find(changed) else {
+        return Judged::NoValidChange;
+    };
+    if change.observed_generation != generation {
+        return Judged::NotYet;
+    }
+    if find(valid).is_none_or(|c| c.status != "True") || change.status != "True" {
+        return Judged::NoValidChange;
+    }
+    Judged::ValidChange
+}
+
 /// The settings preparing should apply: only a valid change whose conditions are
 /// as new as the spec; values already in place are left out.
 pub fn pending_settings(settings: Option<&HostFirmwareSettings>) -> PendingSettings {
@@ -34,15 +60,16 @@ pub fn pending_settings(settings: Option<&HostFirmwareSettings>) -> PendingSetti
         return PendingSettings::None;
     };
     let status = settings.status.clone().unwrap_or_default();
-    let find = |kind: &str| status.conditions.iter().find(|c| c.type_ == kind);
-    let Some(changed) = find(SETTINGS_CHANGE_DETECTED) else {
-        return PendingSettings::None;
-    };
-    if changed.observed_generation != settings.metadata.generation {
-        return PendingSettings::NotReady;
-    }
-    if find(SETTINGS_VALID).is_none_or(|c| c.status != "True") || changed.status != "True" {
-        return PendingSettings::None;
+    let generation = settings.metadata.generation;
+    match judged(
+        &status.conditions,
+        generation,
+        SETTINGS_CHANGE_DETECTED,
+        SETTINGS_VALID,
+    ) {
+        Judged::NoValidChange => return PendingSettings::None,
+        Judged::NotYet => return PendingSettings::NotReady,
+        Judged::ValidChange => {}
     }
     if status.settings.is_empty() {
         return PendingSettings::NotReady;
@@ -103,15 +130,16 @@ pub fn pending_updates(object: Option<&HostFirmwareComponents>) -> PendingUpdate
         return PendingUpdates::None;
     };
     let status = object.status.clone().unwrap_or_default();
-    let find = |kind: &str| status.conditions.iter().find(|c| c.type_ == kind);
-    let Some(changed) = find(COMPONENTS_CHANGE_DETECTED) else {
-        return PendingUpdates::None;
-    };
-    if changed.observed_generation != object.metadata.generation {
-        return PendingUpdates::NotReady;
-    }
-    if find(COMPONENTS_VALID).is_none_or(|c| c.status != "True") || changed.status != "True" {
-        return PendingUpdates::None;
+    let generation = object.metadata.generation;
+    match judged(
+        &status.conditions,
+        generation,
+        COMPONENTS_CHANGE_DETECTED,
+        COMPONENTS_VALID,
+    ) {
+        Judged::NoValidChange => return PendingUpdates::None,
+        Judged::NotYet => return PendingUpdates::NotReady,
+        Judged::ValidChange => {}
     }
     let apply: Vec<FirmwareUpdate> = object
         .spec
