@@ -100,7 +100,7 @@ fn network_data_secret(name: &str, data: &str) -> Secret {
 /// A context holding the host `name` and its BMC Secret.
 fn site(name: &str, spec: serde_json::Value) -> TestContext {
     let ctx = context();
-    ctx.store.put_secret(bmc_secret(&format!("{name}-bmc")));
+    ctx.store.put(bmc_secret(&format!("{name}-bmc")));
     ctx.store.put_host(host(name, spec));
     ctx
 }

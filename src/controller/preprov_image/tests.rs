@@ -1,3 +1,4 @@
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
@@ -281,7 +282,7 @@ async fn the_host_writes_its_image_once_and_waits_until_it_is_ready() {
         .await
         .unwrap();
     assert!(matches!(first, ImageUse::Pending(_)));
-    let written = store.preprovisioning_image_now("ns", "h").unwrap();
+    let written = store.stored::<PreprovisioningImage>("ns", "h").unwrap();
     assert_eq!(written.spec, host_side::expected_spec(&h));
     let version = written.metadata.resource_version.clone();
     let second = host_side::deploy_ramdisk(&h, &store, &default)
@@ -290,22 +291,22 @@ async fn the_host_writes_its_image_once_and_waits_until_it_is_ready() {
     assert!(matches!(second, ImageUse::Pending(_)));
     assert_eq!(
         store
-            .preprovisioning_image_now("ns", "h")
+            .stored::<PreprovisioningImage>("ns", "h")
             .unwrap()
             .metadata
             .resource_version,
         version,
         "an image as wanted is not written again"
     );
-    store.put_secret(
-        serde_json::from_value(json!({
+    store.put(
+        serde_json::from_value::<Secret>(json!({
             "metadata": {"name": "h-net", "namespace": "ns"},
             "data": {"networkData": "e30="},
         }))
         .unwrap(),
     );
     let secret_version = store
-        .secret_now("ns", "h-net")
+        .stored::<Secret>("ns", "h-net")
         .unwrap()
         .metadata
         .resource_version
@@ -318,7 +319,7 @@ async fn the_host_writes_its_image_once_and_waits_until_it_is_ready() {
     let decision = decide(&written, &network);
     let mut built = written.clone();
     built.status = Some(decision.status);
-    store.put_preprovisioning_image(built);
+    store.put(built);
     let used = host_side::deploy_ramdisk(&h, &store, &default)
         .await
         .unwrap();

@@ -10,9 +10,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
 use super::{HostEvent, SECRET_FINALIZER, SECRET_LABEL, Store, StoreError, secret_is_held};
-use crate::api::firmware::{
-    FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
-};
+use crate::api::firmware::{FirmwareUpdate, HostFirmwareComponents};
 use crate::api::{
     BareMetalHost, HardwareData, HardwareDataSpec, HardwareDetails, PreprovisioningImage,
 };
@@ -47,27 +45,14 @@ impl MemoryStore {
         self.objects.put(host);
     }
 
-    /// Adds (or replaces) a host's HostFirmwareSettings.
-    pub fn put_firmware_settings(&self, settings: HostFirmwareSettings) {
-        self.objects.put(settings);
+    /// Adds (or replaces) any other object: the host's firmware objects, its
+    /// PreprovisioningImage, a Secret.
+    pub fn put<K: Stored>(&self, object: K) {
+        self.objects.put(object);
     }
 
-    /// Adds (or replaces) a host's HostFirmwareComponents.
-    pub fn put_firmware_components(&self, components: HostFirmwareComponents) {
-        self.objects.put(components);
-    }
-
-    /// Adds (or replaces) a host's HostUpdatePolicy.
-    pub fn put_update_policy(&self, policy: HostUpdatePolicy) {
-        self.objects.put(policy);
-    }
-
-    /// A host's HostFirmwareComponents as stored now.
-    pub fn stored_firmware_components(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Option<HostFirmwareComponents> {
+    /// The object of kind `K` as stored now.
+    pub fn stored<K: Stored>(&self, namespace: &str, name: &str) -> Option<K> {
         self.objects.stored(namespace, name)
     }
 
@@ -80,28 +65,6 @@ impl MemoryStore {
     /// finalizer is removed.
     pub fn delete_host(&self, namespace: &str, name: &str) {
         self.objects.delete::<BareMetalHost>(namespace, name);
-    }
-
-    /// Adds (or replaces) a PreprovisioningImage, as its builder would write it.
-    pub fn put_preprovisioning_image(&self, image: PreprovisioningImage) {
-        self.objects.put(image);
-    }
-
-    /// The PreprovisioningImage as stored now.
-    pub fn preprovisioning_image_now(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Option<PreprovisioningImage> {
-        self.objects.stored(namespace, name)
-    }
-
-    pub fn put_secret(&self, secret: Secret) {
-        self.objects.put(secret);
-    }
-
-    pub fn secret_now(&self, namespace: &str, name: &str) -> Option<Secret> {
-        self.objects.stored(namespace, name)
     }
 
     pub fn hardware_now(&self, namespace: &str, name: &str) -> Option<HardwareDetails> {
@@ -267,7 +230,7 @@ impl Store for MemoryStore {
             Ok(())
         })?;
         let namespace = secret.namespace().unwrap_or_default();
-        let owned = self.secret_now(&namespace, &secret.name_any());
+        let owned = self.stored::<Secret>(&namespace, &secret.name_any());
         Ok(owned.and_then(|s| s.metadata.resource_version))
     }
 }

@@ -51,7 +51,7 @@ async fn deletion_from_every_state_releases_the_host() {
 /// The stored Secret `name`'s finalizers.
 fn secret_finalizers(ctx: &TestContext, name: &str) -> Vec<String> {
     ctx.store
-        .secret_now(NS, name)
+        .stored::<Secret>(NS, name)
         .map(|s| s.finalizers().to_vec())
         .unwrap_or_default()
 }
@@ -63,7 +63,7 @@ async fn upstreams_secret_finalizer_goes_when_the_host_no_longer_needs_the_secre
     for secret in [bmc_secret("h-bmc"), bmc_secret("h-bmc-new"), network] {
         let mut secret = secret;
         secret.metadata.finalizers = Some(vec![SECRET_FINALIZER.into(), "other/keep".into()]);
-        ctx.store.put_secret(secret);
+        ctx.store.put(secret);
     }
     ctx.store.put_host(host(
         "h",
@@ -93,7 +93,7 @@ async fn upstreams_secret_finalizer_goes_when_the_host_no_longer_needs_the_secre
 #[tokio::test]
 async fn the_bmc_secret_is_held_while_its_host_uses_it_and_released_with_the_host() {
     let ctx = context();
-    ctx.store.put_secret(bmc_secret("f-bmc"));
+    ctx.store.put(bmc_secret("f-bmc"));
     ctx.store.put_host(host("f", json!({"image": null})));
     drive(&ctx, "f", in_state(State::Available)).await;
     // As upstream: a Secret in use cannot be deleted from under its host.

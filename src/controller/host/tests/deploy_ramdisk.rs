@@ -2,6 +2,7 @@
 //! settings' URLs, the host's PreprovisioningImage.
 
 use super::*;
+use crate::api::PreprovisioningImage;
 
 fn address(ip: &str) -> crate::netboot::address::Choice {
     crate::netboot::address::Choice {
@@ -67,7 +68,7 @@ async fn with_preprovisioning_images_a_host_inspects_only_once_its_image_is_read
     let mut ctx = site("p", json!({"preprovisioningNetworkDataName": "p-net"}));
     ctx.preprovisioning_images = true;
     ctx.store
-        .put_secret(network_data_secret("p-net", r#"{"links": []}"#));
+        .put(network_data_secret("p-net", r#"{"links": []}"#));
     drive(&ctx, "p", in_state(State::Inspecting)).await;
     for _ in 0..3 {
         assert_eq!(step(&ctx, "p").await, Next::After(Duration::from_secs(2)));
@@ -78,14 +79,14 @@ async fn with_preprovisioning_images_a_host_inspects_only_once_its_image_is_read
     );
     let mut image = ctx
         .store
-        .preprovisioning_image_now(NS, "p")
+        .stored::<PreprovisioningImage>(NS, "p")
         .expect("the host wrote its image");
     assert_eq!(image.metadata.generation, Some(1), "written once");
 
     // The builder makes it ready; the next reconcile registers its URLs and inspects.
     let version = ctx
         .store
-        .secret_now(NS, "p-net")
+        .stored::<Secret>(NS, "p-net")
         .and_then(|s| s.metadata.resource_version)
         .expect("version");
     let server = build::Server {
@@ -111,7 +112,7 @@ async fn with_preprovisioning_images_a_host_inspects_only_once_its_image_is_read
         &now,
     );
     image.status = Some(decision.status);
-    ctx.store.put_preprovisioning_image(image);
+    ctx.store.put(image);
     step(&ctx, "p").await;
     let record = ctx.provisioner.host("ns~p").expect("registered");
     assert_eq!(record.deploy_ramdisk.ramdisk_url, Some(server.ramdisk_url));

@@ -70,7 +70,7 @@ async fn a_host_applied_before_its_secret_backs_off_then_registers() {
         "{}",
         status.error_message
     );
-    ctx.store.put_secret(bmc_secret("s-bmc"));
+    ctx.store.put(bmc_secret("s-bmc"));
     drive(&ctx, "s", in_state(State::Inspecting)).await;
 }
 
@@ -145,7 +145,7 @@ async fn credentials_changed_while_the_provisioner_is_busy_are_sent_once_it_rest
         .data
         .get_or_insert_with(Default::default)
         .insert("password".into(), ByteString(b"fixed".to_vec()));
-    ctx.store.put_secret(fixed);
+    ctx.store.put(fixed);
     let updates = |ctx: &TestContext| {
         ctx.provisioner
             .host("ns~busy")

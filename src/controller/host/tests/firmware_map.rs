@@ -33,7 +33,7 @@ async fn a_dell_prepares_with_the_mapped_settings_once() {
                "bmc": {"address": "idrac-redfish://10.0.0.5/redfish/v1/Systems/1",
                        "credentialsName": "h-bmc"}}),
     );
-    ctx.store.put_firmware_settings(dell_settings());
+    ctx.store.put(dell_settings());
     drive(&ctx, "h", in_state(State::Available)).await;
     let node = ctx.provisioner.host(&format!("{NS}~h")).expect("node");
     assert_eq!(node.last_clean_steps, ["bios.apply_configuration"]);

@@ -3,6 +3,8 @@
 
 use serde_json::json;
 
+use crate::api::HostFirmwareComponents;
+
 use super::*;
 
 fn bios_update() -> Vec<crate::api::firmware::FirmwareUpdate> {
@@ -31,13 +33,12 @@ async fn valid_firmware_updates_are_flashed_once_while_preparing() {
     let ctx = site("h", json!({"image": null, "online": false}));
     drive(&ctx, "h", in_state(State::Available)).await;
     let wanted = bios_update();
-    ctx.store
-        .put_firmware_components(judged_components(&wanted));
+    ctx.store.put(judged_components(&wanted));
     let states = drive(&ctx, "h", |h| {
         h.is_some_and(|h| state_of(h) == State::Available)
             && ctx
                 .store
-                .stored_firmware_components(NS, "h")
+                .stored::<HostFirmwareComponents>(NS, "h")
                 .and_then(|o| o.status)
                 .is_some_and(|s| s.updates == wanted)
     })
@@ -52,7 +53,7 @@ async fn valid_firmware_updates_are_flashed_once_while_preparing() {
     // firmware controller judges the object again.
     let object = ctx
         .store
-        .stored_firmware_components(NS, "h")
+        .stored::<HostFirmwareComponents>(NS, "h")
         .expect("object");
     assert_eq!(
         crate::api::firmware_pending::pending_updates(Some(&object)),
@@ -68,15 +69,14 @@ async fn valid_firmware_updates_are_flashed_once_while_preparing() {
 #[tokio::test]
 async fn failed_preparing_forgets_the_recorded_updates_so_a_retry_flashes_them() {
     let ctx = context_with_steps(3);
-    ctx.store.put_secret(bmc_secret("h-bmc"));
+    ctx.store.put(bmc_secret("h-bmc"));
     ctx.store
         .put_host(host("h", json!({"image": null, "online": false})));
     drive(&ctx, "h", in_state(State::Available)).await;
-    ctx.store
-        .put_firmware_components(judged_components(&bios_update()));
+    ctx.store.put(judged_components(&bios_update()));
     let recorded = |ctx: &TestContext| {
         ctx.store
-            .stored_firmware_components(NS, "h")
+            .stored::<HostFirmwareComponents>(NS, "h")
             .and_then(|o| o.status)
             .map(|s| s.updates)
             .unwrap_or_default()

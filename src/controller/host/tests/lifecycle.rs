@@ -18,7 +18,7 @@ async fn a_host_goes_through_every_state_to_provisioned_and_back_to_available() 
         ctx.store.hardware_now(NS, "h").is_some(),
         "and HardwareData"
     );
-    let secret = ctx.store.secret_now(NS, "h-bmc").expect("secret");
+    let secret = ctx.store.stored::<Secret>(NS, "h-bmc").expect("secret");
     assert!(
         secret.owner_references().iter().any(|o| o.name == "h"),
         "the host owns its BMC Secret"
@@ -94,7 +94,7 @@ async fn a_paused_host_is_left_alone() {
 #[tokio::test]
 async fn the_running_clean_step_is_in_the_status_until_the_host_is_prepared() {
     let ctx = context_with_steps(3);
-    ctx.store.put_secret(bmc_secret("h-bmc"));
+    ctx.store.put(bmc_secret("h-bmc"));
     ctx.store.put_host(host(
         "h",
         json!({"raid": {"hardwareRAIDVolumes": [{"level": "1", "sizeGibibytes": 10}]}}),

@@ -41,8 +41,7 @@ async fn a_missing_network_data_secret_is_a_registration_error_until_it_appears(
     assert!(ctx.provisioner.host("ns~n").is_none(), "not registered");
 
     // The Secret appears: the host registers with its data and the error clears.
-    ctx.store
-        .put_secret(network_data_secret("n-net", STATIC_ADDRESS));
+    ctx.store.put(network_data_secret("n-net", STATIC_ADDRESS));
     drive(&ctx, "n", in_state(State::Available)).await;
     let record = ctx.provisioner.host("ns~n").expect("registered");
     assert_eq!(
@@ -59,7 +58,7 @@ async fn malformed_network_data_names_the_secret_and_the_key() {
         ("just a string", "not a mapping"),
     ] {
         let ctx = site("m", json!({"preprovisioningNetworkDataName": "m-net"}));
-        ctx.store.put_secret(network_data_secret("m-net", data));
+        ctx.store.put(network_data_secret("m-net", data));
         drive(&ctx, "m", in_state(State::Registering)).await;
         step(&ctx, "m").await;
         let (error_type, message, _) = error_of(&ctx, "m");
@@ -76,7 +75,7 @@ async fn malformed_network_data_names_the_secret_and_the_key() {
         );
     }
     let ctx = site("k", json!({"preprovisioningNetworkDataName": "k-net"}));
-    ctx.store.put_secret(bmc_secret("k-net"));
+    ctx.store.put(bmc_secret("k-net"));
     drive(&ctx, "k", in_state(State::Registering)).await;
     step(&ctx, "k").await;
     let message = error_of(&ctx, "k").1;
@@ -89,12 +88,11 @@ async fn a_host_whose_network_data_is_gone_is_still_deleted_with_its_node() {
         "d",
         json!({"preprovisioningNetworkDataName": "d-net", "image": null}),
     );
-    ctx.store
-        .put_secret(network_data_secret("d-net", STATIC_ADDRESS));
+    ctx.store.put(network_data_secret("d-net", STATIC_ADDRESS));
     drive(&ctx, "d", in_state(State::Available)).await;
     let mut emptied = network_data_secret("d-net", "");
     emptied.data = None;
-    ctx.store.put_secret(emptied);
+    ctx.store.put(emptied);
     ctx.store.delete_host(NS, "d");
     drive(&ctx, "d", |h| h.is_none()).await;
     assert!(

@@ -54,10 +54,9 @@ fn status(ctx: &TestContext) -> crate::api::BareMetalHostStatus {
 async fn provisioned_with_a_change(policy: bool) -> TestContext {
     let ctx = site("h", json!({}));
     drive(&ctx, "h", settled).await;
-    ctx.store
-        .put_firmware_settings(settings("Disabled", "Enabled"));
+    ctx.store.put(settings("Disabled", "Enabled"));
     if policy {
-        ctx.store.put_update_policy(on_reboot_policy());
+        ctx.store.put(on_reboot_policy());
     }
     set_online(&ctx, false);
     drive(&ctx, "h", |h| {
@@ -126,8 +125,7 @@ async fn an_allowed_change_is_serviced_while_the_host_powers_on() {
         "{reasons:?}"
     );
     // The firmware controller reads the new value; the host powers on.
-    ctx.store
-        .put_firmware_settings(settings("Disabled", "Disabled"));
+    ctx.store.put(settings("Disabled", "Disabled"));
     until(&ctx, |s| s.powered_on).await;
 }
 
@@ -148,8 +146,7 @@ async fn a_failure_is_a_servicing_error_and_withdrawing_the_change_recovers() {
     // The change withdrawn (the spec back to what the BMC has): the host recovers.
     ctx.provisioner
         .clear_failure("ns~h", FixtureOperation::Service);
-    ctx.store
-        .put_firmware_settings(settings("Enabled", "Enabled"));
+    ctx.store.put(settings("Enabled", "Enabled"));
     until(&ctx, |s| s.powered_on).await;
     let st = status(&ctx);
     assert_eq!(
