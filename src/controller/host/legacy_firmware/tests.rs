@@ -29,14 +29,12 @@ const VENDOR_NAMES: [(Vendor, [&str; 3]); 2] = [
 #[test]
 fn dell_and_hpe_name_the_switches_as_idrac_and_ilo_do() {
     for (vendor, [virt, smt, sriov]) in VENDOR_NAMES {
+        let every = |value| vec![(virt, value), (smt, value), (sriov, value)];
         let table = [
-            (
-                config(Some(true), Some(true), Some(true)),
-                vec![(virt, "Enabled"), (smt, "Enabled"), (sriov, "Enabled")],
-            ),
+            (config(Some(true), Some(true), Some(true)), every("Enabled")),
             (
                 config(Some(false), Some(false), Some(false)),
-                vec![(virt, "Disabled"), (smt, "Disabled"), (sriov, "Disabled")],
+                every("Disabled"),
             ),
             (config(None, Some(false), None), vec![(smt, "Disabled")]),
             (config(None, None, Some(true)), vec![(sriov, "Enabled")]),

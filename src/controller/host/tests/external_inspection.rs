@@ -10,14 +10,22 @@ fn details(ram_mebibytes: i64) -> HardwareDetails {
         .expect("hardware details")
 }
 
-#[tokio::test]
-async fn a_host_with_inspection_disabled_takes_the_hardware_data_made_before_it() {
-    let ctx = site("x", json!({"inspectionMode": "disabled", "image": null}));
-    let host = ctx.store.host(NS, "x").expect("host");
+/// A site with host `name` (`spec` merged into its spec) and a HardwareData of its
+/// name made before the host's first reconcile.
+async fn site_with_hardware_data(name: &str, spec: serde_json::Value) -> TestContext {
+    let ctx = site(name, spec);
+    let host = ctx.store.host(NS, name).expect("host");
     ctx.store
         .apply_hardware_data(&host, &details(4096))
         .await
         .expect("HardwareData");
+    ctx
+}
+
+#[tokio::test]
+async fn a_host_with_inspection_disabled_takes_the_hardware_data_made_before_it() {
+    let ctx =
+        site_with_hardware_data("x", json!({"inspectionMode": "disabled", "image": null})).await;
     let states = drive(&ctx, "x", in_state(State::Available)).await;
     assert!(!states.contains(&State::Inspecting), "{states:?}");
     let status = ctx
@@ -37,6 +45,7 @@ async fn a_host_with_inspection_disabled_takes_the_hardware_data_made_before_it(
     assert!(event_reasons(&ctx).contains(&"UpdateHardwareDetails".to_owned()));
 
     // Details changed outside reach the status; the same details are not written again.
+    let host = ctx.store.host(NS, "x").expect("host");
     ctx.store
         .apply_hardware_data(&host, &details(8192))
         .await
@@ -61,12 +70,7 @@ async fn a_host_with_inspection_disabled_takes_the_hardware_data_made_before_it(
 
 #[tokio::test]
 async fn a_host_that_inspects_ignores_the_hardware_data_and_inspects() {
-    let ctx = site("i", json!({"image": null}));
-    let host = ctx.store.host(NS, "i").expect("host");
-    ctx.store
-        .apply_hardware_data(&host, &details(4096))
-        .await
-        .expect("HardwareData");
+    let ctx = site_with_hardware_data("i", json!({"image": null})).await;
     let states = drive(&ctx, "i", in_state(State::Available)).await;
     assert!(states.contains(&State::Inspecting), "{states:?}");
 }
