@@ -65,55 +65,28 @@ fn fujitsu_has_no_names_bmo_could_send() {
 
 #[test]
 fn the_vendor_comes_from_the_driver_first_then_the_manufacturer() {
+    use Vendor::{Dell, Fujitsu, Hpe};
     let table: [(&str, Option<&str>, Option<Vendor>); 13] = [
+        ("idrac-redfish://bmc/s/1", None, Some(Dell)),
         (
-            "idrac-redfish://bmc/redfish/v1/Systems/1",
-            None,
-            Some(Vendor::Dell),
-        ),
-        (
-            "idrac-virtualmedia+https://bmc/redfish/v1/Systems/1",
+            "idrac-virtualmedia+https://bmc/s/1",
             Some("HPE"),
-            Some(Vendor::Dell),
+            Some(Dell),
         ),
-        (
-            "ilo5-redfish://bmc/redfish/v1/Systems/1",
-            None,
-            Some(Vendor::Hpe),
-        ),
-        (
-            "ilo5-virtualmedia://bmc/redfish/v1/Systems/1",
-            Some("Dell Inc."),
-            Some(Vendor::Hpe),
-        ),
+        ("ilo5-redfish://bmc/s/1", None, Some(Hpe)),
+        ("ilo5-virtualmedia://bmc/s/1", Some("Dell Inc."), Some(Hpe)),
         // A Dell behind plain Redfish names its settings the Dell way.
+        ("redfish://bmc/s/1", Some("Dell Inc."), Some(Dell)),
+        ("redfish-virtualmedia://bmc/s/1", Some("HPE"), Some(Hpe)),
         (
-            "redfish://bmc/redfish/v1/Systems/1",
-            Some("Dell Inc."),
-            Some(Vendor::Dell),
-        ),
-        (
-            "redfish-virtualmedia://bmc/redfish/v1/Systems/1",
-            Some("HPE"),
-            Some(Vendor::Hpe),
-        ),
-        (
-            "redfish://bmc/redfish/v1/Systems/1",
+            "redfish://bmc/s/1",
             Some("Hewlett Packard Enterprise"),
-            Some(Vendor::Hpe),
+            Some(Hpe),
         ),
-        ("ipmi://bmc", Some("HP"), Some(Vendor::Hpe)),
-        (
-            "redfish://bmc/redfish/v1/Systems/1",
-            Some("FUJITSU"),
-            Some(Vendor::Fujitsu),
-        ),
-        ("fake://h", Some("Dell Inc."), Some(Vendor::Dell)),
-        (
-            "redfish://bmc/redfish/v1/Systems/1",
-            Some("Supermicro"),
-            None,
-        ),
+        ("ipmi://bmc", Some("HP"), Some(Hpe)),
+        ("redfish://bmc/s/1", Some("FUJITSU"), Some(Fujitsu)),
+        ("fake://h", Some("Dell Inc."), Some(Dell)),
+        ("redfish://bmc/s/1", Some("Supermicro"), None),
         // "Shpe" is not HPE: whole words only.
         ("ipmi://bmc", Some("Shpe Delling"), None),
         ("fake://h", None, None),
@@ -126,15 +99,14 @@ fn the_vendor_comes_from_the_driver_first_then_the_manufacturer() {
 
 #[test]
 fn an_unknown_vendor_is_refused_naming_host_field_and_fix() {
-    let h = host(
-        "redfish://bmc/redfish/v1/Systems/1",
-        Some("Acme"),
-        "preparing",
-        Some(json!({"sriovEnabled": true})),
-    );
-    let PendingSettings::Refused(message) = pending(&h, None) else {
-        panic!("not refused");
+    let refusal = |address, manufacturer, firmware| {
+        let h = host(address, Some(manufacturer), "preparing", Some(firmware));
+        match pending(&h, None) {
+            PendingSettings::Refused(message) => message,
+            other => panic!("not refused: {other:?}"),
+        }
     };
+    let message = refusal("redfish://bmc/s/1", "Acme", json!({"sriovEnabled": true}));
     for part in [
         "host ns/h",
         "spec.firmware",
@@ -144,15 +116,11 @@ fn an_unknown_vendor_is_refused_naming_host_field_and_fix() {
     ] {
         assert!(message.contains(part), "{part:?} missing in {message}");
     }
-    let h = host(
+    let message = refusal(
         "fake://h",
-        Some("FUJITSU"),
-        "preparing",
-        Some(json!({"virtualizationEnabled": false})),
+        "FUJITSU",
+        json!({"virtualizationEnabled": false}),
     );
-    let PendingSettings::Refused(message) = pending(&h, None) else {
-        panic!("not refused");
-    };
     assert!(
         message.contains("Fujitsu") && message.contains("iRMC"),
         "{message}"
