@@ -161,7 +161,7 @@ impl<P: Provisioner, S: Store> Context<P, S> {
         if let Some(settings) = cached(&self.firmware_cache, &namespace, &host.name_any()) {
             return Ok(settings);
         }
-        self.store.firmware_settings(host).await
+        self.store.namesake(host).await
     }
 
     /// The host's HostFirmwareComponents: from the watch's cache once it listed them,
@@ -181,7 +181,7 @@ impl<P: Provisioner, S: Store> Context<P, S> {
         {
             return Ok(components);
         }
-        self.store.firmware_components(host).await
+        self.store.namesake(host).await
     }
 
     /// Adds lease details (DHCP hostname, leased address) to `details`; whether

@@ -211,7 +211,7 @@ pub async fn deploy_ramdisk<S: Store>(
     default: &DeployRamdisk,
 ) -> Result<ImageUse, StoreError> {
     let spec = expected_spec(host);
-    let image = store.preprovisioning_image(host).await?;
+    let image = store.namesake::<PreprovisioningImage>(host).await?;
     let Some(image) =
         image.filter(|i| i.metadata.deletion_timestamp.is_some() || !out_of_date(i, host, &spec))
     else {

@@ -17,7 +17,9 @@ use super::state_machine::{
 };
 use super::store::{Store, StoreError};
 use super::{act, legacy_firmware, status_annotations};
-use crate::api::{BareMetalHost, HardwareDetails, OperationalStatus, ProvisioningState};
+use crate::api::{
+    BareMetalHost, HardwareDetails, HostUpdatePolicy, OperationalStatus, ProvisioningState,
+};
 use crate::controller::runtime::Next;
 use crate::controller::runtime::seams::SeamError;
 use crate::metrics;
@@ -312,7 +314,7 @@ async fn load_firmware<P: Provisioner, S: Store>(
         if settings_set || updates_set || state_machine::servicing_under_way(host) {
             let policy = ctx
                 .store
-                .host_update_policy(host)
+                .namesake::<HostUpdatePolicy>(host)
                 .await
                 .map_err(store_err(host))?;
             facts.servicing_allowed = state_machine::ServicingAllowed::from_policy(policy.as_ref());

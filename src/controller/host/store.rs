@@ -17,9 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 use serde_json::Value;
 
-use crate::api::firmware::{
-    FirmwareUpdate, HostFirmwareComponents, HostFirmwareSettings, HostUpdatePolicy,
-};
+use crate::api::firmware::{FirmwareUpdate, HostFirmwareComponents};
 use crate::api::host::FINALIZER;
 use crate::api::{
     BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDetails, PreprovisioningImage,
@@ -140,27 +138,12 @@ pub trait Store: Send + Sync {
         }
     }
 
-    /// The host's HostFirmwareSettings (same name), when it exists.
-    fn firmware_settings(
+    /// The object of kind `K` named as the host (its HostFirmwareSettings,
+    /// HostFirmwareComponents, HostUpdatePolicy, PreprovisioningImage), when it exists.
+    fn namesake<K: Object>(
         &self,
         host: &BareMetalHost,
-    ) -> impl Future<Output = Result<Option<HostFirmwareSettings>, StoreError>> + Send {
-        namesake(self.objects(), host)
-    }
-
-    /// The host's HostFirmwareComponents (same name), when it exists.
-    fn firmware_components(
-        &self,
-        host: &BareMetalHost,
-    ) -> impl Future<Output = Result<Option<HostFirmwareComponents>, StoreError>> + Send {
-        namesake(self.objects(), host)
-    }
-
-    /// The host's HostUpdatePolicy (same name), when it exists.
-    fn host_update_policy(
-        &self,
-        host: &BareMetalHost,
-    ) -> impl Future<Output = Result<Option<HostUpdatePolicy>, StoreError>> + Send {
+    ) -> impl Future<Output = Result<Option<K>, StoreError>> + Send {
         namesake(self.objects(), host)
     }
 
@@ -180,14 +163,6 @@ pub trait Store: Send + Sync {
         &self,
         host: &BareMetalHost,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// The host's PreprovisioningImage (same name), when it exists.
-    fn preprovisioning_image(
-        &self,
-        host: &BareMetalHost,
-    ) -> impl Future<Output = Result<Option<PreprovisioningImage>, StoreError>> + Send {
-        namesake(self.objects(), host)
-    }
 
     /// Writes the host's PreprovisioningImage: labels, owner and spec (server-side
     /// apply; its status is the image builder's).
