@@ -25,6 +25,10 @@ pub struct Config {
     #[command(flatten)]
     pub secure_metrics: crate::secure_metrics::SecureMetricsSettings,
 
+    /// The boot activity page on the health listener (src/activity).
+    #[command(flatten)]
+    pub activity: crate::activity::ActivitySettings,
+
     /// Only reconcile hosts in this namespace (all namespaces when unset).
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,

@@ -3,6 +3,7 @@
 //! The library holds everything the `bmo` binary does; `main.rs` only parses the
 //! command line and calls in here. See `docs/architecture.md` for the map.
 
+pub mod activity;
 pub mod api;
 pub mod bmc;
 pub mod config;

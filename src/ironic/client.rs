@@ -113,15 +113,16 @@ impl IronicClient {
         client.microversion = client.negotiate().await?;
         // The version document is public; a small authenticated read proves the
         // credentials now rather than at the first host.
-        client
-            .call_with_query::<Value, ()>(
-                Method::GET,
-                &["nodes"],
-                &[("limit", "1"), ("fields", "uuid")],
-                None,
-            )
-            .await?;
+        client.check().await?;
         Ok(client)
+    }
+
+    /// Whether Ironic answers an authenticated read (one node's uuid at most).
+    pub async fn check(&self) -> Result<(), IronicError> {
+        let query = [("limit", "1"), ("fields", "uuid")];
+        self.call_with_query::<Value, ()>(Method::GET, &["nodes"], &query, None)
+            .await
+            .map(|_| ())
     }
 
     /// The microversion sent with every request.

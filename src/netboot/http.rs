@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use tokio_util::io::ReaderStream;
 
 use super::address::Choice;
+use super::boot_log::BootLog;
 use super::cpio;
 use super::deploy_images::{DEFAULT_KERNEL, DEFAULT_RAMDISK};
 use super::files::{Loaders, Refusal, Source, clean, resolve_in};
@@ -71,12 +72,17 @@ impl HttpState {
     }
 }
 
-pub fn router(state: HttpState) -> Router {
+/// The HTTP boot server's routes; each request goes into `boot_log`.
+pub fn router(state: HttpState, boot_log: BootLog) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/bmo/v1/leases", get(leases))
         .fallback(serve)
         .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(
+            boot_log,
+            super::http_activity::recorded,
+        ))
 }
 
 /// `GET /bmo/v1/leases`: the lease table, read-only, to whom `BMO_HTTP_LEASES` allows.

@@ -22,6 +22,11 @@ use super::slots::Slots;
 #[derive(Debug, Clone, Copy)]
 pub struct Peer(pub SocketAddr);
 
+/// The local address a request came in on (which of the host's addresses the client
+/// reached), put into its extensions by the accept loop.
+#[derive(Debug, Clone, Copy)]
+pub struct Local(pub SocketAddr);
+
 /// What one client, and all of them together, may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HttpLimits {
@@ -67,7 +72,12 @@ pub async fn serve(listener: TcpListener, app: Router, limits: HttpLimits) {
                 continue;
             }
         };
-        let service = TowerToHyperService::new(app.clone().layer(Extension(Peer(peer))));
+        let local = stream.local_addr().ok().map(Local);
+        let app = app.clone().layer(Extension(Peer(peer)));
+        let service = TowerToHyperService::new(match local {
+            Some(local) => app.layer(Extension(local)),
+            None => app,
+        });
         tokio::spawn(async move {
             let _slot = slot;
             let io = TokioIo::new(IdleTimeout::new(stream, limits.idle_timeout));

@@ -4,6 +4,7 @@
 //! See `docs/netboot.md`.
 
 pub mod address;
+pub mod boot_log;
 pub mod config;
 pub mod cpio;
 pub mod deploy_images;
@@ -14,6 +15,7 @@ pub mod host_ramdisks;
 pub mod hostname;
 pub mod hosts;
 pub mod http;
+pub mod http_activity;
 pub mod http_server;
 pub mod ipxe;
 pub mod leases;

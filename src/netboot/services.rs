@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::address::{self, AddressError, Choice, Selector};
+use super::boot_log::BootLog;
 use super::config::{DhcpIgnore, DhcpMode, NetbootConfig, NetbootConfigError};
 use super::deploy_images::DeployImages;
 use super::dhcp::policy::{Mode, Policy};
@@ -65,6 +66,8 @@ pub struct Netboot {
     /// The provisioning address, updated when it changes.
     pub address: watch::Receiver<Choice>,
     pub leases: LeaseTable,
+    /// Each client's recent DHCP exchanges and transfers.
+    pub boot_log: BootLog,
     pub http_addr: Option<SocketAddr>,
     pub tftp_addr: Option<SocketAddr>,
     /// TFTP transfers running (when TFTP is on).
@@ -109,6 +112,7 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
     let known_hosts = HostDirectory::new(StaticHosts::new(cfg.dhcp_hosts.as_ref()));
     leases.set_limits(cfg.lease_limits());
     leases.spawn_writer();
+    let boot_log = BootLog::new(leases.clone());
     let mut tasks = vec![tokio::spawn(prune_leases(leases.clone()))];
     let loaders = Loaders {
         dir: cfg.ipxe_dir.clone(),
@@ -118,14 +122,14 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
     let mut http_addr = None;
     let mut http_port = cfg.http_port;
     if cfg.http {
-        let (local, task) = start_http(
-            cfg,
-            loaders.clone(),
-            leases.clone(),
-            address.clone(),
-            host_ramdisks.clone(),
-        )
-        .await?;
+        let served = ServedByHttp {
+            loaders: loaders.clone(),
+            leases: leases.clone(),
+            address: address.clone(),
+            host_ramdisks: host_ramdisks.clone(),
+            boot_log: boot_log.clone(),
+        };
+        let (local, task) = start_http(cfg, served).await?;
         http_port = local.port();
         http_addr = Some(local);
         tasks.push(task);
@@ -134,7 +138,7 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
     let mut tftp_addr = None;
     let mut tftp_sessions = None;
     if cfg.tftp {
-        let (local, sessions, task) = start_tftp(cfg, loaders).await?;
+        let (local, sessions, task) = start_tftp(cfg, loaders, boot_log.clone()).await?;
         tftp_addr = Some(local);
         tftp_sessions = Some(sessions);
         tasks.push(task);
@@ -146,6 +150,7 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
             known_hosts: known_hosts.clone(),
             address: address.clone(),
             leases: leases.clone(),
+            boot_log: boot_log.clone(),
         };
         tasks.extend(start_dhcp(cfg, &choice, served)?);
     }
@@ -153,6 +158,7 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
     Ok(Netboot {
         address,
         leases,
+        boot_log,
         http_addr,
         tftp_addr,
         tftp_sessions,
@@ -164,12 +170,18 @@ pub async fn start(cfg: &NetbootConfig, leases: LeaseTable) -> Result<Netboot, N
 }
 
 /// Binds the HTTP boot server and starts serving; returns its address.
-async fn start_http(
-    cfg: &NetbootConfig,
+/// What the HTTP boot server serves and records, besides its settings.
+struct ServedByHttp {
     loaders: Loaders,
     leases: LeaseTable,
     address: watch::Receiver<Choice>,
     host_ramdisks: HostRamdisks,
+    boot_log: BootLog,
+}
+
+async fn start_http(
+    cfg: &NetbootConfig,
+    served: ServedByHttp,
 ) -> Result<(SocketAddr, JoinHandle<()>), NetbootError> {
     let bind = SocketAddr::new(cfg.http_bind, cfg.http_port);
     let listener = tokio::net::TcpListener::bind(bind)
@@ -184,17 +196,17 @@ async fn start_http(
     let state = HttpState {
         http_root: cfg.http_root.clone(),
         images_dir: cfg.images_dir.clone(),
-        loaders,
-        leases,
-        address,
+        loaders: served.loaders,
+        leases: served.leases,
+        address: served.address,
         port: local.port(),
         kernel_url: cfg.deploy_kernel_url.as_ref().map(ToString::to_string),
         ramdisk_url: cfg.deploy_ramdisk_url.as_ref().map(ToString::to_string),
         kernel_params: cfg.ipxe_kernel_params.clone(),
         leases_access: cfg.http_leases,
-        host_ramdisks,
+        host_ramdisks: served.host_ramdisks,
     };
-    let app = http::router(state);
+    let app = http::router(state, served.boot_log);
     tracing::info!(addr = %local, root = %cfg.http_root.display(), images = %cfg.images_dir.display(), "serving HTTP boot");
     let task = tokio::spawn(http_server::serve(listener, app, cfg.http_limits()));
     Ok((local, task))
@@ -204,6 +216,7 @@ async fn start_http(
 async fn start_tftp(
     cfg: &NetbootConfig,
     loaders: Loaders,
+    boot_log: BootLog,
 ) -> Result<(SocketAddr, Slots, JoinHandle<()>), NetbootError> {
     let socket = tokio::net::UdpSocket::bind(cfg.tftp_addr)
         .await
@@ -224,7 +237,7 @@ async fn start_tftp(
         cfg.tftp_max_sessions as usize,
         cfg.tftp_max_sessions_per_client as usize,
     );
-    let task = tokio::spawn(tftp::serve(socket, files, sessions.clone()));
+    let task = tokio::spawn(tftp::serve(socket, files, sessions.clone(), boot_log));
     Ok((local, sessions, task))
 }
 
@@ -235,6 +248,7 @@ struct ServedByDhcp {
     known_hosts: HostDirectory,
     address: watch::Receiver<Choice>,
     leases: LeaseTable,
+    boot_log: BootLog,
 }
 
 /// Binds the DHCP ports on the provisioning interface (67, and 4011 in proxy mode)
@@ -263,6 +277,7 @@ fn start_dhcp(
             served.http_port,
             served.address.clone(),
             served.leases.clone(),
+            served.boot_log.clone(),
             proxy_port,
         )));
     }

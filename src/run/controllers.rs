@@ -90,6 +90,7 @@ pub(super) fn start_controllers(
     let firmware_feeds = watches.subscribe();
     let data_image_hosts = watches.hosts.subscribe();
     let subscription_hosts = watches.hosts.subscribe();
+    health.activity.set_hosts(watches.hosts.cache());
     let (attachment_hosts, attachment_host_events) =
         (watches.hosts.cache(), watches.hosts.events());
     let mut tasks = vec![

@@ -93,9 +93,18 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let health = Health {
         ready: Arc::new(AtomicBool::new(false)),
         metrics: Arc::new(Metrics::with(controller::runtime::observed::register)),
+        activity: crate::activity::Activity::new(&config.activity),
     };
     let probes = crate::netboot::descriptors::health_limits(caps.health);
-    let server = serve_probes(config.health_addr, health.clone(), probes, stop.stopped()).await?;
+    let page = config.activity.page;
+    let server = serve_probes(
+        config.health_addr,
+        health.clone(),
+        probes,
+        page,
+        stop.stopped(),
+    )
+    .await?;
 
     if !reach_kube(&kube, &kube_url, stop.stopped()).await? {
         return stopped_while_starting(server).await;
@@ -116,7 +125,13 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         }
     };
 
+    let (reachability, ironic_probe) =
+        crate::ironic::Reachability::watch(ironic.clone(), IRONIC_PROBE);
+    health.activity.set_ironic(reachability);
     let netboot = start_netboot(&netboot_config).await?;
+    if let Some(netboot) = &netboot {
+        health.activity.set_netboot(netboot);
+    }
     let secured_metrics = config
         .secure_metrics
         .serve(kube.clone(), health.metrics.clone(), stop.stopped())
@@ -142,6 +157,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         discovery_task,
         watchdog.map(|w| w.abort_handle()),
         secured_metrics.map(|s| s.abort_handle()),
+        Some(ironic_probe.abort_handle()),
     ];
     shut_down(server, background.into_iter().flatten(), netboot).await;
     outcome
@@ -330,24 +346,29 @@ async fn run_until_stopped(
     outcome
 }
 
-/// Serves `/healthz`, `/readyz` and `/metrics` on `addr` until `stop` resolves, with
-/// the boot server's accept loop: connection caps, header and idle timeouts.
+/// Serves `/healthz`, `/readyz`, `/metrics` and (with `page`) the boot activity page
+/// on `addr` until `stop` resolves, with the boot server's accept loop: connection
+/// caps, header and idle timeouts.
 async fn serve_probes(
     addr: std::net::SocketAddr,
     health: Health,
     limits: crate::netboot::http_server::HttpLimits,
+    page: bool,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<tokio::task::JoinHandle<std::io::Result<()>>, RunError> {
-    let app = Router::new()
+    let mut app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .with_state(health);
+        .route("/metrics", get(metrics));
+    if page {
+        app = app.merge(health.activity.routes());
+    }
+    let app = app.with_state(health);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| RunError::Listen { addr, source })?;
     let bound = listener.local_addr().unwrap_or(addr);
-    tracing::info!(addr = %bound, "serving /healthz, /readyz and /metrics");
+    tracing::info!(addr = %bound, page, "serving /healthz, /readyz, /metrics and the boot activity page");
     Ok(tokio::spawn(async move {
         tokio::select! {
             () = crate::netboot::http_server::serve(listener, app, limits) => {}
@@ -376,6 +397,9 @@ async fn connect_ironic(
     }
     Ok(ironic)
 }
+
+/// How often the boot activity page's look at Ironic is renewed.
+const IRONIC_PROBE: Duration = Duration::from_secs(15);
 
 /// The longest pause between two attempts to reach a dependency at start-up.
 const MAX_STARTUP_RETRY: Duration = Duration::from_secs(10);

@@ -11,6 +11,8 @@ use crate::metrics::Metrics;
 pub(super) struct Health {
     pub(super) ready: Arc<AtomicBool>,
     pub(super) metrics: Arc<Metrics>,
+    /// The boot activity page's sources, filled in as parts start.
+    pub(super) activity: crate::activity::Activity,
 }
 
 /// Tells every part of `bmo run` to stop: on SIGINT or SIGTERM, or when leadership

@@ -4,14 +4,16 @@
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
+use dhcproto::v4::{DhcpOption, Message, OptionCode};
 use dhcproto::{Encodable, Encoder};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::UdpSocket;
 use tokio::sync::watch;
 
-use super::packet::parse_request;
+use super::packet::{ClientRequest, parse_request};
 use super::policy::{Destination, Policy};
 use crate::netboot::address::Choice;
+use crate::netboot::boot_log::{BootLog, BootStep};
 use crate::netboot::leases::LeaseTable;
 
 /// Receive buffer of the DHCP sockets.
@@ -38,6 +40,7 @@ pub async fn serve(
     http_port: u16,
     mut address: watch::Receiver<Choice>,
     leases: LeaseTable,
+    boot_log: BootLog,
     proxy_port: bool,
 ) {
     let mut buf = vec![0u8; 4096];
@@ -71,7 +74,12 @@ pub async fn serve(
                 continue;
             }
         };
-        let Some((reply, dest)) = policy.answer(&req, &leases, proxy_port) else {
+        let answer = policy.answer(&req, &leases, proxy_port);
+        boot_log.dhcp(
+            req.mac,
+            exchange(&req, answer.as_ref().map(|(reply, _)| reply)),
+        );
+        let Some((reply, dest)) = answer else {
             continue;
         };
         out.clear();
@@ -91,5 +99,28 @@ pub async fn serve(
         if let Err(e) = socket.send_to(&out, to).await {
             tracing::debug!(mac = %req.mac, %to, error = %e, "DHCP reply not sent");
         }
+    }
+}
+
+/// What the boot log records of an exchange: the request's type and, when bmo
+/// answered, the answer's type, address and boot file.
+fn exchange(req: &ClientRequest, reply: Option<&Message>) -> BootStep {
+    let kind = |t: dhcproto::v4::MessageType| format!("{t:?}").to_uppercase();
+    let reply_type = reply.and_then(|m| match m.opts().get(OptionCode::MessageType) {
+        Some(DhcpOption::MessageType(t)) => Some(kind(*t)),
+        _ => None,
+    });
+    let boot_file = reply.and_then(|m| match m.opts().get(OptionCode::BootfileName) {
+        Some(DhcpOption::BootfileName(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+        _ => None,
+    });
+    BootStep::Dhcp {
+        request: kind(req.msg_type),
+        reply: reply.map(|_| reply_type.unwrap_or_else(|| "REPLY".into())),
+        address: reply
+            .map(Message::yiaddr)
+            .filter(|ip| !ip.is_unspecified())
+            .map(std::net::IpAddr::V4),
+        boot_file,
     }
 }

@@ -172,6 +172,11 @@ impl LeaseTable {
             .collect()
     }
 
+    /// The MAC that holds (or was last offered) `ip`.
+    pub fn mac_of(&self, ip: Ipv4Addr) -> Option<MacAddr> {
+        self.lock().by_ip.get(&ip).copied()
+    }
+
     /// Changes as they happen (new MACs, bound leases).
     pub fn subscribe(&self) -> broadcast::Receiver<LeaseEvent> {
         self.shared.events.subscribe()

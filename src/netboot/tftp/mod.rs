@@ -9,11 +9,12 @@ pub mod packet;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, BufReader};
 use tokio::net::UdpSocket;
 
+use super::boot_log::{BootLog, BootStep};
 use super::files::{Refusal, Source, TftpFiles};
 use super::slots::Slots;
 use packet::{ErrorCode, Packet, Request};
@@ -59,7 +60,7 @@ pub fn session_slots(max_total: usize, max_per_client: usize) -> Slots {
 /// Serves read requests arriving on `socket` until the task is dropped. `sessions`
 /// caps the transfers running at once, in total and per client; requests over a cap
 /// get an ERROR packet and no socket, task or buffer.
-pub async fn serve(socket: UdpSocket, files: Arc<TftpFiles>, sessions: Slots) {
+pub async fn serve(socket: UdpSocket, files: Arc<TftpFiles>, sessions: Slots, boot_log: BootLog) {
     let mut buf = vec![0u8; 65536];
     loop {
         let (len, peer) = match socket.recv_from(&mut buf).await {
@@ -88,10 +89,14 @@ pub async fn serve(socket: UdpSocket, files: Arc<TftpFiles>, sessions: Slots) {
                 let files = files.clone();
                 let sessions = sessions.clone();
                 let local = socket.local_addr().ok();
+                let boot_log = boot_log.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = transfer(peer, local, req, len, &files).await {
+                    let (file, started) = (req.filename.clone(), Instant::now());
+                    let sent = transfer(peer, local, req, len, &files).await;
+                    if let Err(e) = &sent {
                         tracing::debug!(%peer, error = %e, "TFTP transfer ended early");
                     }
+                    boot_log.transfer(peer.ip(), logged(file, sent, started.elapsed()));
                     drop(slot);
                     if sessions.in_use() == 0 {
                         // A moment later, once this task's own memory is freed too,
@@ -251,7 +256,7 @@ async fn transfer(
     req: Request,
     request_len: usize,
     files: &TftpFiles,
-) -> Result<(), TransferError> {
+) -> Result<u64, TransferError> {
     let sock = connect(peer, local).await?;
     let mut budget = Budget::new(request_len);
     if let Some(name) = req.duplicate_option() {
@@ -259,19 +264,21 @@ async fn transfer(
         let msg = "each option may be given once";
         return budget
             .refuse(&sock, ErrorCode::OptionRefused, msg, "duplicate option")
-            .await;
+            .await
+            .map(|()| 0);
     }
     if req.mode != "octet" && req.mode != "netascii" {
         let msg = "only octet mode is supported";
         return budget
             .refuse(&sock, ErrorCode::IllegalOperation, msg, "mode")
-            .await;
+            .await
+            .map(|()| 0);
     }
     let (reader, size) = match open(files, &req.filename) {
         Ok(opened) => opened,
         Err((code, msg)) => {
             tracing::debug!(%peer, file = %req.filename, msg, "TFTP read refused");
-            return budget.refuse(&sock, code, msg, msg).await;
+            return budget.refuse(&sock, code, msg, msg).await.map(|()| 0);
         }
     };
     let neg = packet::negotiate(&req, size, packet::MAX_BLKSIZE);
@@ -285,7 +292,8 @@ async fn transfer(
         acknowledge_options(&sock, &neg, timeout, &mut budget, &mut buf).await?;
     }
     tracing::debug!(%peer, file = %req.filename, size, blksize = neg.blksize, windowsize = neg.windowsize, "TFTP transfer");
-    send_file(&sock, reader, &neg, timeout, &mut budget, &mut buf).await
+    send_file(&sock, reader, &neg, timeout, &mut budget, &mut buf).await?;
+    Ok(size)
 }
 
 /// Sends the OACK until the client acknowledges it (block 0).
@@ -474,6 +482,20 @@ async fn send_file(
                 return Err(TransferError::Timeout);
             }
         }
+    }
+}
+
+/// What the boot log records of a transfer.
+fn logged(file: String, sent: Result<u64, TransferError>, took: Duration) -> BootStep {
+    let (bytes, outcome) = match sent {
+        Ok(size) => (size, "sent".to_owned()),
+        Err(e) => (0, e.to_string()),
+    };
+    BootStep::Tftp {
+        file,
+        bytes,
+        millis: crate::netboot::boot_log::millis(took),
+        outcome,
     }
 }
 

@@ -1,0 +1,230 @@
+//! The recent boot activity of each client on the provisioning network: its DHCP
+//! exchanges and the files it fetched over TFTP and HTTP, for the boot activity page
+//! (`crate::activity`).
+//!
+//! Bounded whatever the traffic: the last [`EVENTS_PER_CLIENT`] events of each of at
+//! most [`CLIENTS`] clients; when full, the client heard from longest ago makes room.
+//! Nothing in it comes from a Secret: file paths, addresses, message types and
+//! sizes only.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use super::leases::LeaseTable;
+use super::mac::MacAddr;
+
+/// Events kept per client.
+pub const EVENTS_PER_CLIENT: usize = 32;
+
+/// Clients kept.
+pub const CLIENTS: usize = 1024;
+
+/// Who booted: its MAC once DHCP has seen it, else the address it fetched from (a
+/// client bmo gave no address, as in proxy mode or on a site without DHCP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(untagged)]
+pub enum Client {
+    Mac(MacAddr),
+    Address(IpAddr),
+}
+
+impl fmt::Display for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Client::Mac(mac) => mac.fmt(f),
+            Client::Address(ip) => ip.fmt(f),
+        }
+    }
+}
+
+/// One step of a boot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum BootStep {
+    /// A DHCP request and bmo's answer (`None`: not answered).
+    Dhcp {
+        request: String,
+        reply: Option<String>,
+        address: Option<IpAddr>,
+        boot_file: Option<String>,
+    },
+    /// A file sent over TFTP; `outcome` is `sent` or why it was not.
+    Tftp {
+        file: String,
+        bytes: u64,
+        millis: u64,
+        outcome: String,
+    },
+    /// An HTTP request; `bytes` were sent of the body, `complete` when all of it.
+    Http {
+        path: String,
+        status: u16,
+        bytes: u64,
+        millis: u64,
+        complete: bool,
+    },
+}
+
+/// A step and when it ended (Unix milliseconds).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BootEvent {
+    pub at_unix_ms: u64,
+    #[serde(flatten)]
+    pub step: BootStep,
+}
+
+/// One client's recent events, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Timeline {
+    pub client: Client,
+    pub events: Vec<BootEvent>,
+}
+
+#[derive(Default)]
+struct Log {
+    clients: HashMap<Client, VecDeque<BootEvent>>,
+}
+
+/// The boot log, shared by the DHCP, TFTP and HTTP servers and read by the page.
+/// Clones share one log.
+#[derive(Clone, Default)]
+pub struct BootLog {
+    log: Arc<Mutex<Log>>,
+    /// Maps a fetching client's address to its MAC.
+    leases: Option<LeaseTable>,
+}
+
+impl BootLog {
+    /// A log that names clients fetching by address by the MAC `leases` holds for it.
+    pub fn new(leases: LeaseTable) -> Self {
+        Self {
+            log: Arc::default(),
+            leases: Some(leases),
+        }
+    }
+
+    /// Records a DHCP exchange of `mac`.
+    pub fn dhcp(&self, mac: MacAddr, step: BootStep) {
+        self.push(Client::Mac(mac), step);
+    }
+
+    /// Records a transfer to the client at `ip` (named by its MAC when a lease says it).
+    pub fn transfer(&self, ip: IpAddr, step: BootStep) {
+        let ip = ip.to_canonical();
+        let mac = match (&self.leases, ip) {
+            (Some(leases), IpAddr::V4(v4)) => leases.mac_of(v4),
+            _ => None,
+        };
+        self.push(mac.map_or(Client::Address(ip), Client::Mac), step);
+    }
+
+    fn push(&self, client: Client, step: BootStep) {
+        let event = BootEvent {
+            at_unix_ms: now_ms(),
+            step,
+        };
+        let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+        if !log.clients.contains_key(&client) && log.clients.len() >= CLIENTS {
+            let oldest = log
+                .clients
+                .iter()
+                .min_by_key(|(_, events)| events.back().map_or(0, |e| e.at_unix_ms))
+                .map(|(client, _)| *client);
+            if let Some(oldest) = oldest {
+                log.clients.remove(&oldest);
+            }
+        }
+        let events = log.clients.entry(client).or_default();
+        if events.len() >= EVENTS_PER_CLIENT {
+            events.pop_front();
+        }
+        events.push_back(event);
+    }
+
+    /// Every client's timeline, the one heard from last first.
+    pub fn timelines(&self) -> Vec<Timeline> {
+        let log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut timelines: Vec<Timeline> = log
+            .clients
+            .iter()
+            .map(|(client, events)| Timeline {
+                client: *client,
+                events: events.iter().cloned().collect(),
+            })
+            .collect();
+        timelines.sort_by_key(|t| std::cmp::Reverse(t.events.last().map(|e| e.at_unix_ms)));
+        timelines
+    }
+}
+
+/// Milliseconds of `elapsed`, saturating.
+pub fn millis(elapsed: Duration) -> u64 {
+    u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tftp(file: &str) -> BootStep {
+        BootStep::Tftp {
+            file: file.into(),
+            bytes: 1,
+            millis: 1,
+            outcome: "sent".into(),
+        }
+    }
+
+    #[test]
+    fn each_client_keeps_its_last_events_only() {
+        let log = BootLog::default();
+        let mac = MacAddr([2, 0, 0, 0, 0, 1]);
+        for i in 0..EVENTS_PER_CLIENT + 5 {
+            log.dhcp(mac, tftp(&format!("f{i}")));
+        }
+        let timelines = log.timelines();
+        assert_eq!(timelines.len(), 1);
+        let events = &timelines[0].events;
+        assert_eq!(events.len(), EVENTS_PER_CLIENT);
+        assert_eq!(events[0].step, tftp("f5"), "the oldest went first");
+    }
+
+    #[test]
+    fn a_flood_of_clients_keeps_the_log_bounded_and_the_latest_client() {
+        let log = BootLog::default();
+        for i in 0..CLIENTS as u32 + 100 {
+            let ip = IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i));
+            log.transfer(ip, tftp("undionly.kpxe"));
+        }
+        let timelines = log.timelines();
+        assert_eq!(timelines.len(), CLIENTS);
+        let last = IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + CLIENTS as u32 + 99));
+        assert!(timelines.iter().any(|t| t.client == Client::Address(last)));
+    }
+
+    #[test]
+    fn a_fetch_from_a_leased_address_is_the_mac_s() {
+        let leases = LeaseTable::in_memory();
+        let mac = MacAddr([2, 0, 0, 0, 0, 9]);
+        let ip = std::net::Ipv4Addr::new(172, 22, 0, 50);
+        leases.see(mac, Default::default(), false);
+        leases.assign(mac, ip, crate::netboot::leases::LeaseState::Bound, 60);
+        let log = BootLog::new(leases);
+        log.transfer(IpAddr::V4(ip), tftp("snponly.efi"));
+        log.transfer("172.22.0.51".parse().unwrap(), tftp("snponly.efi"));
+        let clients: Vec<Client> = log.timelines().iter().map(|t| t.client).collect();
+        assert!(clients.contains(&Client::Mac(mac)), "{clients:?}");
+        assert!(clients.contains(&Client::Address("172.22.0.51".parse().unwrap())));
+    }
+}
