@@ -6,11 +6,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use axum::body::{Body, Bytes};
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
-use futures::Stream;
+use hyper::body::{Frame, SizeHint};
 
 use super::boot_log::{self, BootLog, BootStep};
 use super::http_server::Peer;
@@ -28,7 +28,8 @@ pub async fn recorded(State(log): State<BootLog>, request: Request, next: Next) 
         return response;
     };
     let (parts, body) = response.into_parts();
-    let delivery = Delivery {
+    let watched = Watched {
+        body,
         log,
         peer,
         path,
@@ -37,15 +38,14 @@ pub async fn recorded(State(log): State<BootLog>, request: Request, next: Next) 
         bytes: 0,
         complete: false,
     };
-    let watched = Watched {
-        body: body.into_data_stream(),
-        delivery,
-    };
-    Response::from_parts(parts, Body::from_stream(watched))
+    Response::from_parts(parts, Body::new(watched))
 }
 
-/// One response on its way; recorded when dropped (sent, failed or abandoned).
-struct Delivery {
+/// A response body on its way, recorded when dropped (sent, failed or abandoned). Its
+/// size hint is the inner body's, so a length the server knew is still sent as
+/// `Content-Length`.
+struct Watched {
+    body: Body,
     log: BootLog,
     peer: IpAddr,
     path: String,
@@ -55,34 +55,45 @@ struct Delivery {
     complete: bool,
 }
 
-impl Drop for Delivery {
+impl HttpBody for Watched {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                let sent = frame.data_ref().map_or(0, Bytes::len);
+                self.bytes += sent as u64;
+            }
+            Poll::Ready(None) => self.complete = true,
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for Watched {
     fn drop(&mut self) {
         let step = BootStep::Http {
             path: std::mem::take(&mut self.path),
             status: self.status,
             bytes: self.bytes,
             millis: boot_log::millis(self.started.elapsed()),
-            complete: self.complete,
+            // An empty body (HEAD, 304) may never be polled.
+            complete: self.complete || self.body.is_end_stream(),
         };
         self.log.transfer(self.peer, step);
-    }
-}
-
-struct Watched<S> {
-    body: S,
-    delivery: Delivery,
-}
-
-impl<S: Stream<Item = Result<Bytes, axum::Error>> + Unpin> Stream for Watched<S> {
-    type Item = Result<Bytes, axum::Error>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let polled = Pin::new(&mut self.body).poll_next(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(chunk))) => self.delivery.bytes += chunk.len() as u64,
-            Poll::Ready(None) => self.delivery.complete = true,
-            _ => {}
-        }
-        polled
     }
 }

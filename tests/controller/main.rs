@@ -11,6 +11,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod controller_activity_page;
 mod controller_apiserver_outage;
 mod controller_backoff;
 mod controller_capi;
