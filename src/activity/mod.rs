@@ -58,12 +58,17 @@ pub struct Activity {
     netboot: Arc<OnceLock<Netboot>>,
     ironic: Arc<OnceLock<Reachability>>,
     on_provisioning_network: bool,
+    /// Whether network boot services will start (and so a provisioning IP be known).
+    netboot_expected: bool,
 }
 
 impl Activity {
-    pub fn new(settings: &ActivitySettings) -> Self {
+    /// `netboot_expected`: whether `bmo run` starts network boot services, whose
+    /// provisioning IP the page must know before it answers.
+    pub fn new(settings: &ActivitySettings, netboot_expected: bool) -> Self {
         Self {
             on_provisioning_network: settings.activity_on_provisioning_network,
+            netboot_expected,
             ..Self::default()
         }
     }
@@ -123,17 +128,23 @@ impl Activity {
         }
     }
 
-    /// Whether `request` came in through the provisioning IP, and that is not allowed.
-    fn refused(&self, request: &Request) -> bool {
+    /// Whether `request` may be answered: not when it came in through the
+    /// provisioning IP (unless allowed), nor while that IP is not known yet.
+    fn admission(&self, request: &Request) -> Option<(StatusCode, &'static str)> {
         if self.on_provisioning_network {
-            return false;
+            return None;
         }
+        let Some(netboot) = self.netboot.get() else {
+            return self
+                .netboot_expected
+                .then_some((StatusCode::SERVICE_UNAVAILABLE, STARTING));
+        };
         let local = request
             .extensions()
             .get::<Local>()
             .map(|l| l.0.ip().to_canonical());
-        let provisioning = self.netboot.get().map(|n| n.address.borrow().ip);
-        matches!((local, provisioning), (Some(a), Some(b)) if a == canonical(b))
+        let provisioning = canonical(netboot.address.borrow().ip);
+        (local == Some(provisioning)).then_some((StatusCode::FORBIDDEN, REFUSED))
     }
 }
 
@@ -141,12 +152,14 @@ fn canonical(ip: IpAddr) -> IpAddr {
     ip.to_canonical()
 }
 
+const STARTING: &str = "the boot activity page answers once the provisioning IP is known\n";
+
 const REFUSED: &str = "the boot activity page is not served on the provisioning network \
                        (BMO_ACTIVITY_ON_PROVISIONING_NETWORK)\n";
 
 async fn html(State(activity): State<Activity>, request: Request) -> Response {
-    if activity.refused(&request) {
-        return (StatusCode::FORBIDDEN, REFUSED).into_response();
+    if let Some(refusal) = activity.admission(&request) {
+        return refusal.into_response();
     }
     let body = page::render(&activity.snapshot());
     (
@@ -160,8 +173,8 @@ async fn html(State(activity): State<Activity>, request: Request) -> Response {
 }
 
 async fn json(State(activity): State<Activity>, request: Request) -> Response {
-    if activity.refused(&request) {
-        return (StatusCode::FORBIDDEN, REFUSED).into_response();
+    if let Some(refusal) = activity.admission(&request) {
+        return refusal.into_response();
     }
     axum::Json(activity.snapshot()).into_response()
 }

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{Request, State};
+use axum::http::header;
 use axum::middleware::Next;
 use axum::response::Response;
 use hyper::body::{Frame, SizeHint};
@@ -28,7 +29,13 @@ pub async fn recorded(State(log): State<BootLog>, request: Request, next: Next) 
         return response;
     };
     let (parts, body) = response.into_parts();
+    // A streamed file's length is in its header, not in the body's size hint.
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok());
     let watched = Watched {
+        expected: body.size_hint().exact().or(declared),
         body,
         log,
         peer,
@@ -46,6 +53,8 @@ pub async fn recorded(State(log): State<BootLog>, request: Request, next: Next) 
 /// `Content-Length`.
 struct Watched {
     body: Body,
+    /// The body's length when known: hyper stops polling once it has sent that much.
+    expected: Option<u64>,
     log: BootLog,
     peer: IpAddr,
     path: String,
@@ -91,8 +100,11 @@ impl Drop for Watched {
             status: self.status,
             bytes: self.bytes,
             millis: boot_log::millis(self.started.elapsed()),
-            // An empty body (HEAD, 304) may never be polled.
-            complete: self.complete || self.body.is_end_stream(),
+            // hyper stops polling a body of known length once that much went out, and
+            // may never poll an empty one (HEAD, 304).
+            complete: self.complete
+                || self.body.is_end_stream()
+                || self.expected.is_some_and(|n| self.bytes >= n),
         };
         self.log.transfer(self.peer, step);
     }

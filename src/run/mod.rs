@@ -93,7 +93,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let health = Health {
         ready: Arc::new(AtomicBool::new(false)),
         metrics: Arc::new(Metrics::with(controller::runtime::observed::register)),
-        activity: crate::activity::Activity::new(&config.activity),
+        activity: crate::activity::Activity::new(&config.activity, config.netboot.any_service()),
     };
     let probes = crate::netboot::descriptors::health_limits(caps.health);
     let page = config.activity.page;
