@@ -3,7 +3,7 @@
 //! (`crate::activity`).
 //!
 //! Bounded whatever the traffic: the last [`EVENTS_PER_CLIENT`] events of each of at
-//! most [`CLIENTS`] clients; when full, the client heard from longest ago makes room.
+//! most [`CLIENTS`] clients; when full, the eighth heard from longest ago makes room.
 //! Nothing in it comes from a Secret: file paths, addresses, message types and
 //! sizes only.
 
@@ -90,6 +90,22 @@ struct Log {
     clients: HashMap<Client, VecDeque<BootEvent>>,
 }
 
+impl Log {
+    /// Drops the eighth of the clients heard from longest ago: in batches, so a flood
+    /// of new clients costs one sort per batch, not a scan per packet.
+    fn make_room(&mut self) {
+        let mut last_heard: Vec<(u64, Client)> = self
+            .clients
+            .iter()
+            .map(|(client, events)| (events.back().map_or(0, |e| e.at_unix_ms), *client))
+            .collect();
+        last_heard.sort_unstable();
+        for (_, client) in last_heard.into_iter().take(CLIENTS / 8) {
+            self.clients.remove(&client);
+        }
+    }
+}
+
 /// The boot log, shared by the DHCP, TFTP and HTTP servers and read by the page.
 /// Clones share one log.
 #[derive(Clone, Default)]
@@ -130,14 +146,7 @@ impl BootLog {
         };
         let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
         if !log.clients.contains_key(&client) && log.clients.len() >= CLIENTS {
-            let oldest = log
-                .clients
-                .iter()
-                .min_by_key(|(_, events)| events.back().map_or(0, |e| e.at_unix_ms))
-                .map(|(client, _)| *client);
-            if let Some(oldest) = oldest {
-                log.clients.remove(&oldest);
-            }
+            log.make_room();
         }
         let events = log.clients.entry(client).or_default();
         if events.len() >= EVENTS_PER_CLIENT {
@@ -208,7 +217,7 @@ mod tests {
             log.transfer(ip, tftp("undionly.kpxe"));
         }
         let timelines = log.timelines();
-        assert_eq!(timelines.len(), CLIENTS);
+        assert!(timelines.len() <= CLIENTS, "{}", timelines.len());
         let last = IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + CLIENTS as u32 + 99));
         assert!(timelines.iter().any(|t| t.client == Client::Address(last)));
     }

@@ -8,6 +8,7 @@ use std::net::Ipv4Addr;
 use std::process::Command;
 use std::time::Duration;
 
+use bmo::netboot::boot_log::{self, BootStep, Client};
 use bmo::netboot::config::{DhcpMode, NetbootConfig};
 use bmo::netboot::leases::{LeaseState, LeaseTable};
 use bmo::netboot::mac::MacAddr;
@@ -145,6 +146,24 @@ fn dhclient_and_udhcpc_get_leases_with_their_hostnames_kept_across_restart() {
             (50..=60).contains(&ip.octets()[3]),
             "{ip} outside DHCP_RANGE"
         );
+        // The boot activity page's timeline of the client: its exchange, as answered.
+        let timeline = nb
+            .boot_log
+            .timelines()
+            .into_iter()
+            .find(|t| t.client == Client::Mac(cli_mac));
+        let steps: Vec<BootStep> = timeline
+            .expect("the client's timeline")
+            .events
+            .into_iter()
+            .map(|e| e.step)
+            .collect();
+        let acked = steps.iter().any(|s| {
+            matches!(s,
+            BootStep::Dhcp { request, reply: Some(reply), address: Some(a), .. }
+                if request == "REQUEST" && reply == "ACK" && *a == std::net::IpAddr::V4(ip))
+        });
+        assert!(acked, "no REQUEST → ACK with {ip} in {steps:?}");
 
         // udhcpc on the other interface, with a UTF-8 hostname.
         let o = tokio::process::Command::new("ip")
@@ -606,6 +625,7 @@ fn a_real_client_gets_a_lease_during_a_flood_of_discovers_from_random_macs() {
             .expect("join");
         let rate = sent as f64 / flood_started.elapsed().as_secs_f64();
         biggest = biggest.max(leases.len());
+        let timelines = nb.boot_log.timelines();
         nb.shutdown().await.expect("flush");
         let file = std::fs::read(&lease_file).expect("lease file");
         let in_file = serde_json::from_slice::<serde_json::Value>(&file).expect("JSON")["leases"]
@@ -622,6 +642,11 @@ fn a_real_client_gets_a_lease_during_a_flood_of_discovers_from_random_macs() {
         assert_eq!(still.ip, lease.ip);
         assert!(waited < Duration::from_secs(20), "dhclient waited {waited:?}");
         assert!(biggest <= MAX_LEASES, "{biggest} records");
+        assert!(timelines.len() <= boot_log::CLIENTS, "{} timelines", timelines.len());
+        assert!(
+            timelines.iter().any(|t| t.client == Client::Mac(cli_mac)),
+            "the real client's timeline was kept"
+        );
         assert!(in_file <= MAX_LEASES, "{in_file} records in the file");
         assert!(
             rate >= f64::from(RATE),
