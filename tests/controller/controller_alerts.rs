@@ -40,7 +40,7 @@ impl Prometheus {
         let quick = regex::Regex::new(r"(?m)^(\s+)for: \S+$").unwrap();
         std::fs::write(
             dir.join("rules.yaml"),
-            quick.replace_all(&rules, "${1}for: 1s"),
+            quick.replace_all(&rules, "${1}for: 1s").as_bytes(),
         )
         .unwrap();
         let config = format!(
