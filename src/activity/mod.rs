@@ -8,6 +8,7 @@
 //! requests that reach it through the provisioning IP are refused unless
 //! `BMO_ACTIVITY_ON_PROVISIONING_NETWORK` allows them.
 
+pub mod metrics;
 pub mod page;
 pub mod snapshot;
 

@@ -1,11 +1,15 @@
 //! Prometheus metrics with upstream baremetal-operator's `metal3_*` names, labels and
 //! histogram buckets, so existing dashboards and alerts keep working. Served as
-//! OpenMetrics text at `/metrics` on the health address. bmo's own series, named
-//! `bmo_*`, are read from the running parts at each scrape ([`live`]).
+//! OpenMetrics text at `/metrics` on the health address. bmo's own series are named
+//! `bmo_*`; those of the running parts are registered by `bmo run`
+//! (`activity::metrics`).
 
-pub mod live;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
-pub use live::Live;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::gauge::ConstGauge;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -160,7 +164,7 @@ pub struct Metrics {
     provision_duration: HistogramFamily,
     deprovision_duration: HistogramFamily,
     events: Vec<(Event, Counter)>,
-    live: Live,
+    certificate: CertificateExpiry,
     /// UIDs of the hosts whose deletion is done ([`Metrics::forget_host`]), the
     /// latest [`FORGOTTEN_HOSTS`] of them.
     forgotten: std::sync::Mutex<std::collections::VecDeque<String>>,
@@ -172,6 +176,28 @@ const FORGOTTEN_HOSTS: usize = 4096;
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// `bmo_metrics_certificate_expiry_timestamp_seconds`, once the secured endpoint has
+/// its certificate (Unix seconds; 0 before). Clones share the value.
+#[derive(Debug, Clone, Default)]
+struct CertificateExpiry(Arc<AtomicI64>);
+
+impl Collector for CertificateExpiry {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let not_after = self.0.load(Ordering::Relaxed);
+        if not_after == 0 {
+            return Ok(());
+        }
+        let gauge = ConstGauge::new(not_after);
+        let metric = encoder.encode_descriptor(
+            "bmo_metrics_certificate_expiry_timestamp_seconds",
+            "When the secured metrics endpoint's certificate expires, Unix seconds",
+            None,
+            gauge.metric_type(),
+        )?;
+        gauge.encode(metric)
     }
 }
 
@@ -221,16 +247,17 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        Self::with(Live::default(), |_| {})
+        Self::with(|_| {})
     }
 
-    /// The metrics, the `bmo_*` series `live` reads, and what `more` registers too
-    /// (series kept elsewhere, such as controller-runtime's, which the controllers'
-    /// runtime counts).
-    pub fn with(live: Live, more: impl FnOnce(&mut Registry)) -> Self {
+    /// The metrics, with what `more` registers too (series kept elsewhere, such as
+    /// controller-runtime's, which the controllers' runtime counts, and the running
+    /// parts' `bmo_*`).
+    pub fn with(more: impl FnOnce(&mut Registry)) -> Self {
         let mut registry = Registry::default();
         more(&mut registry);
-        registry.register_collector(Box::new(live.clone()));
+        let certificate = CertificateExpiry::default();
+        registry.register_collector(Box::new(certificate.clone()));
         // Registered in upstream's order. prometheus-client appends `_total` to
         // counter names.
         Self {
@@ -302,7 +329,7 @@ impl Metrics {
                 })
                 .collect(),
             forgotten: std::sync::Mutex::default(),
-            live,
+            certificate,
             registry,
         }
     }
@@ -317,7 +344,7 @@ impl Metrics {
 
     /// When the secured `/metrics` endpoint's certificate expires, Unix seconds.
     pub fn set_certificate_not_after(&self, unix: i64) {
-        self.live.set_certificate_not_after(unix);
+        self.certificate.0.store(unix, Ordering::Relaxed);
     }
 
     pub fn count(&self, event: Event) {

@@ -165,10 +165,14 @@ fn health(config: &Config) -> Health {
     let activity = crate::activity::Activity::new(&config.activity, config.netboot.any_service());
     let full = config.netboot.dhcp_mode == crate::netboot::config::DhcpMode::Full;
     let pool = config.netboot.dhcp_range.filter(|_| full);
-    let live = crate::metrics::Live::new(activity.clone(), pool);
+    let series = crate::activity::metrics::BmoSeries::new(activity.clone(), pool);
+    let metrics = Metrics::with(|registry| {
+        controller::runtime::observed::register(registry);
+        registry.register_collector(Box::new(series));
+    });
     Health {
         ready: Arc::new(AtomicBool::new(false)),
-        metrics: Arc::new(Metrics::with(live, controller::runtime::observed::register)),
+        metrics: Arc::new(metrics),
         activity,
     }
 }

@@ -108,7 +108,8 @@ fn every_rule_has_its_runbook_in_troubleshooting() {
 #[test]
 fn rules_read_only_series_that_bmo_exports() {
     let exported = [
-        read("src/metrics/live.rs"),
+        read("src/activity/metrics.rs"),
+        read("src/metrics/mod.rs"),
         read("src/controller/runtime/observed.rs"),
     ]
     .concat();

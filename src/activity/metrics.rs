@@ -1,53 +1,39 @@
-//! bmo's own `bmo_*` series, read from the running parts at each scrape: the hosts'
-//! states and errors, Ironic's reachability, the DHCP pool's use, the boot log's
-//! totals (DHCP exchanges, TFTP and HTTP transfers) and when the secured metrics
-//! endpoint's certificate expires. What the alert rules in deploy/monitoring/ read.
-//! A series is absent while its source has not started (no hosts watched yet, no
-//! network boot service, no Ironic probe, no secured endpoint).
+//! bmo's own `bmo_*` series on `/metrics`, read from the page's sources at each
+//! scrape: the hosts' states and errors, Ironic's reachability, the DHCP pool's use
+//! and the boot log's totals (DHCP exchanges, TFTP and HTTP transfers). What the
+//! alert rules in deploy/monitoring/ read. A series is absent while its source has
+//! not started (no hosts watched yet, no network boot service, no Ironic probe).
 
 use std::net::Ipv4Addr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 
-use crate::activity::Activity;
+use super::Activity;
 use crate::netboot::boot_log::Totals;
 use crate::netboot::dhcp::range::Range;
 use crate::netboot::leases::{Lease, LeaseState, now_unix};
 
-/// The sources of the `bmo_*` series. Clones share the certificate's expiry.
-#[derive(Clone, Default)]
-pub struct Live {
+/// The `bmo_*` series' collector, to register on the metrics' registry.
+#[derive(Clone)]
+pub struct BmoSeries {
     activity: Activity,
     /// Full mode's address pool.
     pool: Option<Range>,
-    /// Unix seconds; 0 while the secured endpoint does not run.
-    certificate_not_after: Arc<AtomicI64>,
 }
 
-impl Live {
+impl BmoSeries {
     /// Reads `activity` (filled in as `bmo run` starts its parts); `pool` is full
     /// mode's `DHCP_RANGE`.
     pub fn new(activity: Activity, pool: Option<Range>) -> Self {
-        Self {
-            activity,
-            pool,
-            certificate_not_after: Arc::default(),
-        }
-    }
-
-    /// When the secured `/metrics` endpoint's certificate expires, Unix seconds.
-    pub fn set_certificate_not_after(&self, unix: i64) {
-        self.certificate_not_after.store(unix, Ordering::Relaxed);
+        Self { activity, pool }
     }
 }
 
-impl std::fmt::Debug for Live {
+impl std::fmt::Debug for BmoSeries {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Live")
+        f.debug_struct("BmoSeries")
             .field("pool", &self.pool)
             .finish_non_exhaustive()
     }
@@ -95,7 +81,7 @@ fn one(labels: Labels, value: impl Into<f64>) -> Vec<(Labels, f64)> {
     vec![(labels, value.into())]
 }
 
-impl Collector for Live {
+impl Collector for BmoSeries {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
         if let Some(hosts) = self.activity.host_rows() {
             write_hosts(&mut encoder, &hosts)?;
@@ -110,25 +96,15 @@ impl Collector for Live {
             }
             write_totals(&mut encoder, &totals)?;
         }
-        let not_after = self.certificate_not_after.load(Ordering::Relaxed);
-        if not_after != 0 {
-            let expiry = gauge(
-                "bmo_metrics_certificate_expiry_timestamp_seconds",
-                "When the secured metrics endpoint's certificate expires, Unix seconds",
-            );
-            // Unix seconds fit an f64 exactly for millions of years.
-            #[allow(clippy::cast_precision_loss)]
-            write(&mut encoder, expiry, &one(vec![], not_after as f64))?;
-        }
         Ok(())
     }
 }
 
 fn write_hosts(
     encoder: &mut DescriptorEncoder,
-    hosts: &[crate::activity::snapshot::HostRow],
+    hosts: &[super::snapshot::HostRow],
 ) -> std::fmt::Result {
-    let key = |h: &crate::activity::snapshot::HostRow| -> Labels {
+    let key = |h: &super::snapshot::HostRow| -> Labels {
         vec![("namespace", h.namespace.clone()), ("host", h.name.clone())]
     };
     let with = |mut labels: Labels, name, value: &str| {
@@ -262,6 +238,63 @@ fn write_totals(encoder: &mut DescriptorEncoder, totals: &Totals) -> std::fmt::R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::BareMetalHost;
+
+    fn host(name: &str, state: &str, error: Option<&str>) -> BareMetalHost {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+            "metadata": {"name": name, "namespace": "site", "uid": name},
+            "spec": {"online": true},
+            "status": {
+                "operationalStatus": if error.is_some() { "error" } else { "OK" },
+                "errorType": error, "errorMessage": "", "poweredOn": false,
+                "errorCount": 0, "provisioningFailCount": 0,
+                "provisioning": {"state": state, "ID": ""},
+            },
+        }))
+        .expect("host")
+    }
+
+    #[test]
+    fn hosts_states_and_errors_once_the_hosts_are_watched() {
+        let activity = Activity::default();
+        let series = BmoSeries::new(activity.clone(), None);
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(series));
+        let render = |registry: &prometheus_client::registry::Registry| {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, registry).expect("encode");
+            text
+        };
+        assert!(
+            !render(&registry).contains("bmo_"),
+            "nothing before the sources"
+        );
+        let (store, mut writer) = kube::runtime::reflector::store::<BareMetalHost>();
+        for h in [
+            host("a", "available", None),
+            host("b", "registering", Some("registration error")),
+        ] {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(h));
+        }
+        activity.set_hosts(store);
+        let text = render(&registry);
+        for line in [
+            r#"bmo_host_provisioning_state{namespace="site",host="a",state="available"} 1.0"#,
+            r#"bmo_host_provisioning_state{namespace="site",host="b",state="registering"} 1.0"#,
+            r#"bmo_host_error{namespace="site",host="b",error_type="registration error"} 1.0"#,
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(
+            !text.contains(r#"bmo_host_error{namespace="site",host="a""#),
+            "{text}"
+        );
+        assert!(!text.contains("bmo_ironic_up"), "no probe yet: {text}");
+    }
 
     #[test]
     fn pool_use_counts_live_leases_inside_the_pool() {
