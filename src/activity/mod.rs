@@ -8,6 +8,7 @@
 //! requests that reach it through the provisioning IP are refused unless
 //! `BMO_ACTIVITY_ON_PROVISIONING_NETWORK` allows them.
 
+pub mod metrics;
 pub mod page;
 pub mod snapshot;
 
@@ -26,9 +27,9 @@ use tokio::sync::watch;
 use crate::api::BareMetalHost;
 use crate::ironic::Reachability;
 use crate::netboot::address::Choice;
-use crate::netboot::boot_log::BootLog;
+use crate::netboot::boot_log::{BootLog, Totals};
 use crate::netboot::http_server::Local;
-use crate::netboot::leases::LeaseTable;
+use crate::netboot::leases::{Lease, LeaseTable};
 use snapshot::Snapshot;
 
 /// The page's settings.
@@ -126,6 +127,29 @@ impl Activity {
             leases,
             missing,
         }
+    }
+
+    /// The hosts' rows, for `/metrics`; `None` before the controllers start.
+    pub fn host_rows(&self) -> Option<Vec<snapshot::HostRow>> {
+        let store = self.hosts.get()?;
+        Some(
+            store
+                .state()
+                .iter()
+                .map(|h| snapshot::HostRow::of(h))
+                .collect(),
+        )
+    }
+
+    /// The leases and the boot log's totals, for `/metrics`; `None` without netboot.
+    pub fn netboot_counts(&self) -> Option<(Vec<Lease>, Totals)> {
+        let n = self.netboot.get()?;
+        Some((n.leases.list(), n.boot_log.totals()))
+    }
+
+    /// The last Ironic probe; `None` before the first.
+    pub fn ironic(&self) -> Option<crate::ironic::Probe> {
+        self.ironic.get().and_then(Reachability::last)
     }
 
     /// Whether `request` may be answered: not when it came in through the

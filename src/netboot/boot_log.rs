@@ -7,7 +7,7 @@
 //! Nothing in it comes from a Secret: file paths, addresses, message types and
 //! sizes only.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -88,6 +88,46 @@ pub struct Timeline {
 #[derive(Default)]
 struct Log {
     clients: HashMap<Client, VecDeque<BootEvent>>,
+    totals: Totals,
+}
+
+/// Counts of every step recorded since start, for `/metrics`; unlike the timelines
+/// they never drop anything. Keys come from bounded sets (message types, outcomes,
+/// status classes), never from file names or addresses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// (request, reply or `none`) → exchanges.
+    pub dhcp: BTreeMap<(String, String), u64>,
+    /// `sent` or `failed` → (transfers, bytes sent).
+    pub tftp: BTreeMap<&'static str, (u64, u64)>,
+    /// (status class such as `2xx`, whole body sent) → (responses, bytes sent).
+    pub http: BTreeMap<(String, bool), (u64, u64)>,
+}
+
+impl Totals {
+    fn add(&mut self, step: &BootStep) {
+        match step {
+            BootStep::Dhcp { request, reply, .. } => {
+                let reply = reply.clone().unwrap_or_else(|| "none".to_owned());
+                *self.dhcp.entry((request.clone(), reply)).or_default() += 1;
+            }
+            BootStep::Tftp { bytes, outcome, .. } => {
+                let outcome = if outcome == "sent" { "sent" } else { "failed" };
+                let total = self.tftp.entry(outcome).or_default();
+                *total = (total.0 + 1, total.1.saturating_add(*bytes));
+            }
+            BootStep::Http {
+                status,
+                bytes,
+                complete,
+                ..
+            } => {
+                let key = (format!("{}xx", status / 100), *complete);
+                let total = self.http.entry(key).or_default();
+                *total = (total.0 + 1, total.1.saturating_add(*bytes));
+            }
+        }
+    }
 }
 
 impl Log {
@@ -145,6 +185,7 @@ impl BootLog {
             step,
         };
         let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+        log.totals.add(&event.step);
         if !log.clients.contains_key(&client) && log.clients.len() >= CLIENTS {
             log.make_room();
         }
@@ -153,6 +194,15 @@ impl BootLog {
             events.pop_front();
         }
         events.push_back(event);
+    }
+
+    /// What has been recorded since start, counted.
+    pub fn totals(&self) -> Totals {
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .totals
+            .clone()
     }
 
     /// Every client's timeline, the one heard from last first.
@@ -207,6 +257,53 @@ mod tests {
         let events = &timelines[0].events;
         assert_eq!(events.len(), EVENTS_PER_CLIENT);
         assert_eq!(events[0].step, tftp("f5"), "the oldest went first");
+    }
+
+    #[test]
+    fn totals_count_every_step_by_kind_and_outcome() {
+        let log = BootLog::default();
+        let mac = MacAddr([2, 0, 0, 0, 0, 1]);
+        for i in 0..EVENTS_PER_CLIENT + 5 {
+            log.dhcp(mac, tftp(&format!("f{i}")));
+        }
+        log.dhcp(
+            mac,
+            BootStep::Tftp {
+                file: "missing.efi".into(),
+                bytes: 0,
+                millis: 1,
+                outcome: "file not found".into(),
+            },
+        );
+        log.dhcp(
+            mac,
+            BootStep::Dhcp {
+                request: "DISCOVER".into(),
+                reply: None,
+                address: None,
+                boot_file: None,
+            },
+        );
+        let ip = IpAddr::from(std::net::Ipv4Addr::LOCALHOST);
+        let http = |status, complete| BootStep::Http {
+            path: "/images/a.iso".into(),
+            status,
+            bytes: 10,
+            millis: 1,
+            complete,
+        };
+        log.transfer(ip, http(200, true));
+        log.transfer(ip, http(200, false));
+        log.transfer(ip, http(404, true));
+        let totals = log.totals();
+        let sent = EVENTS_PER_CLIENT as u64 + 5;
+        assert_eq!(totals.tftp.get("sent"), Some(&(sent, sent)));
+        assert_eq!(totals.tftp.get("failed"), Some(&(1, 0)));
+        let key = |r: &str, a: &str| (r.to_owned(), a.to_owned());
+        assert_eq!(totals.dhcp.get(&key("DISCOVER", "none")), Some(&1));
+        assert_eq!(totals.http.get(&("2xx".to_owned(), true)), Some(&(1, 10)));
+        assert_eq!(totals.http.get(&("2xx".to_owned(), false)), Some(&(1, 10)));
+        assert_eq!(totals.http.get(&("4xx".to_owned(), true)), Some(&(1, 10)));
     }
 
     #[test]

@@ -90,11 +90,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
 
     // The probes answer from the start, so that while a dependency is not there yet
     // /healthz says bmo lives and /readyz says it is not ready.
-    let health = Health {
-        ready: Arc::new(AtomicBool::new(false)),
-        metrics: Arc::new(Metrics::with(controller::runtime::observed::register)),
-        activity: crate::activity::Activity::new(&config.activity, config.netboot.any_service()),
-    };
+    let health = health(&config);
     let probes = crate::netboot::descriptors::health_limits(caps.health);
     let page = config.activity.page;
     let server = serve_probes(
@@ -161,6 +157,24 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     ];
     shut_down(server, background.into_iter().flatten(), netboot).await;
     outcome
+}
+
+/// The probes' state (not ready yet), the metrics and the page's sources, which the
+/// `bmo_*` series read too.
+fn health(config: &Config) -> Health {
+    let activity = crate::activity::Activity::new(&config.activity, config.netboot.any_service());
+    let full = config.netboot.dhcp_mode == crate::netboot::config::DhcpMode::Full;
+    let pool = config.netboot.dhcp_range.filter(|_| full);
+    let series = crate::activity::metrics::BmoSeries::new(activity.clone(), pool);
+    let metrics = Metrics::with(|registry| {
+        controller::runtime::observed::register(registry);
+        registry.register_collector(Box::new(series));
+    });
+    Health {
+        ready: Arc::new(AtomicBool::new(false)),
+        metrics: Arc::new(metrics),
+        activity,
+    }
 }
 
 /// Says bmo is ready, on `/readyz` and to systemd, and starts the systemd watchdog

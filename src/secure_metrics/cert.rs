@@ -24,17 +24,24 @@ pub enum CertError {
     Mismatch(String),
 }
 
-/// The server's TLS configuration, from `dir` or self-signed for `names`.
-pub fn server_config(dir: Option<&Path>, names: &[String]) -> Result<Arc<ServerConfig>, CertError> {
+/// The server's TLS configuration, from `dir` or self-signed for `names`, and when
+/// its certificate expires (Unix seconds; `None` if that cannot be read).
+pub fn server_config(
+    dir: Option<&Path>,
+    names: &[String],
+) -> Result<(Arc<ServerConfig>, Option<i64>), CertError> {
     let (chain, key) = match dir {
         Some(dir) => from_dir(dir)?,
         None => self_signed(names)?,
     };
+    let not_after = chain
+        .first()
+        .and_then(|leaf| super::expiry::not_after(leaf));
     let config = ServerConfig::builder()
         .with_no_client_auth()
         .with_single_cert(chain, key)
         .map_err(|e| CertError::Mismatch(e.to_string()))?;
-    Ok(Arc::new(config))
+    Ok((Arc::new(config), not_after))
 }
 
 fn from_dir(

@@ -5,6 +5,7 @@
 
 mod auth;
 mod cert;
+mod expiry;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -75,7 +76,10 @@ impl SecureMetricsSettings {
             return Ok(None);
         };
         let names = vec!["localhost".to_owned(), addr.ip().to_string()];
-        let tls = cert::server_config(self.metrics_cert_dir.as_deref(), &names)?;
+        let (tls, not_after) = cert::server_config(self.metrics_cert_dir.as_deref(), &names)?;
+        if let Some(not_after) = not_after {
+            metrics.set_certificate_not_after(not_after);
+        }
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| SecureMetricsError::Listen { addr, source })?;

@@ -14,6 +14,7 @@ mod appliance_bundle;
 mod appliance_docs;
 mod appliance_image;
 mod appliance_manifests;
+mod appliance_monitoring;
 mod appliance_notify;
 mod appliance_olm;
 mod appliance_rbac;

@@ -104,6 +104,11 @@ async fn secured_metrics_answer_only_tokens_the_api_server_authorises() {
     .await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("metal3_"), "the metrics: {body}");
+    // When its certificate (self-signed here, for the year 4096) expires.
+    assert!(
+        body.contains("bmo_metrics_certificate_expiry_timestamp_seconds 67090118400"),
+        "the certificate's expiry: {body}"
+    );
     // controller-runtime's series, named and labelled as upstream's operator exports them.
     create_fake_host(&client, &ns, "counted").await;
     eventually(

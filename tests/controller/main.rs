@@ -12,6 +12,7 @@
 mod support;
 
 mod controller_activity_page;
+mod controller_alerts;
 mod controller_apiserver_outage;
 mod controller_backoff;
 mod controller_capi;

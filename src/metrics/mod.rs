@@ -1,6 +1,15 @@
 //! Prometheus metrics with upstream baremetal-operator's `metal3_*` names, labels and
 //! histogram buckets, so existing dashboards and alerts keep working. Served as
-//! OpenMetrics text at `/metrics` on the health address.
+//! OpenMetrics text at `/metrics` on the health address. bmo's own series are named
+//! `bmo_*`; those of the running parts are registered by `bmo run`
+//! (`activity::metrics`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::gauge::ConstGauge;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -155,6 +164,7 @@ pub struct Metrics {
     provision_duration: HistogramFamily,
     deprovision_duration: HistogramFamily,
     events: Vec<(Event, Counter)>,
+    certificate: CertificateExpiry,
     /// UIDs of the hosts whose deletion is done ([`Metrics::forget_host`]), the
     /// latest [`FORGOTTEN_HOSTS`] of them.
     forgotten: std::sync::Mutex<std::collections::VecDeque<String>>,
@@ -166,6 +176,28 @@ const FORGOTTEN_HOSTS: usize = 4096;
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// `bmo_metrics_certificate_expiry_timestamp_seconds`, once the secured endpoint has
+/// its certificate (Unix seconds; 0 before). Clones share the value.
+#[derive(Debug, Clone, Default)]
+struct CertificateExpiry(Arc<AtomicI64>);
+
+impl Collector for CertificateExpiry {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let not_after = self.0.load(Ordering::Relaxed);
+        if not_after == 0 {
+            return Ok(());
+        }
+        let gauge = ConstGauge::new(not_after);
+        let metric = encoder.encode_descriptor(
+            "bmo_metrics_certificate_expiry_timestamp_seconds",
+            "When the secured metrics endpoint's certificate expires, Unix seconds",
+            None,
+            gauge.metric_type(),
+        )?;
+        gauge.encode(metric)
     }
 }
 
@@ -219,10 +251,13 @@ impl Metrics {
     }
 
     /// The metrics, with what `more` registers too (series kept elsewhere, such as
-    /// controller-runtime's, which the controllers' runtime counts).
+    /// controller-runtime's, which the controllers' runtime counts, and the running
+    /// parts' `bmo_*`).
     pub fn with(more: impl FnOnce(&mut Registry)) -> Self {
         let mut registry = Registry::default();
         more(&mut registry);
+        let certificate = CertificateExpiry::default();
+        registry.register_collector(Box::new(certificate.clone()));
         // Registered in upstream's order. prometheus-client appends `_total` to
         // counter names.
         Self {
@@ -294,6 +329,7 @@ impl Metrics {
                 })
                 .collect(),
             forgotten: std::sync::Mutex::default(),
+            certificate,
             registry,
         }
     }
@@ -304,6 +340,11 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// When the secured `/metrics` endpoint's certificate expires, Unix seconds.
+    pub fn set_certificate_not_after(&self, unix: i64) {
+        self.certificate.0.store(unix, Ordering::Relaxed);
     }
 
     pub fn count(&self, event: Event) {
@@ -427,67 +468,4 @@ impl Metrics {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn host() -> HostLabels {
-        HostLabels {
-            namespace: "ns".into(),
-            host: "node-0".into(),
-        }
-    }
-
-    #[test]
-    fn exports_upstream_names_and_labels() {
-        let metrics = Metrics::new();
-        metrics.reconcile(&host(), "uid-0", false);
-        metrics.host_error("RegistrationError");
-        metrics.power_change(&host(), false);
-        metrics.delayed(&host(), false);
-        metrics.state_change("registering", "inspecting");
-        metrics.operation_duration(&host(), TimedOperation::Provision, 42.0);
-        metrics.count(Event::CredentialsMissing);
-        let text = metrics.render();
-        for line in [
-            r#"metal3_reconcile_total{namespace="ns",host="node-0"} 1"#,
-            r#"metal3_host_error_total{error_type="RegistrationError"} 1"#,
-            r#"metal3_operation_power_change_total{namespace="ns",host="node-0",on_off="off"} 1"#,
-            r#"metal3_delayed__provisioning_total{namespace="ns",host="node-0"} 1"#,
-            r#"metal3_provisioning_state_change_total{prev_state="registering",new_state="inspecting"} 1"#,
-            r#"metal3_operation_provision_duration_seconds_bucket{le="90.0",namespace="ns",host="node-0"} 1"#,
-            r#"metal3_operation_provision_duration_seconds_bucket{le="30.0",namespace="ns",host="node-0"} 0"#,
-            "metal3_credentials_missing_total 1",
-            "metal3_credentials_invalid_total 0",
-            "metal3_delete_delayed_for_detached_total 0",
-        ] {
-            assert!(
-                text.lines().any(|l| l == line),
-                "missing {line:?} in\n{text}"
-            );
-        }
-    }
-
-    #[test]
-    fn forgetting_a_host_drops_its_series() {
-        let metrics = Metrics::new();
-        metrics.reconcile(&host(), "uid-0", false);
-        metrics.operation_duration(&host(), TimedOperation::Register, 0.2);
-        metrics.reconcile(&host(), "uid-0", true);
-        metrics.forget_host(&host(), "uid-0");
-        // A reconcile after the deletion is done (a wake-up by the host's Secret),
-        // even of the host as it was before its deletion, does not bring the series
-        // back.
-        metrics.reconcile(&host(), "uid-0", true);
-        metrics.reconcile(&host(), "uid-0", false);
-        let text = metrics.render();
-        assert!(!text.contains("node-0"), "{text}");
-        assert!(text.contains("metal3_reconcile_error_total 0"), "{text}");
-        // A new host of the same name is counted.
-        metrics.reconcile(&host(), "uid-1", false);
-        assert!(
-            metrics
-                .render()
-                .contains(r#"metal3_reconcile_total{namespace="ns",host="node-0"} 1"#)
-        );
-    }
-}
+mod tests;
