@@ -112,28 +112,21 @@ pub(super) fn start_controllers(
         namespace.as_deref(),
         stop,
     ));
-    let firmware_ctx = Arc::new(controller::firmware::FirmwareContext {
-        provisioner: provisioner.clone(),
-        store: KubeClient::new(kube.clone(), config.pod_name.clone()),
-        namespace: config.watch_namespace.clone(),
-    });
-    tasks.push(tokio::spawn(controller::firmware::run(
-        firmware_ctx,
-        config.concurrency,
+    tasks.push(start_firmware(
+        config,
+        kube,
+        provisioner.clone(),
         firmware_feeds,
-        stop.stopped(),
-    )));
+        stop,
+    ));
     let data_image_ctx = Arc::new(controller::dataimage::DataImageContext {
         provisioner: provisioner.clone(),
         store: data_image_store,
         namespace: config.watch_namespace.clone(),
         max_backoff,
     });
-    tasks.push(tokio::spawn(controller::dataimage::run(
-        data_image_ctx,
-        data_image_hosts,
-        stop.stopped(),
-    )));
+    let data_images = controller::dataimage::run(data_image_ctx, data_image_hosts, stop.stopped());
+    tasks.push(tokio::spawn(data_images));
     tasks.push(start_event_subscriptions(
         config,
         kube,
@@ -147,6 +140,27 @@ pub(super) fn start_controllers(
         "host controller started"
     );
     tasks
+}
+
+/// The controllers of HostFirmwareSettings, FirmwareSchemas and HostFirmwareComponents.
+fn start_firmware(
+    config: &Config,
+    kube: &kube::Client,
+    provisioner: IronicProvisioner,
+    feeds: controller::runtime::shared_watch::Feeds,
+    stop: &Stop,
+) -> tokio::task::JoinHandle<()> {
+    let ctx = Arc::new(controller::firmware::FirmwareContext {
+        provisioner,
+        store: KubeClient::new(kube.clone(), config.pod_name.clone()),
+        namespace: config.watch_namespace.clone(),
+    });
+    tokio::spawn(controller::firmware::run(
+        ctx,
+        config.concurrency,
+        feeds,
+        stop.stopped(),
+    ))
 }
 
 /// The BMCEventSubscription controller.

@@ -92,15 +92,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     // /healthz says bmo lives and /readyz says it is not ready.
     let health = health(&config);
     let probes = crate::netboot::descriptors::health_limits(caps.health);
-    let page = config.activity.page;
-    let server = serve_probes(
-        config.health_addr,
-        health.clone(),
-        probes,
-        page,
-        stop.stopped(),
-    )
-    .await?;
+    let server = serve_probes(&config, health.clone(), probes, stop.stopped()).await?;
 
     if !reach_kube(&kube, &kube_url, stop.stopped()).await? {
         return stopped_while_starting(server).await;
@@ -121,13 +113,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         }
     };
 
-    let (reachability, ironic_probe) =
-        crate::ironic::Reachability::watch(ironic.clone(), IRONIC_PROBE);
-    health.activity.set_ironic(reachability);
-    let netboot = start_netboot(&netboot_config).await?;
-    if let Some(netboot) = &netboot {
-        health.activity.set_netboot(netboot);
-    }
+    let (netboot, ironic_probe) = start_watched(&health, &ironic, &netboot_config).await?;
     let secured_metrics = config
         .secure_metrics
         .serve(kube.clone(), health.metrics.clone(), stop.stopped())
@@ -157,6 +143,22 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     ];
     shut_down(server, background.into_iter().flatten(), netboot).await;
     outcome
+}
+
+/// Starts the network boot services and the look at Ironic every `IRONIC_PROBE`,
+/// both shown on the boot activity page; the probe's handle is for stopping it.
+async fn start_watched(
+    health: &Health,
+    ironic: &IronicClient,
+    netboot_config: &crate::netboot::config::NetbootConfig,
+) -> Result<(Option<crate::netboot::Netboot>, tokio::task::JoinHandle<()>), RunError> {
+    let (reachability, probe) = crate::ironic::Reachability::watch(ironic.clone(), IRONIC_PROBE);
+    health.activity.set_ironic(reachability);
+    let netboot = start_netboot(netboot_config).await?;
+    if let Some(netboot) = &netboot {
+        health.activity.set_netboot(netboot);
+    }
+    Ok((netboot, probe))
 }
 
 /// The probes' state (not ready yet), the metrics and the page's sources, which the
@@ -360,16 +362,16 @@ async fn run_until_stopped(
     outcome
 }
 
-/// Serves `/healthz`, `/readyz`, `/metrics` and (with `page`) the boot activity page
-/// on `addr` until `stop` resolves, with the boot server's accept loop: connection
+/// Serves `/healthz`, `/readyz`, `/metrics` and (with `BMO_ACTIVITY_PAGE`) the boot activity page
+/// on `BMO_HEALTH_ADDR` until `stop` resolves, with the boot server's accept loop: connection
 /// caps, header and idle timeouts.
 async fn serve_probes(
-    addr: std::net::SocketAddr,
+    config: &Config,
     health: Health,
     limits: crate::netboot::http_server::HttpLimits,
-    page: bool,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<tokio::task::JoinHandle<std::io::Result<()>>, RunError> {
+    let (addr, page) = (config.health_addr, config.activity.page);
     let mut app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
