@@ -10,6 +10,9 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod dhcp_watch;
 mod lab;
 mod vm_e2e;
 mod vm_servicing;
+mod vm_vmedia;
+mod watch;
