@@ -38,7 +38,7 @@ fn static_network_data(mac: &str, ip: &str) -> String {
     json!({
         "links": [{"id": "prov", "type": "phy", "ethernet_mac_address": mac, "mtu": 1500}],
         "networks": [{
-            "id": "prov-v4", "link": "prov", "type": "ipv4",
+            "id": "prov-v4", "link": "prov", "network_id": "prov", "type": "ipv4",
             "ip_address": ip, "netmask": "255.255.255.0", "routes": []
         }],
         "services": []
