@@ -610,6 +610,14 @@ fn create_storage_pool(dir: &Path) {
         if out.status.success() {
             return;
         }
+        // A libvirtd killed with its lab left the pool's state in /var/run, and the
+        // next one takes it up again: that pool's directory is gone, replace it.
+        if String::from_utf8_lossy(&out.stderr).contains("already exists") {
+            let _ = Command::new("virsh")
+                .args(["-c", "qemu:///system", "pool-destroy", "default"])
+                .output();
+            continue;
+        }
         assert!(
             std::time::Instant::now() < deadline,
             "create the libvirt storage pool: {}",
