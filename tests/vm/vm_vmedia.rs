@@ -1,7 +1,8 @@
 //! A site without DHCP, on a real machine: a UEFI qemu VM (OVMF) behind a
 //! `redfish-virtualmedia://` BMC (sushy-emulator's libvirt driver) on a network where
 //! nothing answers DHCP (bmo runs with `BMO_DHCP_MODE=off`; a packet watch on the
-//! bridge checks that no DHCP reply was sent). The host's
+//! bridge checks that no DHCP reply was sent, not even to a DHCP client the test
+//! plugs in at the end). The host's
 //! `preprovisioningNetworkDataName` Secret holds a static address: Ironic builds the
 //! agent's ISO with it as network data, the BMC inserts the ISO, the real agent
 //! comes up on that address, is inspected, metadata-cleaned and deploys the UEFI test
@@ -10,6 +11,7 @@
 //! console and answers a ping there. Upstream's `network_data` and `inspection`
 //! scenarios over virtual media, in one VM lifecycle.
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bmo::api::BareMetalHost;
@@ -91,6 +93,29 @@ async fn wait_ping(lab: &Lab, ip: &str) {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Asks for a lease on the provisioning network as a new machine would: busybox's
+/// udhcpc on a veth plugged into the bridge, three DISCOVERs a second apart. Whether
+/// any server offered one.
+fn dhcp_probe_gets_a_lease(lab: &Lab) -> bool {
+    let ip = |args: &[&str]| {
+        crate::support::netboot::run(Command::new("ip").arg("-n").arg(&lab.ns.name).args(args))
+    };
+    ip(&[
+        "link", "add", "probe0", "type", "veth", "peer", "name", "probe1",
+    ]);
+    ip(&["link", "set", "probe1", "master", "br0", "up"]);
+    ip(&["link", "set", "probe0", "up"]);
+    let status = lab
+        .ns
+        .command("busybox")
+        .args(["udhcpc", "-i", "probe0", "-n", "-q", "-t", "3", "-T", "1"])
+        .args(["-s", "/bin/true"])
+        .output()
+        .expect("run busybox udhcpc");
+    ip(&["link", "del", "probe0"]);
+    status.status.success()
 }
 
 /// The test OS image for UEFI, copied next to the agent for bmo's HTTP server; its
@@ -242,7 +267,16 @@ async fn vm_without_dhcp_boots_the_agent_from_virtual_media_on_a_static_address_
     wait_ping(&lab, OS_IP).await;
     watch.mark("deployed OS answers on its address");
 
+    assert!(
+        !dhcp_probe_gets_a_lease(&lab),
+        "a DHCP client on the provisioning network got a lease"
+    );
     let seen = dhcp.seen();
+    assert!(
+        seen.requests.iter().any(|r| r.ends_with("DHCP DISCOVER")),
+        "the watch saw the probe's DISCOVERs: {:?}",
+        seen.requests
+    );
     assert!(
         seen.replies.is_empty(),
         "nothing may answer DHCP on this network, yet: {:?}",
