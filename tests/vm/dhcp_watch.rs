@@ -237,6 +237,7 @@ mod tests {
 
     #[test]
     fn an_offer_is_a_reply_and_a_discover_a_request() {
+        let _shared = crate::support::shared();
         let (reply, what) = classify(&frame(67, 68, &bootp(2))).unwrap();
         assert!(reply);
         assert_eq!(what, "52:54:00:7e:00:09 67->68 DHCP OFFER");

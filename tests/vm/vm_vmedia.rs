@@ -263,6 +263,15 @@ async fn vm_without_dhcp_boots_the_agent_from_virtual_media_on_a_static_address_
         "the deployed OS took spec.networkData's address from its config drive:\n{}",
         tail(booted, 30)
     );
+    // OVMF started the boot entry the agent added with efibootmgr (IPA names it
+    // "ironic1"), on the image's EFI system partition.
+    assert!(
+        console
+            .lines()
+            .any(|l| l.contains("BdsDxe: starting") && l.contains("\"ironic1\" from HD(")),
+        "the firmware booted the agent's UEFI boot entry:\n{}",
+        tail(&console, 40)
+    );
     watch.mark("deployed OS booted from disk on its address");
     wait_ping(&lab, OS_IP).await;
     watch.mark("deployed OS answers on its address");
