@@ -6,6 +6,11 @@
 //! forwards to it, so bmo uses the stack's kubeconfig unchanged. A second relay lets
 //! the test read the private Ironic from the root namespace. No packet leaves the
 //! namespace or loopback.
+//!
+//! A virtual media lab ([`Lab::start_virtual_media`]) also gives sushy a libvirt
+//! storage pool (it copies each inserted ISO there) and its firmware map (OVMF without
+//! secure boot for `UEFI`), and gives Ironic the ESP image (tests/env/esp-build) that
+//! makes the ISOs it builds from the agent's kernel and ramdisk boot under UEFI.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -75,6 +80,16 @@ impl Lab {
     /// As [`Self::start`], with `extra` lines (sections and options) appended to the
     /// lab Ironic's configuration.
     pub fn start_with_ironic_conf(extra: &[&str]) -> Lab {
+        Self::start_inner(extra, false)
+    }
+
+    /// A lab whose BMC boots VMs from virtual media: Redfish `InsertMedia` of the ISO
+    /// that Ironic builds, served by bmo's HTTP server from Ironic's `http_root`.
+    pub fn start_virtual_media(extra: &[&str]) -> Lab {
+        Self::start_inner(extra, true)
+    }
+
+    fn start_inner(extra: &[&str], virtual_media: bool) -> Lab {
         let stack = Stack::get();
         reap_dead_labs();
         let ns = Netns::new("vm");
@@ -137,13 +152,16 @@ impl Lab {
 
         let sushy_port = free_port();
         let sushy_conf = dir.path().join("sushy.conf");
-        std::fs::write(
-            &sushy_conf,
-            format!(
-                "SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\nSUSHY_EMULATOR_LISTEN_PORT = {sushy_port}\nSUSHY_EMULATOR_LIBVIRT_URI = 'qemu:///system'\nSUSHY_EMULATOR_IGNORE_BOOT_DEVICE = False\n"
-            ),
-        )
-        .expect("sushy config");
+        let mut sushy_settings = format!(
+            "SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\nSUSHY_EMULATOR_LISTEN_PORT = {sushy_port}\nSUSHY_EMULATOR_LIBVIRT_URI = 'qemu:///system'\nSUSHY_EMULATOR_IGNORE_BOOT_DEVICE = False\n"
+        );
+        let sushy_tmp = dir.path().join("sushy-tmp");
+        std::fs::create_dir_all(&sushy_tmp).expect("sushy's temp directory");
+        if virtual_media {
+            create_storage_pool(&dir.path().join("pool"));
+            sushy_settings.push_str(&virtual_media_settings(&dir.path().join("sushy-state")));
+        }
+        std::fs::write(&sushy_conf, sushy_settings).expect("sushy config");
         let sushy = stack
             .var("BMO_SUSHY_LIBVIRT")
             .expect("BMO_SUSHY_LIBVIRT in the stack env");
@@ -151,6 +169,8 @@ impl Lab {
             ns.command(sushy)
                 .arg("--config")
                 .arg(&sushy_conf)
+                // It downloads inserted ISOs there before copying them into the pool.
+                .env("TMPDIR", &sushy_tmp)
                 .stdout(Stdio::null())
                 .stderr(std::fs::File::create(dir.path().join("sushy.log")).expect("log")),
         ));
@@ -181,6 +201,9 @@ impl Lab {
             "[agent]".to_owned(),
             "deploy_logs_collect = never".to_owned(),
         ];
+        if virtual_media {
+            conf.extend(virtual_media_ironic_conf());
+        }
         conf.extend(extra.iter().map(|line| (*line).to_owned()));
         let out = ns
             .command(&stack_script().display().to_string())
@@ -282,6 +305,13 @@ impl Lab {
     /// Defines (not starts) a VM with a virtio disk of `disk_gib` GiB, one virtio
     /// NIC on `br0` with `mac`, and its serial console appended to a file.
     pub fn define_vm(&mut self, spec: VmSpec<'_>) -> Vm {
+        self.define_vm_booting(spec, "network")
+    }
+
+    /// As [`Self::define_vm`], with `boot_dev` (`network` or `hd`) first in the
+    /// firmware's boot order. A VM that boots from virtual media gets `hd`: its BMC
+    /// puts the CD first when it inserts one.
+    pub fn define_vm_booting(&mut self, spec: VmSpec<'_>, boot_dev: &str) -> Vm {
         let VmSpec {
             name,
             uuid,
@@ -316,7 +346,7 @@ impl Lab {
   <vcpu>{cpus}</vcpu>
   <os>
     <type arch='x86_64' machine='pc'>hvm</type>
-    <boot dev='network'/>
+    <boot dev='{boot_dev}'/>
 {loader}
   </os>
   <features><acpi/><apic/></features>
@@ -561,6 +591,65 @@ fn reap_dead_labs() {
             }
         }
     }
+}
+
+/// The storage pool sushy-emulator copies inserted ISOs into (`default`, its default
+/// `SUSHY_EMULATOR_STORAGE_POOL`); transient, it goes with the lab's libvirtd.
+fn create_storage_pool(dir: &Path) {
+    std::fs::create_dir_all(dir).expect("pool directory");
+    run(Command::new("chmod").arg("755").arg(dir));
+    let target = dir.display().to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    // libvirtd was just started: poll until it answers.
+    loop {
+        let out = Command::new("virsh")
+            .args(["-c", "qemu:///system", "pool-create-as", "default", "dir"])
+            .args(["--target", &target])
+            .output()
+            .expect("run virsh");
+        if out.status.success() {
+            return;
+        }
+        // A libvirtd killed with its lab left the pool's state in /var/run, and the
+        // next one takes it up again: that pool's directory is gone, replace it.
+        if String::from_utf8_lossy(&out.stderr).contains("already exists") {
+            let _ = Command::new("virsh")
+                .args(["-c", "qemu:///system", "pool-destroy", "default"])
+                .output();
+            continue;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "create the libvirt storage pool: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// sushy-emulator's settings for virtual media: its firmware for each boot mode (else
+/// `UEFI` means a secure-boot OVMF that needs SMM, and the VM hangs) and its state.
+fn virtual_media_settings(state_dir: &Path) -> String {
+    format!(
+        "SUSHY_EMULATOR_STORAGE_POOL = 'default'\nSUSHY_EMULATOR_STATE_DIR = '{}'\nSUSHY_EMULATOR_BOOT_LOADER_MAP = {{'UEFI': {{'x86_64': '{OVMF_CODE}'}}, 'Legacy': {{'x86_64': '/usr/share/seabios/bios-256k.bin'}}}}\nSUSHY_EMULATOR_SECURE_BOOT_DISABLED_NVRAM = '{OVMF_VARS}'\nSUSHY_EMULATOR_SECURE_BOOT_ENABLED_NVRAM = '/usr/share/OVMF/OVMF_VARS_4M.ms.fd'\n",
+        state_dir.display()
+    )
+}
+
+/// Ironic's settings for virtual media: the ESP image (GRUB) for the UEFI ISOs it
+/// builds, and the agent's console on the kernel command line of those ISOs.
+fn virtual_media_ironic_conf() -> Vec<String> {
+    let esp = PathBuf::from(
+        Stack::get()
+            .var("BMO_ESP_DIR")
+            .expect("BMO_ESP_DIR in the stack env (tests/env/esp-build)"),
+    );
+    vec![
+        "[DEFAULT]".to_owned(),
+        format!("esp_image = {}", esp.join("esp.img").display()),
+        "[redfish]".to_owned(),
+        "kernel_append_params = console=ttyS0,115200 ipa-insecure=1".to_owned(),
+    ]
 }
 
 pub fn virsh(args: &[&str]) -> String {

@@ -1,8 +1,10 @@
 //! The real-machine tests, a binary of their own so that they run apart from the other
 //! crates (docs/try-on-a-vm.md): `vm_e2e` (deploys through the real agent),
-//! `vm_servicing` (a VM that boots nothing, serviced through its BMC), `lab` their
-//! network and daemons. One lab runs at a time (each starts the machine's one system
-//! libvirtd), so `vm_servicing` takes the lock alone.
+//! `vm_servicing` (a VM that boots nothing, serviced through its BMC), `vm_vmedia`
+//! (virtual media on a network without DHCP, static addresses), `lab` their network
+//! and daemons, `watch` a host's states, `dhcp_watch` the packets on the lab's bridge.
+//! One lab runs at a time (each starts the machine's one system libvirtd), so
+//! `vm_servicing` and `vm_vmedia` take the lock alone.
 
 // Tests may panic on what they set up themselves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -10,6 +12,9 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod dhcp_watch;
 mod lab;
 mod vm_e2e;
 mod vm_servicing;
+mod vm_vmedia;
+mod watch;

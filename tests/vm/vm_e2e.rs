@@ -15,138 +15,18 @@ use bmo::ironic::{ClientConfig, IronicClient};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::lab::{Firmware, HTTP_PORT, Lab, PROVISIONING_IP, Vm, VmSpec};
 use crate::support::netboot;
 use crate::support::{Stack, new_namespace, unique_name};
+use crate::watch::{Watch, state_is, tail, wait_console};
 
 const VM_MEMORY_MIB: u32 = 2560;
 const VM_CPUS: u32 = 2;
 const VM_DISK_GIB: u64 = 5;
 const GPT_SIGNATURE: &[u8] = b"EFI PART";
-
-/// Watches one host: its provisioning state in Kubernetes and its node's provision
-/// state in Ironic, noting when each state was first seen.
-struct Watch<'a> {
-    api: Api<BareMetalHost>,
-    name: String,
-    ironic: IronicClient,
-    node: String,
-    lab: &'a Lab,
-    vm: &'a Vm,
-    start: Instant,
-    marks: Vec<(String, Duration)>,
-}
-
-impl Watch<'_> {
-    /// Notes `what` unless it is already the latest mark of its source (the text
-    /// before ": ", e.g. "host" or "ironic").
-    fn mark(&mut self, what: &str) {
-        let source = what.split_once(": ").map(|(s, _)| s);
-        let latest = self
-            .marks
-            .iter()
-            .rev()
-            .find(|(w, _)| w.split_once(": ").map(|(s, _)| s) == source)
-            .map(|(w, _)| w.as_str());
-        if latest != Some(what) {
-            let at = self.start.elapsed();
-            eprintln!("vm_e2e: {:>7.1} s  {what}", at.as_secs_f64());
-            self.marks.push((what.to_owned(), at));
-        }
-    }
-
-    /// When `what` was first seen after `after` was.
-    fn at(&self, what: &str, after: Option<Duration>) -> Option<Duration> {
-        let after = after.unwrap_or_default();
-        self.marks
-            .iter()
-            .find(|(w, d)| w == what && *d >= after)
-            .map(|(_, d)| *d)
-    }
-
-    /// Polls every second until `done` holds for the host; panics after `timeout`
-    /// with the host's status, the console and the lab's logs.
-    async fn until(
-        &mut self,
-        what: &str,
-        timeout: Duration,
-        done: impl Fn(&Value) -> bool,
-    ) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Ok(Some(node)) = self.ironic.get_node(&self.node).await {
-                let state = node.provision_state.unwrap_or_default();
-                self.mark(&format!("ironic: {state}"));
-                let step = node.clean_step.unwrap_or_default();
-                if let (Some(i), Some(s)) = (step["interface"].as_str(), step["step"].as_str()) {
-                    self.mark(&format!("ironic clean step: {i}.{s}"));
-                }
-            }
-            let status = match self.api.get(&self.name).await {
-                Ok(host) => status(&host),
-                Err(e) => json!({"error": e.to_string()}),
-            };
-            if let Some(state) = status["provisioning"]["state"].as_str() {
-                self.mark(&format!("host: {state}"));
-            }
-            let step = &status["provisioning"]["currentStep"];
-            if let (Some(kind), Some(name)) = (step["type"].as_str(), step["name"].as_str()) {
-                self.mark(&format!("step: {kind} {name}"));
-            }
-            if done(&status) {
-                return status;
-            }
-            if Instant::now() >= deadline {
-                panic!(
-                    "timed out after {timeout:?} waiting for {what}; host status: {status}\n--- console:\n{}\n{}",
-                    tail(&self.vm.console(), 60),
-                    self.lab.logs_tail()
-                );
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-    }
-
-    async fn patch(&self, body: Value) {
-        self.api
-            .patch(&self.name, &PatchParams::default(), &Patch::Merge(body))
-            .await
-            .expect("patch the host");
-    }
-}
-
-fn status(host: &BareMetalHost) -> Value {
-    serde_json::to_value(host)
-        .ok()
-        .and_then(|v| v.get("status").cloned())
-        .unwrap_or(Value::Null)
-}
-
-fn state_is(state: &'static str) -> impl Fn(&Value) -> bool {
-    move |s| s["provisioning"]["state"] == json!(state)
-}
-
-fn tail(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-async fn wait_console(vm: &Vm, lab: &Lab, needle: &str, times: usize, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    while vm.console().matches(needle).count() < times {
-        if Instant::now() >= deadline {
-            panic!(
-                "the console did not show {needle:?} {times} time(s) within {timeout:?}:\n{}\n{}",
-                tail(&vm.console(), 80),
-                lab.logs_tail()
-            );
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
 
 /// Polls `check` on the VM's disk for up to a minute: the guest's writes reach the
 /// image file when its kernel flushes them.
@@ -158,7 +38,7 @@ async fn wait_disk(vm: &Vm, what: &str, check: impl Fn(&Vm) -> bool) {
     }
 }
 
-async fn create_secret(client: &kube::Client, ns: &str, name: &str, data: &[(&str, &str)]) {
+pub async fn create_secret(client: &kube::Client, ns: &str, name: &str, data: &[(&str, &str)]) {
     let mut secret = Secret::default();
     secret.metadata.name = Some(name.to_owned());
     secret.data = Some(
@@ -172,7 +52,7 @@ async fn create_secret(client: &kube::Client, ns: &str, name: &str, data: &[(&st
         .expect("create Secret");
 }
 
-fn nic_of<'a>(hardware: &'a Value, mac: &str) -> &'a Value {
+pub fn nic_of<'a>(hardware: &'a Value, mac: &str) -> &'a Value {
     hardware["nics"]
         .as_array()
         .and_then(|nics| {

@@ -1,0 +1,392 @@
+//! A site without DHCP, on a real machine: a UEFI qemu VM (OVMF) behind a
+//! `redfish-virtualmedia://` BMC (sushy-emulator's libvirt driver) on a network where
+//! nothing answers DHCP (bmo runs with `BMO_DHCP_MODE=off`; a packet watch on the
+//! bridge checks that no DHCP reply was sent, not even to a DHCP client the test
+//! plugs in at the end). The host's
+//! `preprovisioningNetworkDataName` Secret holds a static address: Ironic builds the
+//! agent's ISO with it as network data, the BMC inserts the ISO, the real agent
+//! comes up on that address, is inspected, metadata-cleaned and deploys the UEFI test
+//! OS from bmo's HTTP server. The VM then boots from its disk, applies
+//! `spec.networkData` (another address) from the config drive, shows it on its
+//! console and answers a ping there. Upstream's `network_data` and `inspection`
+//! scenarios over virtual media, in one VM lifecycle.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use bmo::api::BareMetalHost;
+use bmo::ironic::{ClientConfig, IronicClient};
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use serde_json::{Value, json};
+
+use crate::dhcp_watch::DhcpWatch;
+use crate::lab::{Firmware, HTTP_PORT, Lab, PROVISIONING_IP, Vm, VmSpec};
+use crate::support::{Stack, new_namespace, unique_name};
+use crate::vm_e2e::{create_secret, nic_of};
+use crate::watch::{Watch, state_is, tail, wait_console};
+
+const VM_MEMORY_MIB: u32 = 2560;
+const VM_CPUS: u32 = 2;
+const VM_DISK_GIB: u64 = 5;
+/// The agent's address (preprovisioning network data) and the deployed OS's
+/// (`spec.networkData`), both outside any DHCP range.
+const AGENT_IP: &str = "10.77.0.60";
+const OS_IP: &str = "10.77.0.61";
+
+/// OpenStack network data: one physical link (the NIC with `mac`) with a static
+/// IPv4 address on the provisioning network.
+fn static_network_data(mac: &str, ip: &str) -> String {
+    json!({
+        "links": [{"id": "prov", "type": "phy", "ethernet_mac_address": mac, "mtu": 1500}],
+        "networks": [{
+            "id": "prov-v4", "link": "prov", "network_id": "prov", "type": "ipv4",
+            "ip_address": ip, "netmask": "255.255.255.0", "routes": []
+        }],
+        "services": []
+    })
+    .to_string()
+}
+
+fn host(name: &str, lab: &Lab, vm: &Vm) -> BareMetalHost {
+    let address = lab
+        .redfish_address(vm)
+        .replacen("redfish+", "redfish-virtualmedia+", 1);
+    serde_json::from_value(json!({
+        "apiVersion": "metal3.io/v1alpha1",
+        "kind": "BareMetalHost",
+        "metadata": {"name": name},
+        "spec": {
+            "online": true,
+            "bootMACAddress": vm.mac,
+            "bootMode": "UEFI",
+            "automatedCleaningMode": "metadata",
+            "preprovisioningNetworkDataName": "vm-preprov-net",
+            "bmc": {
+                "address": address,
+                "credentialsName": "vm-bmc",
+                "disableCertificateVerification": true
+            }
+        }
+    }))
+    .expect("host")
+}
+
+/// Pings `ip` from the lab's namespace until it answers, for up to a minute.
+async fn wait_ping(lab: &Lab, ip: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ok = lab
+            .ns
+            // busybox (Debian's busybox-static, which the stack installs): the
+            // machine may have no iputils.
+            .command("busybox")
+            .args(["ping", "-c", "1", "-W", "1", ip])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{ip} does not answer a ping from the provisioning network"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Asks for a lease on the provisioning network as a new machine would: busybox's
+/// udhcpc on a veth plugged into the bridge, three DISCOVERs a second apart. Whether
+/// any server offered one.
+fn dhcp_probe_gets_a_lease(lab: &Lab) -> bool {
+    let ip = |args: &[&str]| {
+        crate::support::netboot::run(Command::new("ip").arg("-n").arg(&lab.ns.name).args(args))
+    };
+    ip(&[
+        "link", "add", "probe0", "type", "veth", "peer", "name", "probe1",
+    ]);
+    ip(&["link", "set", "probe1", "master", "br0", "up"]);
+    ip(&["link", "set", "probe0", "up"]);
+    let status = lab
+        .ns
+        .command("busybox")
+        .args(["udhcpc", "-i", "probe0", "-n", "-q", "-t", "3", "-T", "1"])
+        .args(["-s", "/bin/true"])
+        .output()
+        .expect("run busybox udhcpc");
+    ip(&["link", "del", "probe0"]);
+    status.status.success()
+}
+
+/// The test OS image for UEFI, copied next to the agent for bmo's HTTP server; its
+/// URL and sha256.
+fn serve_uefi_image(lab: &Lab) -> (String, String) {
+    let os_dir = std::path::PathBuf::from(
+        Stack::get()
+            .var("BMO_TEST_OS_DIR")
+            .expect("BMO_TEST_OS_DIR"),
+    );
+    let name = "bmo-test-os-uefi.img";
+    std::fs::copy(os_dir.join(name), lab.images.join(name)).expect("copy the UEFI test OS");
+    let checksum = std::fs::read_to_string(os_dir.join(format!("{name}.sha256sum")))
+        .expect("checksum file")
+        .split_whitespace()
+        .next()
+        .expect("checksum")
+        .to_owned();
+    (
+        format!("http://{PROVISIONING_IP}:{HTTP_PORT}/images/{name}"),
+        checksum,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vm_without_dhcp_boots_the_agent_from_virtual_media_on_a_static_address_and_deploys() {
+    // One lab at a time: each starts the machine's one libvirtd.
+    let _alone = crate::support::exclusive("vm_vmedia");
+    let stack = Stack::get();
+    let client = stack.kube_client().await;
+    bmo::api::install::install(&client, Duration::from_secs(60))
+        .await
+        .expect("install the CRDs");
+    let mut lab = Lab::start_virtual_media(&[]);
+    let ns = new_namespace(&client, "vm-vmedia").await;
+    // Nothing on the network answers DHCP: bmo serves HTTP only.
+    let _bmo = lab.start_bmo_with(&ns, &[("BMO_DHCP_MODE", "off"), ("BMO_TFTP", "false")]);
+    let vm = lab.define_vm_booting(
+        VmSpec {
+            name: &unique_name("bmo-vm-vmedia"),
+            uuid: "6f1b7c2e-3d4a-4b5c-8d9e-0a1b2c3d4e03",
+            mac: "52:54:00:7e:00:03",
+            memory_mib: VM_MEMORY_MIB,
+            cpus: VM_CPUS,
+            disk_gib: VM_DISK_GIB,
+            firmware: Firmware::Uefi,
+        },
+        "hd",
+    );
+    let dhcp = DhcpWatch::start(lab.ns.handle(), "br0", &vm.mac);
+    lab.wait_for_bmc(&vm).await;
+    let (image_url, checksum) = serve_uefi_image(&lab);
+
+    let marker = unique_name("BMO-VMEDIA-MARKER");
+    for (name, data) in [
+        (
+            "vm-bmc",
+            vec![("username", "admin"), ("password", "password")],
+        ),
+        (
+            "vm-user-data",
+            vec![("userData", &*format!("#!/bin/sh\necho {marker}\n"))],
+        ),
+    ] {
+        create_secret(&client, &ns, name, &data).await;
+    }
+    let agent_net = static_network_data(&vm.mac, AGENT_IP);
+    let os_net = static_network_data(&vm.mac, OS_IP);
+    create_secret(
+        &client,
+        &ns,
+        "vm-preprov-net",
+        &[("networkData", &agent_net)],
+    )
+    .await;
+    create_secret(&client, &ns, "vm-os-net", &[("networkData", &os_net)]).await;
+
+    let api: Api<BareMetalHost> = Api::namespaced(client.clone(), &ns);
+    let name = "vm-vmedia";
+    let node_name = format!("{ns}~{name}");
+    let mut watch = Watch {
+        api: api.clone(),
+        name: name.to_owned(),
+        ironic: IronicClient::connect(ClientConfig::new(lab.ironic_from_test.clone()))
+            .await
+            .expect("connect to the lab's Ironic"),
+        node: node_name.clone(),
+        lab: &lab,
+        vm: &vm,
+        start: Instant::now(),
+        marks: Vec::new(),
+    };
+    api.create(&PostParams::default(), &host(name, &lab, &vm))
+        .await
+        .expect("create host");
+
+    // Inspection: the agent boots from the ISO the BMC inserted and reports the
+    // static address on its NIC.
+    let st = watch
+        .until("available", Duration::from_secs(900), state_is("available"))
+        .await;
+    let nic = nic_of(&st["hardware"], &vm.mac);
+    assert_eq!(nic["ip"], json!(AGENT_IP), "the agent's address: {nic}");
+    check_agent_came_from_virtual_media(&watch, &vm, &agent_net).await;
+
+    // Deployment: metadata cleaning, then the UEFI image from bmo's HTTP server
+    // with the deployed OS's own network data and user data.
+    watch
+        .patch(json!({"spec": {
+            "image": {"url": image_url, "checksum": checksum, "checksumType": "sha256", "format": "raw"},
+            "userData": {"name": "vm-user-data"},
+            "networkData": {"name": "vm-os-net"}
+        }}))
+        .await;
+    watch
+        .until(
+            "provisioned",
+            Duration::from_secs(900),
+            state_is("provisioned"),
+        )
+        .await;
+    assert!(
+        watch.at("ironic: clean wait", None).is_some(),
+        "Ironic cleaned the node before deploying: {:?}",
+        watch.marks
+    );
+    let t = Duration::from_secs(300);
+    wait_console(
+        &vm,
+        &lab,
+        &format!("bmo-test-os: user_data: echo {marker}"),
+        1,
+        t,
+    )
+    .await;
+    wait_console(&vm, &lab, "bmo-test-os: ready", 1, t).await;
+    let console = vm.console();
+    let booted = console
+        .split("bmo-test-os: booted")
+        .last()
+        .unwrap_or_default();
+    assert!(
+        booted.contains(&format!("bmo-test-os: applied {OS_IP}/24"))
+            && booted.contains(&format!("inet {OS_IP}/24")),
+        "the deployed OS took spec.networkData's address from its config drive:\n{}",
+        tail(booted, 30)
+    );
+    // OVMF started the boot entry the agent added with efibootmgr (IPA names it
+    // "ironic1"), on the image's EFI system partition.
+    assert!(
+        console
+            .lines()
+            .any(|l| l.contains("BdsDxe: starting") && l.contains("\"ironic1\" from HD(")),
+        "the firmware booted the agent's UEFI boot entry:\n{}",
+        tail(&console, 40)
+    );
+    watch.mark("deployed OS booted from disk on its address");
+    wait_ping(&lab, OS_IP).await;
+    watch.mark("deployed OS answers on its address");
+
+    assert!(
+        !dhcp_probe_gets_a_lease(&lab),
+        "a DHCP client on the provisioning network got a lease"
+    );
+    let seen = dhcp.seen();
+    assert!(
+        seen.requests.iter().any(|r| r.ends_with("DHCP DISCOVER")),
+        "the watch saw the probe's DISCOVERs: {:?}",
+        seen.requests
+    );
+    assert!(
+        seen.replies.is_empty(),
+        "nothing may answer DHCP on this network, yet: {:?}",
+        seen.replies
+    );
+    assert!(
+        seen.from_mac > 100,
+        "the watch saw the VM's traffic on br0 ({} of {} frames)",
+        seen.from_mac,
+        seen.frames
+    );
+    eprintln!(
+        "vm_vmedia: br0 carried {} frames, {} from the VM; DHCP requests {:?}, replies none",
+        seen.frames, seen.from_mac, seen.requests
+    );
+
+    // Leaving: the host is deleted without cleaning (the point was the deployment).
+    watch
+        .patch(json!({"spec": {"automatedCleaningMode": "disabled"}}))
+        .await;
+    api.delete(name, &DeleteParams::default())
+        .await
+        .expect("delete host");
+    watch
+        .until("the host is gone", Duration::from_secs(600), |s| {
+            s["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("NotFound") || e.contains("404"))
+        })
+        .await;
+    watch.mark("deleted, node gone");
+    print_phases(&watch);
+}
+
+/// The agent came up from virtual media: the node boots by Redfish virtual media
+/// and carries the preprovisioning network data, and the console shows the ramdisk
+/// applying it and the agent starting on that address.
+async fn check_agent_came_from_virtual_media(watch: &Watch<'_>, vm: &Vm, agent_net: &str) {
+    let node = watch
+        .ironic
+        .get_node(&watch.node)
+        .await
+        .expect("read the node")
+        .expect("the host's node exists");
+    let raw = serde_json::to_value(&node).expect("node as JSON");
+    assert_eq!(
+        raw["boot_interface"],
+        json!("redfish-virtual-media"),
+        "{raw}"
+    );
+    let expected: Value = serde_json::from_str(agent_net).expect("network data");
+    assert_eq!(raw["network_data"], expected, "the node's network_data");
+    let console = vm.console();
+    for needle in [
+        "boot_method=vmedia".to_owned(),
+        format!("ipa-network-data: ip -4 addr add {AGENT_IP}/24"),
+        "network data applied, DHCP on: (none)".to_owned(),
+        format!("inet {AGENT_IP}/24"),
+        "ipa-ramdisk: starting ironic-python-agent".to_owned(),
+    ] {
+        assert!(
+            console.contains(&needle),
+            "the agent's console shows {needle:?}:\n{}",
+            tail(&console, 60)
+        );
+    }
+}
+
+fn print_phases(w: &Watch<'_>) {
+    let secs = |d: Option<Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64());
+    let span = |a: Option<Duration>, b: Option<Duration>| secs(b) - secs(a);
+    let inspecting = w.at("host: inspecting", None);
+    let inspected = w.at("host: available", inspecting);
+    let provisioning = w.at("host: provisioning", inspected);
+    let deploying = w.at("ironic: deploying", provisioning);
+    let provisioned = w.at("host: provisioned", deploying);
+    let booted = w.at("deployed OS booted from disk on its address", provisioned);
+    let deleted = w.at("deleted, node gone", booted);
+    println!("\nvm_vmedia phases (seconds; TCG, {VM_CPUS} vCPUs, {VM_MEMORY_MIB} MiB, UEFI)");
+    println!("| phase | s |\n|---|---:|");
+    for (phase, s) in [
+        ("registering (create → inspecting)", secs(inspecting)),
+        (
+            "ISO built and inserted, boot to agent + inspection (→ available)",
+            span(inspecting, inspected),
+        ),
+        (
+            "cleaning, metadata (the agent still up: fast track)",
+            span(provisioning, deploying),
+        ),
+        (
+            "deployment (image written, config drive, boot entry)",
+            span(deploying, provisioned),
+        ),
+        (
+            "first boot of the image from disk (→ its address on the console)",
+            span(provisioned, booted),
+        ),
+        ("deletion (no cleaning)", span(booted, deleted)),
+        ("total", secs(deleted)),
+    ] {
+        println!("| {phase} | {s:.1} |");
+    }
+}
