@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args, ValueEnum};
 use url::Url;
 
-use super::dhcp::range::{RANGE_FORM, Range};
+use super::dhcp::range::{DhcpRange, RANGE_FORM};
 use super::http_server::HttpLimits;
 use super::leases::LeaseLimits;
 use super::mac::MacAddr;
@@ -183,9 +183,10 @@ pub struct NetbootConfig {
     #[arg(long, env = "BMO_DHCP_MODE", value_enum, default_value_t = DhcpMode::Off)]
     pub dhcp_mode: DhcpMode,
 
-    /// Address range for full mode: `START,END[,PREFIXLEN|NETMASK]`.
+    /// Address range for full mode: `START,END[,PREFIXLEN|NETMASK]`, IPv4 for
+    /// DHCPv4 or IPv6 (`fd00:1::10,fd00:1::100[,64]`) for DHCPv6.
     #[arg(long, env = "DHCP_RANGE")]
-    pub dhcp_range: Option<Range>,
+    pub dhcp_range: Option<DhcpRange>,
 
     /// Fixed addresses, `;`-separated `MAC,IP` pairs.
     #[arg(long, env = "DHCP_HOSTS")]
@@ -358,7 +359,7 @@ mod tests {
             "a,b",
             "1.1.1.1,1.1.1.2,40",
         ] {
-            let e = bad.parse::<Range>().expect_err(bad);
+            let e = bad.parse::<DhcpRange>().expect_err(bad);
             assert!(e.contains("DHCP_RANGE") && e.contains(RANGE_FORM), "{e}");
         }
     }

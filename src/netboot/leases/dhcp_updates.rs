@@ -24,6 +24,8 @@ impl LeaseTable {
         let lease = inner.leases.entry(mac).or_insert_with(|| Lease {
             mac,
             ip: None,
+            ip6: None,
+            duid: None,
             state: if proxy {
                 LeaseState::Proxy
             } else {
