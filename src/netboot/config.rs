@@ -107,8 +107,9 @@ pub struct NetbootConfig {
     #[arg(long = "netboot-http", env = "BMO_HTTP", default_value_t = true, action = ArgAction::Set)]
     pub http: bool,
 
-    /// Address the HTTP boot server listens on (the port comes from `HTTP_PORT`).
-    #[arg(long, env = "BMO_HTTP_BIND", default_value = "0.0.0.0")]
+    /// Address the HTTP boot server listens on (the port comes from `HTTP_PORT`);
+    /// `::` listens on IPv6 and IPv4.
+    #[arg(long, env = "BMO_HTTP_BIND", default_value = "::")]
     pub http_bind: IpAddr,
 
     /// Port of the HTTP boot server (upstream ironic-image's `HTTP_PORT`).
@@ -150,8 +151,8 @@ pub struct NetbootConfig {
     #[arg(long = "netboot-tftp", env = "BMO_TFTP", default_value_t = false, action = ArgAction::Set)]
     pub tftp: bool,
 
-    /// Address the TFTP server listens on.
-    #[arg(long, env = "BMO_TFTP_ADDR", default_value = "0.0.0.0:69")]
+    /// Address the TFTP server listens on; `[::]` listens on IPv6 and IPv4.
+    #[arg(long, env = "BMO_TFTP_ADDR", default_value = "[::]:69")]
     pub tftp_addr: SocketAddr,
 
     /// TFTP transfers running at once; more read requests get an ERROR packet.

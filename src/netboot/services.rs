@@ -187,14 +187,12 @@ async fn start_http(
     served: ServedByHttp,
 ) -> Result<(SocketAddr, JoinHandle<()>), NetbootError> {
     let bind = SocketAddr::new(cfg.http_bind, cfg.http_port);
-    let listener = tokio::net::TcpListener::bind(bind)
-        .await
-        .map_err(|source| NetbootError::Bind {
-            service: "HTTP boot",
-            addr: bind.to_string(),
-            setting: "HTTP_PORT or BMO_HTTP_BIND",
-            source,
-        })?;
+    let listener = super::listen::tcp_listener(bind).map_err(|source| NetbootError::Bind {
+        service: "HTTP boot",
+        addr: bind.to_string(),
+        setting: "HTTP_PORT or BMO_HTTP_BIND",
+        source,
+    })?;
     let local = listener.local_addr().unwrap_or(bind);
     let state = HttpState {
         http_root: cfg.http_root.clone(),
@@ -221,14 +219,12 @@ async fn start_tftp(
     loaders: Loaders,
     boot_log: BootLog,
 ) -> Result<(SocketAddr, Slots, JoinHandle<()>), NetbootError> {
-    let socket = tokio::net::UdpSocket::bind(cfg.tftp_addr)
-        .await
-        .map_err(|source| NetbootError::Bind {
-            service: "TFTP",
-            addr: cfg.tftp_addr.to_string(),
-            setting: "BMO_TFTP_ADDR",
-            source,
-        })?;
+    let socket = super::listen::udp_socket(cfg.tftp_addr).map_err(|source| NetbootError::Bind {
+        service: "TFTP",
+        addr: cfg.tftp_addr.to_string(),
+        setting: "BMO_TFTP_ADDR",
+        source,
+    })?;
     let local = socket.local_addr().unwrap_or(cfg.tftp_addr);
     tracing::info!(addr = %cfg.tftp_addr, loaders = ?loaders.available(), root = %cfg.tftp_root.display(), "serving TFTP");
     let files = Arc::new(TftpFiles {
