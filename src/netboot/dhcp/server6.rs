@@ -2,8 +2,12 @@
 //! socket (AF_PACKET, filtered in the kernel to UDP port 547), because the lease
 //! table is keyed by MAC and only the frame says which MAC sent a message: UEFI
 //! and iPXE send DUID-LLT or DUID-UUID, and a link-local source address need not
-//! be derived from the MAC. Replies go out of a UDP socket on port 547, which also
-//! joins All_DHCP_Relay_Agents_and_Servers (ff02::1:2) so the NIC accepts them.
+//! be derived from the MAC. Replies go out of the same packet socket, addressed to
+//! that MAC: no neighbour discovery, so a flood of made-up clients (whose replies
+//! would fill the neighbour table with unresolved entries) cannot keep a real
+//! client's reply from leaving. A UDP socket holds port 547 (no ICMP "port
+//! unreachable" to clients) and joins All_DHCP_Relay_Agents_and_Servers
+//! (ff02::1:2) so the NIC accepts requests.
 
 use std::io;
 use std::mem::{size_of, zeroed};
@@ -38,6 +42,9 @@ pub struct Sockets6 {
     ifindex: u32,
     /// The interface's MAC, for bmo's DUID.
     pub mac: MacAddr,
+    /// The interface's link-local address: the source of replies to link-local
+    /// clients.
+    link_local: Option<Ipv6Addr>,
 }
 
 impl Sockets6 {
@@ -111,11 +118,18 @@ pub fn bind6(interface: &str) -> io::Result<Sockets6> {
     udp.set_recv_buffer_size(1)?;
     // SAFETY: the AsyncFd owns the socket, so the fd stays open while registered.
     let packet = unsafe { AsyncFd::register(packet)? };
+    let link_local = crate::netboot::address::snapshot().ok().and_then(|snap| {
+        snap.addrs.into_iter().find_map(|a| match a.ip {
+            IpAddr::V6(v6) if a.interface == interface && v6.is_unicast_link_local() => Some(v6),
+            _ => None,
+        })
+    });
     Ok(Sockets6 {
         packet,
         udp: UdpSocket::from_std(udp.into())?,
         ifindex,
         mac,
+        link_local,
     })
 }
 
@@ -158,6 +172,64 @@ fn recv_frame(packet: &Socket, buf: &mut [u8]) -> io::Result<Option<(usize, MacA
     let mut mac = [0u8; 6];
     mac.copy_from_slice(&sll.sll_addr[..6]);
     Ok(Some((n, MacAddr(mac))))
+}
+
+/// An IPv6 packet carrying `payload` in UDP from `from` to `to`, checksummed.
+pub fn udp_datagram(from: (Ipv6Addr, u16), to: (Ipv6Addr, u16), payload: &[u8]) -> Vec<u8> {
+    let udp_len = (8 + payload.len()) as u16;
+    let mut p = Vec::with_capacity(48 + payload.len());
+    p.extend_from_slice(&[0x60, 0, 0, 0]);
+    p.extend_from_slice(&udp_len.to_be_bytes());
+    p.extend_from_slice(&[17, 64]);
+    p.extend_from_slice(&from.0.octets());
+    p.extend_from_slice(&to.0.octets());
+    p.extend_from_slice(&from.1.to_be_bytes());
+    p.extend_from_slice(&to.1.to_be_bytes());
+    p.extend_from_slice(&udp_len.to_be_bytes());
+    p.extend_from_slice(&[0, 0]);
+    p.extend_from_slice(payload);
+    // The checksum covers a pseudo-header (addresses, length, next header) and UDP.
+    let mut sum: u32 = u32::from(udp_len) + 17;
+    for chunk in p[8..40].chunks(2).chain(p[40..].chunks(2)) {
+        let word = [chunk[0], chunk.get(1).copied().unwrap_or(0)];
+        sum += u32::from(u16::from_be_bytes(word));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    let checksum = match !(sum as u16) {
+        0 => 0xffff,
+        c => c,
+    };
+    p[46..48].copy_from_slice(&checksum.to_be_bytes());
+    p
+}
+
+/// Sends an IPv6 packet to `mac` on the interface (non-blocking; a full queue
+/// drops it, as a busy link would).
+fn send_frame(packet: &Socket, ifindex: u32, mac: MacAddr, datagram: &[u8]) -> io::Result<()> {
+    // SAFETY: sockaddr_ll is plain data; all-zero is a valid value.
+    let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = ETH_P_IPV6.to_be();
+    sll.sll_ifindex = ifindex as i32;
+    sll.sll_halen = 6;
+    sll.sll_addr[..6].copy_from_slice(&mac.0);
+    // SAFETY: sendto reads `datagram` and an initialised sockaddr_ll of its size.
+    let n = unsafe {
+        libc::sendto(
+            packet.as_raw_fd(),
+            datagram.as_ptr().cast(),
+            datagram.len(),
+            0,
+            (&raw const sll).cast(),
+            size_of::<libc::sockaddr_ll>() as u32,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The source address and port and the UDP payload of an IPv6 frame to port 547
@@ -241,15 +313,14 @@ pub async fn serve6(
             tracing::warn!(%mac, error = %e, "cannot encode DHCPv6 reply");
             continue;
         }
-        let scope = if src.is_unicast_link_local() {
-            sockets.ifindex
-        } else {
-            0
+        let from = match sockets.link_local {
+            Some(ll) if src.is_unicast_link_local() => ll,
+            _ => policy.server_ip,
         };
         let port = if src_port == 0 { CLIENT_PORT } else { src_port };
-        let to = SocketAddrV6::new(src, port, 0, scope);
-        if let Err(e) = sockets.udp.send_to(&out, to).await {
-            tracing::debug!(%mac, %to, error = %e, "DHCPv6 reply not sent");
+        let datagram = udp_datagram((from, SERVER_PORT), (src, port), &out);
+        if let Err(e) = send_frame(sockets.packet.get_ref(), sockets.ifindex, mac, &datagram) {
+            tracing::debug!(%mac, %src, error = %e, "DHCPv6 reply not sent");
         }
     }
 }
@@ -294,6 +365,33 @@ mod tests {
         f.extend_from_slice(&[0, 0]);
         f.extend_from_slice(payload);
         f
+    }
+
+    #[test]
+    fn replies_are_checksummed_as_the_kernel_checks() {
+        let from: Ipv6Addr = "fe80::1".parse().unwrap();
+        let to: Ipv6Addr = "fe80::5054:ff:fe00:1".parse().unwrap();
+        let d = udp_datagram((from, 547), (to, 546), b"odd");
+        assert_eq!(d.len(), 51);
+        // Summing everything the checksum covers, checksum included, gives 0xffff.
+        let mut sum: u32 = u32::from(u16::from_be_bytes([d[44], d[45]])) + 17;
+        for c in d[8..].chunks(2) {
+            sum += u32::from(u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)]));
+        }
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        assert_eq!(sum, 0xffff);
+        let (src, port, payload) = {
+            // Read back as a request would be, with the ports swapped.
+            let mut r = d.clone();
+            r[42..44].copy_from_slice(&547u16.to_be_bytes());
+            let (s, p, pl) = udp_payload(&r)
+                .map(|(s, p, pl)| (s, p, pl.to_vec()))
+                .unwrap();
+            (s, p, pl)
+        };
+        assert_eq!((src, port, payload.as_slice()), (from, 547, &b"odd"[..]));
     }
 
     #[test]
