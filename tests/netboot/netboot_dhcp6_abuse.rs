@@ -176,7 +176,7 @@ fn flood(ns: NsRef, iface: &str, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) {
         n += 1;
         let b = x.to_be_bytes();
         let mac = [0x02, b[1], b[2], b[3], b[4], b[5]];
-        let payload = if n % 3 == 0 {
+        let payload = if n.is_multiple_of(3) {
             b.repeat(1 + (n % 7) as usize)
         } else {
             let mut duid = vec![0, 4];

@@ -33,7 +33,7 @@ fn typed_ok(code: u16, len: usize) -> bool {
     match code {
         1 => (2..=MAX_DUID_LEN).contains(&len),
         2 => (2..=MAX_DUID_LEN).contains(&len),
-        6 | 61 => len % 2 == 0,
+        6 | 61 => len.is_multiple_of(2),
         8 => len == 2,
         14 => len == 0,
         15 => true,

@@ -166,7 +166,7 @@ fn recv_frame(packet: &Socket, buf: &mut [u8]) -> io::Result<Option<(usize, MacA
         )
     };
     let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
-    if sll.sll_pkttype == libc::PACKET_OUTGOING as u8 || sll.sll_halen != 6 {
+    if sll.sll_pkttype == libc::PACKET_OUTGOING || sll.sll_halen != 6 {
         return Ok(None);
     }
     let mut mac = [0u8; 6];
