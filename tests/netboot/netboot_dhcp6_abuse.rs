@@ -89,6 +89,7 @@ proptest! {
 
     #[test]
     fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+        let _shared = crate::support::shared();
         let leases = LeaseTable::in_memory();
         exercise(&bytes, [2, 0, 0, 0, 0, 1], &leases);
     }
@@ -101,6 +102,7 @@ proptest! {
              proptest::collection::vec(option(), 0..8)),
             1..40),
     ) {
+        let _shared = crate::support::shared();
         let leases = LeaseTable::in_memory();
         leases.set_limits(LeaseLimits { max_leases: 16, retention_secs: 3600 });
         for (kind, mac, options) in &clients {

@@ -3,7 +3,7 @@
 
 use std::net::Ipv6Addr;
 
-use super::record::{LeaseState, Sighting};
+use super::record::{LeaseEvent, LeaseState, Sighting};
 use super::{Inner, LeaseTable, now_unix};
 use crate::netboot::mac::MacAddr;
 
@@ -163,6 +163,9 @@ impl LeaseTable {
         }
         inner.generation += 1;
         drop(inner);
+        if state == LeaseState::Bound {
+            let _ = self.shared.events.send(LeaseEvent::Bound(mac, ip.into()));
+        }
         self.shared.dirty.notify_one();
     }
 }
@@ -185,8 +188,10 @@ mod tests {
         assert!(t.see6(mac(1), b"duid-a", Sighting::default(), false));
         assert!(t.see6(mac(2), b"duid-b", Sighting::default(), false));
         assert_eq!(t.mac_of_duid(b"duid-a"), Some(mac(1)));
+        let mut events = t.subscribe();
         let a = t.allocate6(mac(1), &[], range).unwrap();
         t.assign6(mac(1), a, LeaseState::Bound, 600);
+        assert_eq!(events.try_recv(), Ok(LeaseEvent::Bound(mac(1), a.into())));
         let b = t.allocate6(mac(2), &[a], range).unwrap();
         assert_ne!(a, b, "a bound address is not given twice");
         assert!(!t.may_bind6(mac(2), a));

@@ -187,7 +187,7 @@ impl LeaseTable {
         inner.generation += 1;
         drop(inner);
         if state == LeaseState::Bound {
-            let _ = self.shared.events.send(LeaseEvent::Bound(mac, ip));
+            let _ = self.shared.events.send(LeaseEvent::Bound(mac, ip.into()));
         }
         self.shared.dirty.notify_one();
     }

@@ -1,7 +1,7 @@
 //! One lease record and what the DHCP server reports about a client: the data the
 //! table holds, with its JSON form (the lease file, `/bmo/v1/leases`).
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
 
@@ -90,8 +90,8 @@ pub struct Sighting {
 pub enum LeaseEvent {
     /// A MAC the table had never seen.
     NewClient(MacAddr),
-    /// A lease was acknowledged or renewed.
-    Bound(MacAddr, Ipv4Addr),
+    /// A lease (DHCPv4 or DHCPv6) was acknowledged or renewed.
+    Bound(MacAddr, IpAddr),
 }
 
 mod hex_bytes {
