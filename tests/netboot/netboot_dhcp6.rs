@@ -2,14 +2,16 @@
 //! network namespaces on an IPv6-only link: a stateful IA_NA lease from an IPv6
 //! DHCP_RANGE with the boot file URL by client architecture and the FQDN kept as
 //! the host name, keyed by the client's MAC and kept across a restart; proxy mode
-//! answering an INFORMATION-REQUEST with boot information and no address; TFTP and
-//! HTTP over IPv6 on the dual-stack listeners.
+//! answering an INFORMATION-REQUEST with boot information and no address, and beside
+//! dnsmasq's stateful DHCPv6 advertising the boot file while the client binds
+//! dnsmasq's address; TFTP and HTTP over IPv6 on the dual-stack listeners.
 
 use std::net::Ipv6Addr;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use bmo::netboot::boot_log::{BootStep, Client};
 use bmo::netboot::config::{DhcpMode, IpFamily, NetbootConfig};
 use bmo::netboot::leases::{LeaseState, LeaseTable};
 use bmo::netboot::mac::MacAddr;
@@ -243,5 +245,97 @@ fn proxy_mode_answers_an_information_request_with_boot_information_only() {
         let l = leases.get(&cli_mac).expect("recorded");
         assert_eq!((l.state, l.ip6), (LeaseState::Proxy, None));
         drop(nb);
+    });
+}
+
+#[test]
+fn proxy_mode_beside_dnsmasq_dhcpv6_leaves_the_address_to_dnsmasq() {
+    let _shared = crate::support::shared();
+    require(&["dnsmasq", "dhclient", "ip"]);
+    // Three namespaces on one segment: bmo (proxy), dnsmasq (stateful DHCPv6), and
+    // the client, whose bridge joins the other two.
+    let bmo_ns = Netns::new("p");
+    let dns_ns = Netns::new("d");
+    let cli_ns = Netns::new("k");
+    let ipc = |args: &[&str]| run(Command::new("ip").args(args));
+    ipc(&["-n", &cli_ns.name, "link", "add", "br0", "type", "bridge"]);
+    for (peer_ns, inside, port, addr) in [
+        (&bmo_ns, "srv0", "pb", "fd77::1/64"),
+        (&dns_ns, "dns0", "pd", "fd77::3/64"),
+    ] {
+        let veth = ["link", "add", port, "type", "veth", "peer", "name", inside];
+        ipc(&[&["-n", &cli_ns.name][..], &veth, &["netns", &peer_ns.name]].concat());
+        ipc(&["-n", &cli_ns.name, "link", "set", port, "master", "br0"]);
+        ipc(&["-n", &cli_ns.name, "link", "set", port, "up"]);
+        ipc(&[
+            "-n",
+            &peer_ns.name,
+            "addr",
+            "add",
+            addr,
+            "dev",
+            inside,
+            "nodad",
+        ]);
+        ipc(&["-n", &peer_ns.name, "link", "set", inside, "up"]);
+    }
+    ipc(&["-n", &cli_ns.name, "link", "set", "br0", "up"]);
+    wait_dad(&bmo_ns.name, "srv0");
+    wait_dad(&dns_ns.name, "dns0");
+    wait_dad(&cli_ns.name, "br0");
+    let dir = TempDir::new("dhcp6-beside");
+    let dns_leases = dir.path().join("dnsmasq.leases");
+    let _dnsmasq = spawn(dns_ns.command("dnsmasq").args([
+        "--keep-in-foreground",
+        "--no-daemon",
+        "--port=0",
+        "--interface=dns0",
+        "--bind-interfaces",
+        "--log-facility=-",
+        "--dhcp-range=fd77::100,fd77::1ff,64,1h",
+        &format!("--dhcp-leasefile={}", dns_leases.display()),
+        "--pid-file=",
+        "--conf-file=/dev/null",
+    ]));
+    let mut cfg = config6(dir.path(), DhcpMode::Proxy);
+    cfg.dhcp_range = None;
+    let cli = cli_ns.handle();
+    let mac = mac_of(&cli_ns, "br0");
+    let dirp = dir.path().to_owned();
+    bmo_ns.block_on(move || async move {
+        let nb = bmo::netboot::start(&cfg, LeaseTable::in_memory())
+            .await
+            .expect("start");
+        // A UEFI-like client (architecture 7): bmo advertises the boot file and no
+        // address; the client binds dnsmasq's address all the same.
+        let (_dh, client_leases, _) = dhclient6(&cli, &dirp, "br0", false, 7, "beside");
+        let text = file_with(&client_leases, "iaaddr fd77::1").await;
+        let lease = eventually(
+            "bmo's record of the client",
+            Duration::from_secs(10),
+            || nb.leases.get(&mac).filter(|l| l.arch == Some(7)),
+        )
+        .await;
+        assert_eq!(
+            (lease.state, lease.ip6, lease.hostname.as_deref()),
+            (LeaseState::Proxy, None, Some("beside")),
+            "{text}"
+        );
+        // bmo did answer: an ADVERTISE with the TFTP loader's URL and no address.
+        let steps: Vec<_> = nb
+            .boot_log
+            .timelines()
+            .into_iter()
+            .filter(|t| t.client == Client::Mac(mac))
+            .flat_map(|t| t.events)
+            .map(|e| e.step)
+            .collect();
+        assert!(
+            steps.iter().any(|s| matches!(s, BootStep::Dhcp { request, reply: Some(reply), address: None, boot_file: Some(f) }
+                if request == "SOLICIT" && reply == "ADVERTISE" && f == "tftp://[fd77::1]/snponly-x86_64.efi")),
+            "{steps:?}"
+        );
+        let theirs = file_with(&dns_leases, "fd77::1").await;
+        assert!(theirs.contains("fd77::1"), "{theirs}");
     });
 }
