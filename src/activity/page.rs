@@ -201,7 +201,9 @@ fn leases(html: &mut String, leases: &[Lease]) {
          <th>hostname</th><th>arch</th><th>vendor class</th><th>iPXE</th></tr>",
     );
     for l in leases {
-        let ip = l.ip.map(|ip| ip.to_string()).unwrap_or_default();
+        let ip = (l.ip.map(|ip| ip.to_string()))
+            .or(l.ip6.map(|ip| ip.to_string()))
+            .unwrap_or_default();
         let state = serde_json::to_value(l.state)
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned))

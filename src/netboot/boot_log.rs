@@ -174,6 +174,7 @@ impl BootLog {
         let ip = ip.to_canonical();
         let mac = match (&self.leases, ip) {
             (Some(leases), IpAddr::V4(v4)) => leases.mac_of(v4),
+            (Some(leases), IpAddr::V6(v6)) => leases.mac_of_v6(v6),
             _ => None,
         };
         self.push(mac.map_or(Client::Address(ip), Client::Mac), step);

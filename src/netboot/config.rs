@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args, ValueEnum};
 use url::Url;
 
-use super::dhcp::range::{RANGE_FORM, Range};
+use super::dhcp::range::{DhcpRange, RANGE_FORM};
 use super::http_server::HttpLimits;
 use super::leases::LeaseLimits;
 use super::mac::MacAddr;
@@ -107,8 +107,9 @@ pub struct NetbootConfig {
     #[arg(long = "netboot-http", env = "BMO_HTTP", default_value_t = true, action = ArgAction::Set)]
     pub http: bool,
 
-    /// Address the HTTP boot server listens on (the port comes from `HTTP_PORT`).
-    #[arg(long, env = "BMO_HTTP_BIND", default_value = "0.0.0.0")]
+    /// Address the HTTP boot server listens on (the port comes from `HTTP_PORT`);
+    /// `::` listens on IPv6 and IPv4.
+    #[arg(long, env = "BMO_HTTP_BIND", default_value = "::")]
     pub http_bind: IpAddr,
 
     /// Port of the HTTP boot server (upstream ironic-image's `HTTP_PORT`).
@@ -150,8 +151,8 @@ pub struct NetbootConfig {
     #[arg(long = "netboot-tftp", env = "BMO_TFTP", default_value_t = false, action = ArgAction::Set)]
     pub tftp: bool,
 
-    /// Address the TFTP server listens on.
-    #[arg(long, env = "BMO_TFTP_ADDR", default_value = "0.0.0.0:69")]
+    /// Address the TFTP server listens on; `[::]` listens on IPv6 and IPv4.
+    #[arg(long, env = "BMO_TFTP_ADDR", default_value = "[::]:69")]
     pub tftp_addr: SocketAddr,
 
     /// TFTP transfers running at once; more read requests get an ERROR packet.
@@ -183,9 +184,10 @@ pub struct NetbootConfig {
     #[arg(long, env = "BMO_DHCP_MODE", value_enum, default_value_t = DhcpMode::Off)]
     pub dhcp_mode: DhcpMode,
 
-    /// Address range for full mode: `START,END[,PREFIXLEN|NETMASK]`.
+    /// Address range for full mode: `START,END[,PREFIXLEN|NETMASK]`, IPv4 for
+    /// DHCPv4 or IPv6 (`fd00:1::10,fd00:1::100[,64]`) for DHCPv6.
     #[arg(long, env = "DHCP_RANGE")]
-    pub dhcp_range: Option<Range>,
+    pub dhcp_range: Option<DhcpRange>,
 
     /// Fixed addresses, `;`-separated `MAC,IP` pairs.
     #[arg(long, env = "DHCP_HOSTS")]
@@ -358,7 +360,7 @@ mod tests {
             "a,b",
             "1.1.1.1,1.1.1.2,40",
         ] {
-            let e = bad.parse::<Range>().expect_err(bad);
+            let e = bad.parse::<DhcpRange>().expect_err(bad);
             assert!(e.contains("DHCP_RANGE") && e.contains(RANGE_FORM), "{e}");
         }
     }

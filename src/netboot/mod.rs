@@ -19,6 +19,7 @@ pub mod http_activity;
 pub mod http_server;
 pub mod ipxe;
 pub mod leases;
+pub mod listen;
 pub mod mac;
 pub mod services;
 pub mod slots;

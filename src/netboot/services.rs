@@ -2,7 +2,7 @@
 //! TFTP and DHCP as the settings switch them on, and [`Netboot`], the handle that
 //! keeps them running.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +14,10 @@ use super::boot_log::BootLog;
 use super::config::{DhcpIgnore, DhcpMode, NetbootConfig, NetbootConfigError};
 use super::deploy_images::DeployImages;
 use super::dhcp::policy::{Mode, Policy};
+use super::dhcp::policy6::{Mode6, Policy6};
+use super::dhcp::range::DhcpRange;
 use super::dhcp::server as dhcp_server;
+use super::dhcp::server6;
 use super::files::{Loaders, TftpFiles};
 use super::host_ramdisks::HostRamdisks;
 use super::hosts::{HostDirectory, StaticHosts};
@@ -184,14 +187,12 @@ async fn start_http(
     served: ServedByHttp,
 ) -> Result<(SocketAddr, JoinHandle<()>), NetbootError> {
     let bind = SocketAddr::new(cfg.http_bind, cfg.http_port);
-    let listener = tokio::net::TcpListener::bind(bind)
-        .await
-        .map_err(|source| NetbootError::Bind {
-            service: "HTTP boot",
-            addr: bind.to_string(),
-            setting: "HTTP_PORT or BMO_HTTP_BIND",
-            source,
-        })?;
+    let listener = super::listen::tcp_listener(bind).map_err(|source| NetbootError::Bind {
+        service: "HTTP boot",
+        addr: bind.to_string(),
+        setting: "HTTP_PORT or BMO_HTTP_BIND",
+        source,
+    })?;
     let local = listener.local_addr().unwrap_or(bind);
     let state = HttpState {
         http_root: cfg.http_root.clone(),
@@ -218,14 +219,12 @@ async fn start_tftp(
     loaders: Loaders,
     boot_log: BootLog,
 ) -> Result<(SocketAddr, Slots, JoinHandle<()>), NetbootError> {
-    let socket = tokio::net::UdpSocket::bind(cfg.tftp_addr)
-        .await
-        .map_err(|source| NetbootError::Bind {
-            service: "TFTP",
-            addr: cfg.tftp_addr.to_string(),
-            setting: "BMO_TFTP_ADDR",
-            source,
-        })?;
+    let socket = super::listen::udp_socket(cfg.tftp_addr).map_err(|source| NetbootError::Bind {
+        service: "TFTP",
+        addr: cfg.tftp_addr.to_string(),
+        setting: "BMO_TFTP_ADDR",
+        source,
+    })?;
     let local = socket.local_addr().unwrap_or(cfg.tftp_addr);
     tracing::info!(addr = %cfg.tftp_addr, loaders = ?loaders.available(), root = %cfg.tftp_root.display(), "serving TFTP");
     let files = Arc::new(TftpFiles {
@@ -258,6 +257,9 @@ fn start_dhcp(
     choice: &Choice,
     served: ServedByDhcp,
 ) -> Result<Vec<JoinHandle<()>>, NetbootError> {
+    if let IpAddr::V6(server_ip) = choice.ip {
+        return start_dhcp6(cfg, choice, server_ip, served);
+    }
     let (policy, interface) = dhcp_policy(cfg, choice, &served)?;
     let mut ports = vec![(67u16, false)];
     if matches!(policy.mode, Mode::Proxy) {
@@ -298,16 +300,20 @@ fn dhcp_policy(
             choice.ip
         )));
     };
-    let Some(interface) = choice.interface.clone() else {
-        return Err(NetbootError::Dhcp(
-            "the provisioning IP is on no known interface".into(),
-        ));
-    };
+    let interface = choice
+        .interface
+        .clone()
+        .ok_or_else(|| NetbootError::Dhcp("the provisioning IP is on no known interface".into()))?;
     let prefix = u32::from(choice.prefix_len.unwrap_or(24).min(32));
     let netmask = Ipv4Addr::from(u32::MAX.checked_shl(32 - prefix).unwrap_or(0));
     let mode = match (cfg.dhcp_mode, cfg.dhcp_range) {
         (DhcpMode::Proxy, _) => Mode::Proxy,
-        (_, Some(range)) => Mode::Full { range },
+        (_, Some(DhcpRange::V4(range))) => Mode::Full { range },
+        (_, Some(DhcpRange::V6(_))) => {
+            return Err(NetbootError::Dhcp(format!(
+                "DHCP_RANGE is IPv6 but the provisioning IP {server_ip} is IPv4; give an IPv4 range or an IPv6 provisioning IP (BMO_PROVISIONING_IP_FAMILY=ipv6)"
+            )));
+        }
         (_, None) => {
             return Err(NetbootError::Dhcp(
                 NetbootConfigError::FullWithoutRange.to_string(),
@@ -326,4 +332,56 @@ fn dhcp_policy(
         known_only: cfg.dhcp_ignore == Some(DhcpIgnore::Unknown),
     };
     Ok((policy, interface))
+}
+
+/// Opens the DHCPv6 sockets on the provisioning interface and starts serving, when
+/// the provisioning IP is IPv6.
+fn start_dhcp6(
+    cfg: &NetbootConfig,
+    choice: &Choice,
+    server_ip: Ipv6Addr,
+    served: ServedByDhcp,
+) -> Result<Vec<JoinHandle<()>>, NetbootError> {
+    let interface = choice
+        .interface
+        .clone()
+        .ok_or_else(|| NetbootError::Dhcp("the provisioning IP is on no known interface".into()))?;
+    let mode = match (cfg.dhcp_mode, cfg.dhcp_range) {
+        (DhcpMode::Proxy, _) => Mode6::Proxy,
+        (_, Some(DhcpRange::V6(range))) => Mode6::Full { range },
+        (_, Some(DhcpRange::V4(_))) => {
+            return Err(NetbootError::Dhcp(format!(
+                "DHCP_RANGE is IPv4 but the provisioning IP {server_ip} is IPv6; give an IPv6 range (e.g. fd00:1::10,fd00:1::100) or an IPv4 provisioning IP"
+            )));
+        }
+        (_, None) => {
+            return Err(NetbootError::Dhcp(
+                NetbootConfigError::FullWithoutRange.to_string(),
+            ));
+        }
+    };
+    let sockets = server6::bind6(&interface).map_err(|source| NetbootError::Bind {
+        service: "DHCPv6",
+        addr: format!("[::]:547 and a packet socket on {interface}"),
+        setting: "BMO_DHCP_MODE",
+        source,
+    })?;
+    let policy = Policy6 {
+        mode,
+        server_duid: sockets.server_duid(),
+        server_ip,
+        http_port: served.http_port,
+        dns: None,
+        lease_secs: cfg.dhcp_lease_secs,
+        hosts: served.known_hosts,
+        known_only: cfg.dhcp_ignore == Some(DhcpIgnore::Unknown),
+    };
+    tracing::info!(mode = ?cfg.dhcp_mode, %interface, %server_ip, known_hosts_only = policy.known_only, "serving DHCPv6");
+    Ok(vec![tokio::spawn(server6::serve6(
+        sockets,
+        policy,
+        served.address,
+        served.leases,
+        served.boot_log,
+    ))])
 }

@@ -13,6 +13,8 @@ mod support;
 mod netboot_address;
 mod netboot_descriptors;
 mod netboot_dhcp;
+mod netboot_dhcp6;
+mod netboot_dhcp6_abuse;
 mod netboot_dhcp_abuse;
 mod netboot_host;
 mod netboot_http;

@@ -44,7 +44,10 @@ pub fn add(
         }
         if nic.ip.as_deref().is_none_or(str::is_empty)
             && lease.state == LeaseState::Bound
-            && let Some(ip) = lease.ip
+            && let Some(ip) = lease
+                .ip
+                .map(std::net::IpAddr::V4)
+                .or(lease.ip6.map(std::net::IpAddr::V6))
         {
             nic.ip = Some(ip.to_string());
             changed = true;
@@ -61,6 +64,8 @@ mod tests {
         Lease {
             mac: mac.parse().unwrap(),
             ip: ip.map(|i| i.parse().unwrap()),
+            ip6: None,
+            duid: None,
             state,
             expires_unix: 0,
             hostname_raw: hostname.map(<[u8]>::to_vec),

@@ -24,6 +24,8 @@ impl LeaseTable {
         let lease = inner.leases.entry(mac).or_insert_with(|| Lease {
             mac,
             ip: None,
+            ip6: None,
+            duid: None,
             state: if proxy {
                 LeaseState::Proxy
             } else {
@@ -185,7 +187,7 @@ impl LeaseTable {
         inner.generation += 1;
         drop(inner);
         if state == LeaseState::Bound {
-            let _ = self.shared.events.send(LeaseEvent::Bound(mac, ip));
+            let _ = self.shared.events.send(LeaseEvent::Bound(mac, ip.into()));
         }
         self.shared.dirty.notify_one();
     }

@@ -64,6 +64,7 @@ impl LeaseTable {
                     if let Some(ip) = lease.ip {
                         inner.by_ip.insert(ip, lease.mac);
                     }
+                    inner.index_v6(&lease);
                     inner.leases.insert(lease.mac, lease);
                 }
             }

@@ -8,12 +8,13 @@
 //! `record` holds the data, `dhcp_updates` the DHCP server's changes, `file` the lease
 //! file and its writer.
 
+mod dhcp6_updates;
 mod dhcp_updates;
 mod file;
 mod record;
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -22,6 +23,7 @@ use tokio::sync::{Notify, broadcast};
 
 use crate::netboot::mac::MacAddr;
 
+pub use dhcp6_updates::{MAX_DUID_LEN, Pool6};
 pub use file::LeaseError;
 pub use record::{Lease, LeaseEvent, LeaseState, Sighting};
 
@@ -55,10 +57,17 @@ struct Inner {
     leases: BTreeMap<MacAddr, Lease>,
     /// Address → holder, for allocation.
     by_ip: HashMap<Ipv4Addr, MacAddr>,
+    /// IPv6 address → holder, for DHCPv6 allocation.
+    by_ip6: HashMap<Ipv6Addr, MacAddr>,
+    /// DUID → the MAC its packets came from (one DUID per record, so this is
+    /// bounded by the table).
+    by_duid: HashMap<Vec<u8>, MacAddr>,
     /// Bumped on each change; the writer compares it with what it wrote.
     generation: u64,
     /// Where the next scan for a free address starts.
     cursor: u32,
+    /// Where the next scan for a free IPv6 address starts (offset in the range).
+    cursor6: u64,
 }
 
 impl Inner {
@@ -84,12 +93,38 @@ impl Inner {
 
     fn remove_all(&mut self, macs: &[MacAddr]) {
         for mac in macs {
-            if let Some(lease) = self.leases.remove(mac)
-                && let Some(ip) = lease.ip
+            let Some(lease) = self.leases.remove(mac) else {
+                continue;
+            };
+            if let Some(ip) = lease.ip
                 && self.by_ip.get(&ip) == Some(mac)
             {
                 self.by_ip.remove(&ip);
             }
+            self.unindex_v6(&lease);
+        }
+    }
+
+    /// Indexes a record's IPv6 address and DUID.
+    fn index_v6(&mut self, lease: &Lease) {
+        if let Some(ip) = lease.ip6 {
+            self.by_ip6.insert(ip, lease.mac);
+        }
+        if let Some(duid) = &lease.duid {
+            self.by_duid.insert(duid.clone(), lease.mac);
+        }
+    }
+
+    fn unindex_v6(&mut self, lease: &Lease) {
+        if let Some(ip) = lease.ip6
+            && self.by_ip6.get(&ip) == Some(&lease.mac)
+        {
+            self.by_ip6.remove(&ip);
+        }
+        if let Some(duid) = &lease.duid
+            && self.by_duid.get(duid) == Some(&lease.mac)
+        {
+            self.by_duid.remove(duid);
         }
     }
 }
@@ -175,6 +210,16 @@ impl LeaseTable {
     /// The MAC that holds (or was last offered) `ip`.
     pub fn mac_of(&self, ip: Ipv4Addr) -> Option<MacAddr> {
         self.lock().by_ip.get(&ip).copied()
+    }
+
+    /// The MAC that holds (or was last offered) the IPv6 address `ip`.
+    pub fn mac_of_v6(&self, ip: Ipv6Addr) -> Option<MacAddr> {
+        self.lock().by_ip6.get(&ip).copied()
+    }
+
+    /// The MAC whose DHCPv6 client last sent `duid`.
+    pub fn mac_of_duid(&self, duid: &[u8]) -> Option<MacAddr> {
+        self.lock().by_duid.get(duid).copied()
     }
 
     /// Changes as they happen (new MACs, bound leases).

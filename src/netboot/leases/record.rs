@@ -1,7 +1,7 @@
 //! One lease record and what the DHCP server reports about a client: the data the
 //! table holds, with its JSON form (the lease file, `/bmo/v1/leases`).
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
 
@@ -26,10 +26,18 @@ pub enum LeaseState {
 pub struct Lease {
     pub mac: MacAddr,
     pub ip: Option<Ipv4Addr>,
+    /// The DHCPv6 (IA_NA) address bmo leased or offered this MAC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip6: Option<Ipv6Addr>,
+    /// The DUID the MAC's DHCPv6 client sent last (option 1), as hex: how DHCPv6
+    /// clients are told apart, mapped to the MAC the packet came from.
+    #[serde(with = "hex_bytes", default, skip_serializing_if = "Option::is_none")]
+    pub duid: Option<Vec<u8>>,
     pub state: LeaseState,
     /// Unix seconds at which the address may be given to someone else.
     pub expires_unix: u64,
-    /// Option 12 exactly as the client sent it (it need not be UTF-8), as hex.
+    /// Option 12 exactly as the client sent it (it need not be UTF-8), as hex; for a
+    /// DHCPv6 client, the name of its FQDN (option 39) in dotted form.
     #[serde(with = "hex_bytes", default, skip_serializing_if = "Option::is_none")]
     pub hostname_raw: Option<Vec<u8>>,
     /// Option 12 for display: invalid UTF-8 replaced by U+FFFD. Derived, not read back.
@@ -82,8 +90,8 @@ pub struct Sighting {
 pub enum LeaseEvent {
     /// A MAC the table had never seen.
     NewClient(MacAddr),
-    /// A lease was acknowledged or renewed.
-    Bound(MacAddr, Ipv4Addr),
+    /// A lease (DHCPv4 or DHCPv6) was acknowledged or renewed.
+    Bound(MacAddr, IpAddr),
 }
 
 mod hex_bytes {

@@ -64,7 +64,8 @@ pub async fn serve(socket: UdpSocket, files: Arc<TftpFiles>, sessions: Slots, bo
     let mut buf = vec![0u8; 65536];
     loop {
         let (len, peer) = match socket.recv_from(&mut buf).await {
-            Ok(r) => r,
+            // A dual-stack socket names IPv4 clients by v4-mapped addresses.
+            Ok((len, peer)) => (len, crate::netboot::listen::canonical(peer)),
             Err(e) => {
                 tracing::warn!(error = %e, "TFTP receive failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
