@@ -301,6 +301,8 @@ mod tests {
         let pool = Range::parse("172.22.0.10,172.22.0.19").expect("range");
         let lease = |last: u8, state, expires_unix| Lease {
             ip: Some(Ipv4Addr::new(172, 22, 0, last)),
+            ip6: None,
+            duid: None,
             state,
             expires_unix,
             mac: crate::netboot::mac::MacAddr([2, 0, 0, 0, 0, last]),

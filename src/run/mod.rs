@@ -166,7 +166,11 @@ async fn start_watched(
 fn health(config: &Config) -> Health {
     let activity = crate::activity::Activity::new(&config.activity, config.netboot.any_service());
     let full = config.netboot.dhcp_mode == crate::netboot::config::DhcpMode::Full;
-    let pool = config.netboot.dhcp_range.filter(|_| full);
+    // The IPv4 pool; an IPv6 range's use is not a series yet.
+    let pool = match config.netboot.dhcp_range {
+        Some(crate::netboot::dhcp::range::DhcpRange::V4(range)) if full => Some(range),
+        _ => None,
+    };
     let series = crate::activity::metrics::BmoSeries::new(activity.clone(), pool);
     let metrics = Metrics::with(|registry| {
         controller::runtime::observed::register(registry);
