@@ -54,6 +54,7 @@ fn name(rule: &serde_json::Value) -> String {
 
 #[test]
 fn rules_pass_promtool_check_and_their_unit_tests() {
+    let _shared = crate::support::shared();
     let checked = promtool(&["check", "rules", "bmo-rules.yaml"]);
     assert!(checked.contains("SUCCESS: 10 rules found"), "{checked}");
     let tested = promtool(&["test", "rules", "bmo-rules.test.yaml"]);
@@ -71,6 +72,7 @@ fn rules_pass_promtool_check_and_their_unit_tests() {
 
 #[test]
 fn prometheusrule_holds_the_groups_of_the_rules_file() {
+    let _shared = crate::support::shared();
     let resource = yaml("deploy/monitoring/prometheusrule.yaml");
     assert_eq!(resource["kind"], "PrometheusRule");
     assert_eq!(resource["apiVersion"], "monitoring.coreos.com/v1");
@@ -79,6 +81,7 @@ fn prometheusrule_holds_the_groups_of_the_rules_file() {
 
 #[test]
 fn every_rule_has_its_runbook_in_troubleshooting() {
+    let _shared = crate::support::shared();
     let docs = read("docs/troubleshooting.md");
     let start = docs
         .find("\n## Alerts\n")
@@ -107,6 +110,7 @@ fn every_rule_has_its_runbook_in_troubleshooting() {
 
 #[test]
 fn rules_read_only_series_that_bmo_exports() {
+    let _shared = crate::support::shared();
     let exported = [
         read("src/activity/metrics.rs"),
         read("src/metrics/mod.rs"),
@@ -133,6 +137,7 @@ fn rules_read_only_series_that_bmo_exports() {
 
 #[test]
 fn servicemonitor_scrapes_the_secured_metrics_service_over_https() {
+    let _shared = crate::support::shared();
     let monitor = yaml("deploy/monitoring/servicemonitor.yaml");
     let service = yaml("deploy/metrics/service.yaml");
     assert_eq!(monitor["kind"], "ServiceMonitor");

@@ -267,7 +267,10 @@ fn a_flood_of_new_duids_and_macs_leaves_the_table_capped_and_a_real_client_bound
             "flood: {sent} frames sent (~{RATE}/s, a third malformed); dhclient -6 bound {:?} after {waited:.1?}; table at most {most} records (cap 16)",
             l.ip6
         );
-        assert!(waited < Duration::from_secs(20), "dhclient -6 waited {waited:?}");
+        // dhclient -6 doubles its SOLICIT interval from 1 s (RFC 8415), so one reply lost
+        // to the flood around the fourth try costs up to 16 s more: within 45 s is
+        // "not starved"; unloaded runs bind in about 2 s.
+        assert!(waited < Duration::from_secs(45), "dhclient -6 waited {waited:?}");
         assert!(sent > 1000, "{sent}");
         assert!(
             most <= 16 && leases.len() <= 16,
