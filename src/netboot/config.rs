@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args, ValueEnum};
 use url::Url;
 
-use super::dhcp::range::{DhcpRange, RANGE_FORM};
+use super::dhcp::range::{DhcpRanges, RANGE_FORM};
 use super::http_server::HttpLimits;
 use super::leases::LeaseLimits;
 use super::mac::MacAddr;
@@ -185,9 +185,11 @@ pub struct NetbootConfig {
     pub dhcp_mode: DhcpMode,
 
     /// Address range for full mode: `START,END[,PREFIXLEN|NETMASK]`, IPv4 for
-    /// DHCPv4 or IPv6 (`fd00:1::10,fd00:1::100[,64]`) for DHCPv6.
+    /// DHCPv4 or IPv6 (`fd00:1::10,fd00:1::100[,64]`) for DHCPv6. Several ranges,
+    /// `;`-separated, serve one subnet each: the provisioning link's own and the
+    /// subnets behind DHCP relays.
     #[arg(long, env = "DHCP_RANGE")]
-    pub dhcp_range: Option<DhcpRange>,
+    pub dhcp_range: Option<DhcpRanges>,
 
     /// Fixed addresses, `;`-separated `MAC,IP` pairs.
     #[arg(long, env = "DHCP_HOSTS")]
@@ -205,6 +207,12 @@ pub struct NetbootConfig {
     /// DNS server (option 6) handed out in full mode.
     #[arg(long, env = "DNS_IP")]
     pub dns_ip: Option<Ipv4Addr>,
+
+    /// Send IPv6 router advertisements on the provisioning interface (DHCPv6 only):
+    /// the managed flag in full mode, other-config in proxy mode, and the prefix.
+    /// Leave off where the site's router already advertises the link.
+    #[arg(long, env = "BMO_ROUTER_ADVERTISEMENTS", default_value_t = false, action = ArgAction::Set)]
+    pub router_advertisements: bool,
 
     /// Lease time in seconds.
     #[arg(long, env = "BMO_DHCP_LEASE_TIME", default_value_t = 3600, value_parser = clap::value_parser!(u32).range(60..))]
@@ -234,6 +242,10 @@ pub struct NetbootConfig {
 pub enum NetbootConfigError {
     #[error("BMO_DHCP_MODE=full needs DHCP_RANGE={RANGE_FORM}")]
     FullWithoutRange,
+    #[error(
+        "BMO_ROUTER_ADVERTISEMENTS=true needs bmo's DHCPv6 server: set BMO_DHCP_MODE to full or proxy, or leave router advertisements to the site's router"
+    )]
+    AdvertisementsWithoutDhcp,
 }
 
 /// `DHCP_IGNORE`: which clients are not answered. ironic-image hands the value to
@@ -313,6 +325,9 @@ impl NetbootConfig {
         if self.dhcp_mode == DhcpMode::Full && self.dhcp_range.is_none() {
             return Err(NetbootConfigError::FullWithoutRange);
         }
+        if self.router_advertisements && self.dhcp_mode == DhcpMode::Off {
+            return Err(NetbootConfigError::AdvertisementsWithoutDhcp);
+        }
         Ok(())
     }
 
@@ -360,7 +375,7 @@ mod tests {
             "a,b",
             "1.1.1.1,1.1.1.2,40",
         ] {
-            let e = bad.parse::<DhcpRange>().expect_err(bad);
+            let e = bad.parse::<DhcpRanges>().expect_err(bad);
             assert!(e.contains("DHCP_RANGE") && e.contains(RANGE_FORM), "{e}");
         }
     }

@@ -15,8 +15,10 @@ use super::config::{DhcpIgnore, DhcpMode, NetbootConfig, NetbootConfigError};
 use super::deploy_images::DeployImages;
 use super::dhcp::policy::{Mode, Policy};
 use super::dhcp::policy6::{Mode6, Policy6};
-use super::dhcp::range::DhcpRange;
-use super::dhcp::server as dhcp_server;
+use super::dhcp::range::DhcpRanges;
+use super::dhcp::relay::{Relays, local_range};
+use super::dhcp::relay6::{Relays6, local_range6};
+use super::dhcp::server::{self as dhcp_server, Answers};
 use super::dhcp::server6;
 use super::files::{Loaders, TftpFiles};
 use super::host_ramdisks::HostRamdisks;
@@ -260,7 +262,8 @@ fn start_dhcp(
     if let IpAddr::V6(server_ip) = choice.ip {
         return start_dhcp6(cfg, choice, server_ip, served);
     }
-    let (policy, interface) = dhcp_policy(cfg, choice, &served)?;
+    let (answers, interface) = dhcp_policy(cfg, choice, &served)?;
+    let policy = answers.policy.clone();
     let mut ports = vec![(67u16, false)];
     if matches!(policy.mode, Mode::Proxy) {
         ports.push((4011, true));
@@ -275,8 +278,7 @@ fn start_dhcp(
         })?;
         tasks.push(tokio::spawn(dhcp_server::serve(
             socket,
-            policy.clone(),
-            served.http_port,
+            answers.clone(),
             served.address.clone(),
             served.leases.clone(),
             served.boot_log.clone(),
@@ -293,7 +295,7 @@ fn dhcp_policy(
     cfg: &NetbootConfig,
     choice: &Choice,
     served: &ServedByDhcp,
-) -> Result<(Policy, String), NetbootError> {
+) -> Result<(Answers, String), NetbootError> {
     let IpAddr::V4(server_ip) = choice.ip else {
         return Err(NetbootError::Dhcp(format!(
             "the provisioning IP {} is IPv6; DHCPv4 needs an IPv4 one (set BMO_PROVISIONING_IP_FAMILY=ipv4)",
@@ -306,10 +308,15 @@ fn dhcp_policy(
         .ok_or_else(|| NetbootError::Dhcp("the provisioning IP is on no known interface".into()))?;
     let prefix = u32::from(choice.prefix_len.unwrap_or(24).min(32));
     let netmask = Ipv4Addr::from(u32::MAX.checked_shl(32 - prefix).unwrap_or(0));
-    let mode = match (cfg.dhcp_mode, cfg.dhcp_range) {
+    let ranges = cfg
+        .dhcp_range
+        .as_ref()
+        .map(DhcpRanges::v4)
+        .unwrap_or_default();
+    let mode = match (cfg.dhcp_mode, local_range(&ranges, server_ip, netmask)) {
         (DhcpMode::Proxy, _) => Mode::Proxy,
-        (_, Some(DhcpRange::V4(range))) => Mode::Full { range },
-        (_, Some(DhcpRange::V6(_))) => {
+        (_, Some(range)) => Mode::Full { range },
+        (_, None) if cfg.dhcp_range.is_some() => {
             return Err(NetbootError::Dhcp(format!(
                 "DHCP_RANGE is IPv6 but the provisioning IP {server_ip} is IPv4; give an IPv4 range or an IPv6 provisioning IP (BMO_PROVISIONING_IP_FAMILY=ipv6)"
             )));
@@ -320,6 +327,9 @@ fn dhcp_policy(
             ));
         }
     };
+    if ranges.len() > 1 && matches!(mode, Mode::Full { .. }) {
+        tracing::info!(ranges = ?ranges, "DHCP serves relayed subnets from their DHCP_RANGE");
+    }
     let policy = Policy {
         mode,
         server_ip,
@@ -331,7 +341,12 @@ fn dhcp_policy(
         hosts: served.known_hosts.clone(),
         known_only: cfg.dhcp_ignore == Some(DhcpIgnore::Unknown),
     };
-    Ok((policy, interface))
+    let answers = Answers {
+        policy,
+        relays: Relays::new(ranges),
+        http_port: served.http_port,
+    };
+    Ok((answers, interface))
 }
 
 /// Opens the DHCPv6 sockets on the provisioning interface and starts serving, when
@@ -346,10 +361,15 @@ fn start_dhcp6(
         .interface
         .clone()
         .ok_or_else(|| NetbootError::Dhcp("the provisioning IP is on no known interface".into()))?;
-    let mode = match (cfg.dhcp_mode, cfg.dhcp_range) {
+    let ranges = cfg
+        .dhcp_range
+        .as_ref()
+        .map(DhcpRanges::v6)
+        .unwrap_or_default();
+    let mode = match (cfg.dhcp_mode, local_range6(&ranges, server_ip)) {
         (DhcpMode::Proxy, _) => Mode6::Proxy,
-        (_, Some(DhcpRange::V6(range))) => Mode6::Full { range },
-        (_, Some(DhcpRange::V4(_))) => {
+        (_, Some(range)) => Mode6::Full { range },
+        (_, None) if cfg.dhcp_range.is_some() => {
             return Err(NetbootError::Dhcp(format!(
                 "DHCP_RANGE is IPv4 but the provisioning IP {server_ip} is IPv6; give an IPv6 range (e.g. fd00:1::10,fd00:1::100) or an IPv4 provisioning IP"
             )));
@@ -380,6 +400,7 @@ fn start_dhcp6(
     Ok(vec![tokio::spawn(server6::serve6(
         sockets,
         policy,
+        Relays6::new(ranges),
         served.address,
         served.leases,
         served.boot_log,

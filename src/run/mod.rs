@@ -166,9 +166,10 @@ async fn start_watched(
 fn health(config: &Config) -> Health {
     let activity = crate::activity::Activity::new(&config.activity, config.netboot.any_service());
     let full = config.netboot.dhcp_mode == crate::netboot::config::DhcpMode::Full;
-    // The IPv4 pool; an IPv6 range's use is not a series yet.
-    let pool = match config.netboot.dhcp_range {
-        Some(crate::netboot::dhcp::range::DhcpRange::V4(range)) if full => Some(range),
+    // The first IPv4 pool; an IPv6 range's use and relayed subnets' pools are not
+    // series yet.
+    let pool = match &config.netboot.dhcp_range {
+        Some(ranges) if full => ranges.v4().first().copied(),
         _ => None,
     };
     let series = crate::activity::metrics::BmoSeries::new(activity.clone(), pool);

@@ -26,6 +26,8 @@ pub const PEERS: &[(&str, &str)] = &[
     ("cpio", "cpio"),
     ("nginx", "nginx-light"),
     ("perfdhcp", "kea-admin"),
+    ("dhcrelay", "isc-dhcp-relay"),
+    ("rdisc6", "ndisc6"),
 ];
 
 pub fn have(cmd: &str) -> bool {
@@ -366,6 +368,7 @@ pub fn config(dir: &Path) -> NetbootConfig {
         dhcp_ignore: None,
         gateway_ip: None,
         dns_ip: None,
+        router_advertisements: false,
         dhcp_lease_secs: 600,
         dhcp_max_leases: 4096,
         dhcp_lease_retention_secs: 7 * 24 * 3600,

@@ -26,6 +26,8 @@ pub enum DhcpParseError {
     NotEthernet,
     #[error("no DHCP message type")]
     NoMessageType,
+    #[error("malformed relay agent information (option 82)")]
+    BadRelayAgentInfo,
     #[error("undecodable: {0}")]
     Decode(String),
 }
@@ -73,6 +75,11 @@ pub struct ClientRequest {
     pub ipxe: bool,
     pub requested_ip: Option<Ipv4Addr>,
     pub server_id: Option<Ipv4Addr>,
+    /// Option 82 as the relay sent it (echoed in the reply, RFC 3046).
+    pub relay_agent_info: Option<Vec<u8>>,
+    /// Option 82's link selection sub-option (5, RFC 3527): the client's subnet,
+    /// when the relay's address (giaddr) is on another.
+    pub link_selection: Option<Ipv4Addr>,
 }
 
 impl ClientRequest {
@@ -97,6 +104,29 @@ impl ClientRequest {
     pub fn is_http_client(&self) -> bool {
         self.vendor_class_starts(b"HTTPClient")
     }
+}
+
+/// Checks option 82's sub-options (code, length, value; each within the option)
+/// and returns the link selection sub-option's address, if any. Garbage (a
+/// sub-option running past the end, a link selection not 4 bytes long) is an error.
+pub fn relay_link_selection(info: &[u8]) -> Result<Option<Ipv4Addr>, DhcpParseError> {
+    let mut link = None;
+    let mut i = 0;
+    while i < info.len() {
+        let code = info[i];
+        let len = usize::from(*info.get(i + 1).ok_or(DhcpParseError::BadRelayAgentInfo)?);
+        let value = info
+            .get(i + 2..i + 2 + len)
+            .ok_or(DhcpParseError::BadRelayAgentInfo)?;
+        if code == 5 {
+            let octets: [u8; 4] = value
+                .try_into()
+                .map_err(|_| DhcpParseError::BadRelayAgentInfo)?;
+            link = Some(Ipv4Addr::from(octets));
+        }
+        i += 2 + len;
+    }
+    Ok(link)
 }
 
 /// Parses a request. Never panics, whatever the bytes.
@@ -149,6 +179,11 @@ pub fn parse_request(buf: &[u8]) -> Result<ClientRequest, DhcpParseError> {
     let arch = get(93)
         .filter(|v| v.len() >= 2)
         .map(|v| u16::from_be_bytes([v[0], v[1]]));
+    let relay_agent_info = get(82);
+    let link_selection = match &relay_agent_info {
+        Some(info) => relay_link_selection(info)?,
+        None => None,
+    };
     let user_class = get(77);
     let ipxe = get(175).is_some()
         || user_class
@@ -163,6 +198,8 @@ pub fn parse_request(buf: &[u8]) -> Result<ClientRequest, DhcpParseError> {
         ipxe,
         requested_ip,
         server_id,
+        relay_agent_info,
+        link_selection,
         msg,
     })
 }
@@ -213,6 +250,31 @@ pub(crate) mod tests {
         assert_eq!(r.hostname_raw.as_deref(), Some(&b"h\xffst"[..]));
         assert_eq!(r.arch, Some(7));
         assert!(r.is_pxe() && r.ipxe && !r.is_http_client());
+    }
+
+    #[test]
+    fn reads_option_82_link_selection_and_refuses_garbage() {
+        let r = parse_request(&discover(
+            [2; 6],
+            &[(82, &[1, 2, b'e', b'0', 5, 4, 10, 88, 0, 0])],
+        ))
+        .unwrap();
+        assert_eq!(r.link_selection, Some(Ipv4Addr::new(10, 88, 0, 0)));
+        assert_eq!(r.relay_agent_info.as_ref().map(Vec::len), Some(10));
+        let r = parse_request(&discover([2; 6], &[(82, &[1, 1, 7])])).unwrap();
+        assert_eq!(r.link_selection, None);
+        for bad in [
+            &[5u8, 3, 10, 88, 0][..],
+            &[1, 9, 1],
+            &[1],
+            &[5, 5, 1, 2, 3, 4, 5],
+        ] {
+            assert_eq!(
+                parse_request(&discover([2; 6], &[(82, bad)])).unwrap_err(),
+                DhcpParseError::BadRelayAgentInfo,
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

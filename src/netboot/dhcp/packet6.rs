@@ -24,6 +24,10 @@ pub enum Dhcp6ParseError {
     BadLength(u16),
     #[error("no client identifier (DUID)")]
     NoClientId,
+    #[error("a relay message without the relayed message (option 9)")]
+    NoRelayMessage,
+    #[error("relayed through more relays than the hop limit")]
+    TooManyRelays,
     #[error("undecodable: {0}")]
     Decode(String),
 }

@@ -42,6 +42,13 @@ pub struct Policy {
     pub known_only: bool,
 }
 
+/// The subnet an address is leased on: its range and the router handed out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subnet {
+    pub range: Range,
+    pub router: Option<Ipv4Addr>,
+}
+
 /// Where a reply goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Destination {
@@ -91,6 +98,18 @@ impl Policy {
         leases: &LeaseTable,
         on_proxy_port: bool,
     ) -> Option<(Message, Destination)> {
+        self.answer_in(req, leases, on_proxy_port, None)
+    }
+
+    /// The reply to `req`, with addresses (full mode) from `relayed`'s range, or
+    /// from the provisioning link's (`Mode::Full`) when `None`.
+    pub fn answer_in(
+        &self,
+        req: &ClientRequest,
+        leases: &LeaseTable,
+        on_proxy_port: bool,
+        relayed: Option<&Subnet>,
+    ) -> Option<(Message, Destination)> {
         if !req.mac.is_unicast() {
             tracing::debug!(mac = %req.mac, "all-zero or group hardware address; not answered");
             return None;
@@ -107,7 +126,14 @@ impl Policy {
         let boot = boot_for(req, &self.http_base);
         let reply = match &self.mode {
             Mode::Proxy => self.answer_proxy(req, boot, on_proxy_port),
-            Mode::Full { range } => self.answer_full(req, known.as_ref(), boot, leases, range),
+            Mode::Full { range } => {
+                let local = Subnet {
+                    range: *range,
+                    router: self.router,
+                };
+                let subnet = relayed.unwrap_or(&local);
+                self.answer_full(req, known.as_ref(), boot, leases, subnet)
+            }
         };
         if let (Some(host), Some((reply, _))) = (&known, &reply) {
             log_known(req, host, reply);
@@ -167,16 +193,16 @@ impl Policy {
         known: Option<&KnownHost>,
         boot: Option<Boot>,
         leases: &LeaseTable,
-        range: &Range,
+        subnet: &Subnet,
     ) -> Option<(Message, Destination)> {
         let fixed = known.and_then(|h| h.fixed_ip);
         match req.msg_type {
-            MessageType::Discover => self.offer(req, fixed, boot, leases, range),
-            MessageType::Request => self.acknowledge(req, fixed, boot, leases, range),
+            MessageType::Discover => self.offer(req, fixed, boot, leases, subnet),
+            MessageType::Request => self.acknowledge(req, fixed, boot, leases, subnet),
             MessageType::Inform => {
                 let mut reply = self.reply_base(req, MessageType::Ack, Ipv4Addr::UNSPECIFIED);
                 reply.opts_mut().insert(DhcpOption::SubnetMask(
-                    range.netmask.unwrap_or(self.netmask),
+                    subnet.range.netmask.unwrap_or(self.netmask),
                 ));
                 if let Some(b) = &boot {
                     self.add_boot(&mut reply, req, b, false);
@@ -199,8 +225,9 @@ impl Policy {
         fixed: Option<Ipv4Addr>,
         boot: Option<Boot>,
         leases: &LeaseTable,
-        range: &Range,
+        subnet: &Subnet,
     ) -> Option<(Message, Destination)> {
+        let range = &subnet.range;
         let reserved_for = |ip| self.hosts.reserved_for(ip);
         let Some(ip) = leases.allocate(
             req.mac,
@@ -213,7 +240,7 @@ impl Policy {
             return None;
         };
         leases.assign(req.mac, ip, LeaseState::Offered, OFFER_HOLD_SECS);
-        Some(self.lease_reply(req, MessageType::Offer, ip, range, boot))
+        Some(self.lease_reply(req, MessageType::Offer, ip, subnet, boot))
     }
 
     /// REQUEST in full mode: ACK the address asked for if the client may have it,
@@ -224,8 +251,9 @@ impl Policy {
         fixed: Option<Ipv4Addr>,
         boot: Option<Boot>,
         leases: &LeaseTable,
-        range: &Range,
+        subnet: &Subnet,
     ) -> Option<(Message, Destination)> {
+        let range = &subnet.range;
         if let Some(sid) = req.server_id
             && sid != self.server_ip
         {
@@ -251,7 +279,7 @@ impl Policy {
         match ok {
             Some(ip) => {
                 leases.assign(req.mac, ip, LeaseState::Bound, u64::from(self.lease_secs));
-                Some(self.lease_reply(req, MessageType::Ack, ip, range, boot))
+                Some(self.lease_reply(req, MessageType::Ack, ip, subnet, boot))
             }
             None => {
                 tracing::debug!(mac = %req.mac, requested = ?wanted, "DHCP request refused (NAK)");
@@ -267,11 +295,11 @@ impl Policy {
         req: &ClientRequest,
         ty: MessageType,
         ip: Ipv4Addr,
-        range: &Range,
+        subnet: &Subnet,
         boot: Option<Boot>,
     ) -> (Message, Destination) {
         let mut reply = self.reply_base(req, ty, ip);
-        self.add_lease_options(&mut reply, range);
+        self.add_lease_options(&mut reply, subnet);
         if let Some(b) = &boot {
             self.add_boot(&mut reply, req, b, false);
         }
@@ -299,15 +327,15 @@ impl Policy {
         m
     }
 
-    fn add_lease_options(&self, m: &mut Message, range: &Range) {
+    fn add_lease_options(&self, m: &mut Message, subnet: &Subnet) {
         let secs = self.lease_secs;
         m.opts_mut().insert(DhcpOption::AddressLeaseTime(secs));
         m.opts_mut().insert(DhcpOption::Renewal(secs / 2));
         m.opts_mut().insert(DhcpOption::Rebinding(secs / 8 * 7));
         m.opts_mut().insert(DhcpOption::SubnetMask(
-            range.netmask.unwrap_or(self.netmask),
+            subnet.range.netmask.unwrap_or(self.netmask),
         ));
-        if let Some(r) = self.router {
+        if let Some(r) = subnet.router {
             m.opts_mut().insert(DhcpOption::Router(vec![r]));
         }
         if let Some(d) = self.dns {
@@ -384,281 +412,5 @@ fn log_known(req: &ClientRequest, host: &KnownHost, reply: &Message) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::netboot::dhcp::packet::parse_request;
-    use crate::netboot::dhcp::packet::tests::discover;
-
-    fn policy(mode: Mode) -> Policy {
-        Policy {
-            mode,
-            server_ip: "10.9.0.1".parse().unwrap(),
-            netmask: "255.255.255.0".parse().unwrap(),
-            router: None,
-            dns: None,
-            lease_secs: 600,
-            http_base: "http://10.9.0.1:6180".into(),
-            hosts: HostDirectory::default(),
-            known_only: false,
-        }
-    }
-
-    fn full() -> Mode {
-        Mode::Full {
-            range: Range::parse("10.9.0.10,10.9.0.20,24").unwrap(),
-        }
-    }
-
-    fn bootfile(m: &Message) -> Option<String> {
-        match m.opts().get(OptionCode::BootfileName) {
-            Some(DhcpOption::BootfileName(b)) => Some(String::from_utf8_lossy(b).into_owned()),
-            _ => None,
-        }
-    }
-
-    #[test]
-    fn arch_picks_loader() {
-        let p = policy(full());
-        let leases = LeaseTable::in_memory();
-        for (arch, want) in [
-            (0u16, "undionly.kpxe"),
-            (7, "snponly-x86_64.efi"),
-            (9, "snponly-x86_64.efi"),
-            (11, "snponly-arm64.efi"),
-        ] {
-            let vc = format!("PXEClient:Arch:{arch:05}:UNDI:003016");
-            let b = discover(
-                [0x52, 0, 0, 0, 0, arch as u8],
-                &[(93, &arch.to_be_bytes()), (60, vc.as_bytes())],
-            );
-            let (m, _) = p
-                .answer(&parse_request(&b).unwrap(), &leases, false)
-                .unwrap();
-            assert_eq!(bootfile(&m).as_deref(), Some(want), "arch {arch}");
-            assert_eq!(m.siaddr().to_string(), "10.9.0.1");
-            assert!(
-                m.opts().get(OptionCode::ClassIdentifier).is_none(),
-                "arch {arch}: a full-mode offer with PXEClient sends UEFI firmware to port 4011"
-            );
-            assert!(!m.yiaddr().is_unspecified());
-        }
-    }
-
-    #[test]
-    fn ipxe_gets_the_script_and_plain_clients_no_bootfile() {
-        let p = policy(full());
-        let leases = LeaseTable::in_memory();
-        let b = discover(
-            [2, 2, 3, 4, 5, 6],
-            &[
-                (175, &[19, 1, 1]),
-                (60, b"PXEClient:Arch:00000:UNDI:002001"),
-            ],
-        );
-        let (m, _) = p
-            .answer(&parse_request(&b).unwrap(), &leases, false)
-            .unwrap();
-        assert_eq!(
-            bootfile(&m).as_deref(),
-            Some("http://10.9.0.1:6180/boot.ipxe")
-        );
-        let b = discover([2, 2, 3, 4, 5, 7], &[(12, b"plain")]);
-        let (m, d) = p
-            .answer(&parse_request(&b).unwrap(), &leases, false)
-            .unwrap();
-        assert_eq!(bootfile(&m), None);
-        assert_eq!(d, Destination::Broadcast);
-    }
-
-    #[test]
-    fn uefi_http_boot_gets_a_url() {
-        let p = policy(full());
-        let b = discover(
-            [2, 2, 3, 4, 5, 8],
-            &[
-                (93, &16u16.to_be_bytes()),
-                (60, b"HTTPClient:Arch:00016:UNDI:003001"),
-            ],
-        );
-        let (m, _) = p
-            .answer(&parse_request(&b).unwrap(), &LeaseTable::in_memory(), false)
-            .unwrap();
-        assert_eq!(
-            bootfile(&m).as_deref(),
-            Some("http://10.9.0.1:6180/ipxe/ipxe-x86_64.efi")
-        );
-        assert!(
-            matches!(m.opts().get(OptionCode::ClassIdentifier), Some(DhcpOption::ClassIdentifier(v)) if v == b"HTTPClient")
-        );
-    }
-
-    #[test]
-    fn proxy_mode_offers_no_address_and_ignores_plain_clients() {
-        let p = policy(Mode::Proxy);
-        let leases = LeaseTable::in_memory();
-        let b = discover(
-            [8, 9, 9, 9, 9, 9],
-            &[
-                (93, &7u16.to_be_bytes()),
-                (60, b"PXEClient:Arch:00007:UNDI:003016"),
-            ],
-        );
-        let (m, _) = p
-            .answer(&parse_request(&b).unwrap(), &leases, false)
-            .unwrap();
-        assert!(m.yiaddr().is_unspecified());
-        assert_eq!(bootfile(&m).as_deref(), Some("snponly-x86_64.efi"));
-        assert!(m.opts().get(OptionCode::AddressLeaseTime).is_none());
-        assert!(
-            matches!(m.opts().get(OptionCode::VendorExtensions), Some(DhcpOption::VendorExtensions(v)) if v == &vec![6, 1, 8, 255])
-        );
-        let b = discover([8, 9, 9, 9, 9, 8], &[(12, b"plain")]);
-        assert!(
-            p.answer(&parse_request(&b).unwrap(), &leases, false)
-                .is_none()
-        );
-        assert!(
-            leases.get(&"08:09:09:09:09:08".parse().unwrap()).is_some(),
-            "still recorded"
-        );
-    }
-
-    #[test]
-    fn known_only_answers_dhcp_hosts_and_attached_hosts_and_records_the_rest() {
-        use crate::netboot::hosts::StaticHosts;
-
-        struct Cluster;
-        impl KnownHosts for Cluster {
-            fn lookup(&self, mac: &crate::netboot::mac::MacAddr) -> Option<KnownHost> {
-                (mac.0 == [2, 0, 0, 0, 0, 2]).then(|| KnownHost {
-                    name: "ns/booting".into(),
-                    fixed_ip: None,
-                })
-            }
-        }
-        let fixed: crate::netboot::config::DhcpHosts =
-            "02:00:00:00:00:01,10.9.0.200;02:00:00:00:00:04,10.9.0.15"
-                .parse()
-                .unwrap();
-        let mut p = policy(full());
-        p.hosts = HostDirectory::new(StaticHosts::new(Some(&fixed)));
-        p.known_only = true;
-        let leases = LeaseTable::in_memory();
-        let offer = |p: &Policy, mac: [u8; 6], extra: &[(u8, &[u8])]| {
-            p.answer(
-                &parse_request(&discover(mac, extra)).unwrap(),
-                &leases,
-                false,
-            )
-            .map(|(m, _)| m.yiaddr().to_string())
-        };
-
-        assert_eq!(
-            offer(&p, [2, 0, 0, 0, 0, 1], &[]).as_deref(),
-            Some("10.9.0.200"),
-            "DHCP_HOSTS: its fixed address, outside the range"
-        );
-        assert_eq!(offer(&p, [2, 0, 0, 0, 0, 2], &[]), None, "not attached yet");
-        p.hosts.attach(std::sync::Arc::new(Cluster));
-        assert_eq!(
-            offer(&p, [2, 0, 0, 0, 0, 2], &[]).as_deref(),
-            Some("10.9.0.10"),
-            "a cluster host: an address from the range"
-        );
-        assert_eq!(offer(&p, [2, 0, 0, 0, 0, 3], &[]), None, "unknown");
-        assert!(
-            leases.get(&"02:00:00:00:00:03".parse().unwrap()).is_some(),
-            "an unknown client is still recorded (discovery sees it)"
-        );
-
-        p.known_only = false;
-        assert_eq!(
-            offer(&p, [2, 0, 0, 0, 0, 3], &[(50, &[10, 9, 0, 15])]).as_deref(),
-            Some("10.9.0.11"),
-            "answered without known-only, but never with another host's fixed address"
-        );
-    }
-
-    /// A client message of type `ty` from `mac`, with hostname `name` if given.
-    fn message(mac: [u8; 6], ty: MessageType) -> Vec<u8> {
-        use dhcproto::{Encodable, Encoder};
-        let unspecified = Ipv4Addr::UNSPECIFIED;
-        let mut msg = Message::new(unspecified, unspecified, unspecified, unspecified, &mac);
-        msg.opts_mut().insert(DhcpOption::MessageType(ty));
-        let mut buf = Vec::new();
-        msg.encode(&mut Encoder::new(&mut buf)).unwrap();
-        buf
-    }
-
-    #[test]
-    fn zero_broadcast_and_multicast_hardware_addresses_get_nothing() {
-        for mode in [full(), Mode::Proxy] {
-            let p = policy(mode);
-            let leases = LeaseTable::in_memory();
-            let pxe: &[(u8, &[u8])] = &[(60, b"PXEClient:Arch:00000:UNDI:002001")];
-            for mac in [
-                [0; 6],
-                [0xff; 6],
-                [1, 0, 0x5e, 0, 0, 1],
-                [0x33, 0x33, 0, 0, 0, 1],
-            ] {
-                let req = parse_request(&discover(mac, pxe)).unwrap();
-                assert!(p.answer(&req, &leases, false).is_none(), "{mac:?}");
-            }
-            assert!(leases.is_empty(), "{:?}", leases.list());
-            let req = parse_request(&discover([2, 0, 0, 0, 0, 1], pxe)).unwrap();
-            assert!(
-                p.answer(&req, &leases, false).is_some(),
-                "a unicast MAC is answered"
-            );
-        }
-    }
-
-    #[test]
-    fn release_decline_and_inform_from_unknown_macs_make_no_record() {
-        let p = policy(full());
-        let leases = LeaseTable::in_memory();
-        for ty in [
-            MessageType::Release,
-            MessageType::Decline,
-            MessageType::Inform,
-        ] {
-            let req = parse_request(&message([2, 0, 0, 0, 0, 9], ty)).unwrap();
-            p.answer(&req, &leases, false);
-        }
-        assert!(leases.is_empty(), "{:?}", leases.list());
-        // A known client's RELEASE still gives its address back.
-        let offered = p.answer(
-            &parse_request(&discover([2, 0, 0, 0, 0, 9], &[])).unwrap(),
-            &leases,
-            false,
-        );
-        assert!(offered.is_some());
-        let req = parse_request(&message([2, 0, 0, 0, 0, 9], MessageType::Release)).unwrap();
-        p.answer(&req, &leases, false);
-        let lease = leases.get(&"02:00:00:00:00:09".parse().unwrap()).unwrap();
-        assert_eq!(lease.state, LeaseState::Released);
-    }
-
-    #[test]
-    fn only_valid_client_host_names_are_recorded() {
-        let p = policy(full());
-        let leases = LeaseTable::in_memory();
-        for (n, name) in [&b"node\n1"[..], b"\x1b[31mred\x07", "a\u{202e}b".as_bytes()]
-            .into_iter()
-            .enumerate()
-        {
-            let req = parse_request(&discover([2, 0, 0, 0, 1, n as u8], &[(12, name)])).unwrap();
-            assert!(p.answer(&req, &leases, false).is_some(), "still answered");
-        }
-        assert!(
-            leases.list().iter().all(|l| l.hostname.is_none()),
-            "{:?}",
-            leases.list()
-        );
-        let req = parse_request(&discover([2, 0, 0, 0, 2, 0], &[(12, b"worker-1")])).unwrap();
-        p.answer(&req, &leases, false);
-        let lease = leases.get(&"02:00:00:00:02:00".parse().unwrap()).unwrap();
-        assert_eq!(lease.hostname.as_deref(), Some("worker-1"));
-    }
-}
+#[path = "policy_tests.rs"]
+mod tests;

@@ -68,6 +68,18 @@ impl Policy6 {
         mac: MacAddr,
         leases: &LeaseTable,
     ) -> Option<Message> {
+        self.answer_in(req, mac, leases, None)
+    }
+
+    /// The reply to `req`, with addresses (full mode) from `relayed`, the range of
+    /// a relayed client's link, or from the provisioning link's when `None`.
+    pub fn answer_in(
+        &self,
+        req: &ClientRequest6,
+        mac: MacAddr,
+        leases: &LeaseTable,
+        relayed: Option<&Range6>,
+    ) -> Option<Message> {
         if !mac.is_unicast() {
             return None;
         }
@@ -89,7 +101,9 @@ impl Policy6 {
         let boot = boot_url6(req, self.server_ip, self.http_port);
         let mut reply = match &self.mode {
             Mode6::Proxy => self.answer_proxy(req, boot.as_deref())?,
-            Mode6::Full { range } => self.answer_full(req, mac, leases, range)?,
+            Mode6::Full { range } => {
+                self.answer_full(req, mac, leases, relayed.unwrap_or(range))?
+            }
         };
         if let Some(url) = &boot {
             self.add_boot(&mut reply, req, url);

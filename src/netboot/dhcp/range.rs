@@ -3,8 +3,84 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// The accepted form of `DHCP_RANGE`, for error messages.
-pub const RANGE_FORM: &str =
-    "START,END[,PREFIXLEN|NETMASK], e.g. 172.22.0.10,172.22.0.100,24 or fd00:1::10,fd00:1::100,64";
+pub const RANGE_FORM: &str = "START,END[,PREFIXLEN|NETMASK][;START,END...], e.g. 172.22.0.10,172.22.0.100,24 or fd00:1::10,fd00:1::100,64";
+
+/// `DHCP_RANGE` as given: one range (ironic-image's form), or several separated by
+/// `;`, one per subnet: the one on the provisioning network's own link and one for
+/// each subnet behind a DHCP relay. Ranges of one family may not overlap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DhcpRanges(pub Vec<DhcpRange>);
+
+impl std::str::FromStr for DhcpRanges {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let ranges = s
+            .split(';')
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+            .map(str::parse::<DhcpRange>)
+            .collect::<Result<Vec<_>, _>>()?;
+        if ranges.is_empty() {
+            return Err(format!("DHCP_RANGE {s:?} is empty; expected {RANGE_FORM}"));
+        }
+        for (i, a) in ranges.iter().enumerate() {
+            if let Some(b) = ranges[i + 1..].iter().find(|b| a.overlaps(b)) {
+                return Err(format!(
+                    "DHCP_RANGE {s:?}: the ranges {a} and {b} overlap; give each subnet its own addresses"
+                ));
+            }
+        }
+        Ok(DhcpRanges(ranges))
+    }
+}
+
+impl DhcpRanges {
+    /// The IPv4 ranges, in the order given.
+    pub fn v4(&self) -> Vec<Range> {
+        self.0
+            .iter()
+            .filter_map(|r| match r {
+                DhcpRange::V4(r) => Some(*r),
+                DhcpRange::V6(_) => None,
+            })
+            .collect()
+    }
+
+    /// The IPv6 ranges, in the order given.
+    pub fn v6(&self) -> Vec<Range6> {
+        self.0
+            .iter()
+            .filter_map(|r| match r {
+                DhcpRange::V6(r) => Some(*r),
+                DhcpRange::V4(_) => None,
+            })
+            .collect()
+    }
+}
+
+impl DhcpRange {
+    fn overlaps(&self, other: &DhcpRange) -> bool {
+        match (self, other) {
+            (DhcpRange::V4(a), DhcpRange::V4(b)) => {
+                u32::from(a.start) <= u32::from(b.end) && u32::from(b.start) <= u32::from(a.end)
+            }
+            (DhcpRange::V6(a), DhcpRange::V6(b)) => {
+                u128::from(a.start) <= u128::from(b.end) && u128::from(b.start) <= u128::from(a.end)
+            }
+            _ => false,
+        }
+    }
+}
+
+impl std::fmt::Display for DhcpRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DhcpRange::V4(r) => write!(f, "{}-{}", r.start, r.end),
+            DhcpRange::V6(r) => write!(f, "{}-{}", r.start, r.end),
+        }
+    }
+}
 
 /// `DHCP_RANGE` as given: its family picks the DHCP server (v4 or v6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +173,15 @@ impl Range6 {
         let (s, e, x) = (u128::from(self.start), u128::from(self.end), u128::from(ip));
         (s..=e).contains(&x) && x - s < u128::from(self.size())
     }
+
+    /// Whether `ip` is on the range's subnet (the start's `/prefix_len`): a relay
+    /// whose link address this holds serves the range's clients.
+    pub fn subnet_holds(&self, ip: Ipv6Addr) -> bool {
+        let mask = u128::MAX
+            .checked_shl(128 - u32::from(self.prefix_len))
+            .unwrap_or(0);
+        u128::from(ip) & mask == u128::from(self.start) & mask
+    }
 }
 
 /// An address pool: `start..=end` with its netmask.
@@ -147,6 +232,20 @@ impl Range {
     }
 }
 
+impl Range {
+    /// Whether `ip` is on the range's subnet (its netmask, else `default_mask`,
+    /// applied to its start): a relay whose address this holds serves the range's
+    /// clients.
+    pub fn subnet_holds(&self, ip: Ipv4Addr, default_mask: Ipv4Addr) -> bool {
+        let mask = u32::from(self.netmask.unwrap_or(default_mask));
+        u32::from(ip) & mask == u32::from(self.start) & mask
+    }
+
+    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+        (u32::from(self.start)..=u32::from(self.end)).contains(&u32::from(ip))
+    }
+}
+
 impl std::str::FromStr for Range {
     type Err = String;
 
@@ -184,6 +283,34 @@ mod tests {
         );
         assert!(Range::parse("10.0.0.9,10.0.0.1").is_err());
         assert!(Range::parse("x").is_err());
+    }
+
+    #[test]
+    fn several_ranges_one_per_subnet_and_no_overlap() {
+        let one: DhcpRanges = "172.22.0.10,172.22.0.100".parse().unwrap();
+        assert_eq!(one.v4().len(), 1);
+        let list: DhcpRanges =
+            "172.22.0.10,172.22.0.100,24; 10.88.0.10,10.88.0.20,24;fd00:9::10,fd00:9::20,64;"
+                .parse()
+                .unwrap();
+        let v4 = list.v4();
+        assert_eq!((v4.len(), list.v6().len()), (2, 1));
+        let mask: Ipv4Addr = "255.255.0.0".parse().unwrap();
+        assert!(v4[1].subnet_holds("10.88.0.1".parse().unwrap(), mask));
+        assert!(!v4[1].subnet_holds("10.88.1.1".parse().unwrap(), mask));
+        assert!(v4[1].contains("10.88.0.20".parse().unwrap()));
+        let no_mask = Range::parse("10.1.0.10,10.1.0.20").unwrap();
+        assert!(no_mask.subnet_holds("10.1.3.1".parse().unwrap(), mask));
+        assert!(list.v6()[0].subnet_holds("fd00:9::1".parse().unwrap()));
+        assert!(!list.v6()[0].subnet_holds("fd00:8::1".parse().unwrap()));
+        for bad in [
+            "10.0.0.10,10.0.0.20;10.0.0.15,10.0.0.30",
+            " ; ",
+            "10.0.0.10,10.0.0.20;x",
+        ] {
+            let e = bad.parse::<DhcpRanges>().expect_err(bad);
+            assert!(e.contains("DHCP_RANGE"), "{e}");
+        }
     }
 
     #[test]

@@ -5,13 +5,13 @@
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
 use dhcproto::v4::{DhcpOption, Message, OptionCode};
-use dhcproto::{Encodable, Encoder};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::UdpSocket;
 use tokio::sync::watch;
 
 use super::packet::{ClientRequest, parse_request};
 use super::policy::{Destination, Policy};
+use super::relay::{Relays, encode_reply};
 use crate::netboot::address::Choice;
 use crate::netboot::boot_log::{BootLog, BootStep};
 use crate::netboot::leases::LeaseTable;
@@ -32,17 +32,31 @@ pub fn bind(interface: &str, port: u16) -> std::io::Result<UdpSocket> {
     UdpSocket::from_std(s.into())
 }
 
+/// What a DHCP socket answers with: the policy, the ranges of relayed subnets, and
+/// the HTTP boot server's port (for URLs that follow the provisioning IP).
+#[derive(Debug, Clone)]
+pub struct Answers {
+    pub policy: Policy,
+    pub relays: Relays,
+    pub http_port: u16,
+}
+
 /// Answers requests on `socket` until the task is dropped. The policy's server
-/// address follows the provisioning IP.
+/// address follows the provisioning IP; relayed requests get addresses from their
+/// subnet's range.
 pub async fn serve(
     socket: UdpSocket,
-    mut policy: Policy,
-    http_port: u16,
+    answers: Answers,
     mut address: watch::Receiver<Choice>,
     leases: LeaseTable,
     boot_log: BootLog,
     proxy_port: bool,
 ) {
+    let Answers {
+        mut policy,
+        relays,
+        http_port,
+    } = answers;
     let mut buf = vec![0u8; 4096];
     let mut out = Vec::with_capacity(1024);
     loop {
@@ -74,7 +88,7 @@ pub async fn serve(
                 continue;
             }
         };
-        let answer = policy.answer(&req, &leases, proxy_port);
+        let answer = relays.answer(&policy, &req, &leases, proxy_port);
         boot_log.dhcp(
             req.mac,
             exchange(&req, answer.as_ref().map(|(reply, _)| reply)),
@@ -83,7 +97,7 @@ pub async fn serve(
             continue;
         };
         out.clear();
-        if let Err(e) = reply.encode(&mut Encoder::new(&mut out)) {
+        if let Err(e) = encode_reply(&reply, &req, &mut out) {
             tracing::warn!(mac = %req.mac, error = %e, "cannot encode DHCP reply");
             continue;
         }

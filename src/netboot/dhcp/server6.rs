@@ -22,7 +22,8 @@ use tokio::net::UdpSocket;
 use tokio::sync::watch;
 
 use super::packet6::{ClientRequest6, parse_request6};
-use super::policy6::Policy6;
+use super::policy6::{Mode6, Policy6};
+use super::relay6::{RELAY_FORW, Relays6, parse_relay_forward, wrap_reply};
 use crate::netboot::address::Choice;
 use crate::netboot::boot_log::{BootLog, BootStep};
 use crate::netboot::leases::LeaseTable;
@@ -254,10 +255,12 @@ pub fn udp_payload(frame: &[u8]) -> Option<(Ipv6Addr, u16, &[u8])> {
 }
 
 /// Answers DHCPv6 requests until the task is dropped. The policy's address follows
-/// the provisioning IP.
+/// the provisioning IP; relayed messages get addresses from their link's range in
+/// `relays`.
 pub async fn serve6(
     sockets: Sockets6,
     mut policy: Policy6,
+    relays: Relays6,
     mut address: watch::Receiver<Choice>,
     leases: LeaseTable,
     boot_log: BootLog,
@@ -296,21 +299,13 @@ pub async fn serve6(
         let Some((src, src_port, payload)) = udp_payload(&buf[..len]) else {
             continue;
         };
-        let req = match parse_request6(payload) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::debug!(%src, %mac, error = %e, "malformed DHCPv6 message dropped");
-                continue;
-            }
+        let answering = Answering {
+            policy: &policy,
+            relays: &relays,
+            leases: &leases,
+            boot_log: &boot_log,
         };
-        let reply = policy.answer(&req, mac, &leases);
-        boot_log.dhcp(mac, exchange6(&req, reply.as_ref()));
-        let Some(reply) = reply else {
-            continue;
-        };
-        out.clear();
-        if let Err(e) = reply.encode(&mut Encoder::new(&mut out)) {
-            tracing::warn!(%mac, error = %e, "cannot encode DHCPv6 reply");
+        if !answering.respond(payload, mac, src, &mut out) {
             continue;
         }
         let from = match sockets.link_local {
@@ -321,6 +316,75 @@ pub async fn serve6(
         let datagram = udp_datagram((from, SERVER_PORT), (src, port), &out);
         if let Err(e) = send_frame(sockets.packet.get_ref(), sockets.ifindex, mac, &datagram) {
             tracing::debug!(%mac, %src, error = %e, "DHCPv6 reply not sent");
+        }
+    }
+}
+
+/// What a message is answered with and where its exchange is recorded.
+struct Answering<'a> {
+    policy: &'a Policy6,
+    relays: &'a Relays6,
+    leases: &'a LeaseTable,
+    boot_log: &'a BootLog,
+}
+
+impl Answering<'_> {
+    /// Puts the answer to `payload`, sent from `mac` at `src`, into `out`: bmo's
+    /// reply, wrapped in Relay-Replies when the message was relayed. False when
+    /// there is nothing to send.
+    fn respond(&self, payload: &[u8], mac: MacAddr, src: Ipv6Addr, out: &mut Vec<u8>) -> bool {
+        out.clear();
+        let relayed = payload.first() == Some(&RELAY_FORW);
+        let parsed = if relayed {
+            parse_relay_forward(payload).map(|r| (r.client.clone(), Some(r)))
+        } else {
+            parse_request6(payload).map(|r| (r, None))
+        };
+        let (req, relayed) = match parsed {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(%src, %mac, error = %e, "malformed DHCPv6 message dropped");
+                return false;
+            }
+        };
+        let (client, range) = match &relayed {
+            None => (mac, None),
+            Some(r) => {
+                let Some(client) = r.client_mac() else {
+                    tracing::debug!(relay = %src, "relayed DHCPv6 message without the client's MAC (no option 79, no Ethernet DUID); not answered");
+                    return false;
+                };
+                if matches!(self.policy.mode, Mode6::Proxy) {
+                    (client, None)
+                } else {
+                    let Some(range) = self.relays.range_for(r, src) else {
+                        self.boot_log.dhcp(client, exchange6(&req, None));
+                        return false;
+                    };
+                    (client, Some(range))
+                }
+            }
+        };
+        let reply = self
+            .policy
+            .answer_in(&req, client, self.leases, range.as_ref());
+        self.boot_log.dhcp(client, exchange6(&req, reply.as_ref()));
+        let Some(reply) = reply else {
+            return false;
+        };
+        if let Err(e) = reply.encode(&mut Encoder::new(out)) {
+            tracing::warn!(%client, error = %e, "cannot encode DHCPv6 reply");
+            return false;
+        }
+        let Some(relayed) = relayed else {
+            return true;
+        };
+        match wrap_reply(&relayed.hops, std::mem::take(out)) {
+            Some(wrapped) => {
+                *out = wrapped;
+                true
+            }
+            None => false,
         }
     }
 }
