@@ -21,6 +21,7 @@ pub mod ipxe;
 pub mod leases;
 pub mod listen;
 pub mod mac;
+pub mod ra;
 pub mod services;
 pub mod slots;
 pub mod tftp;

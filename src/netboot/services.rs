@@ -26,6 +26,7 @@ use super::hosts::{HostDirectory, StaticHosts};
 use super::http::{self, HttpState};
 use super::http_server;
 use super::leases::{LeaseError, LeaseTable};
+use super::ra;
 use super::slots::Slots;
 use super::tftp;
 
@@ -262,6 +263,9 @@ fn start_dhcp(
     if let IpAddr::V6(server_ip) = choice.ip {
         return start_dhcp6(cfg, choice, server_ip, served);
     }
+    if cfg.router_advertisements {
+        tracing::warn!(address = %choice.ip, "BMO_ROUTER_ADVERTISEMENTS is ignored: the provisioning IP is IPv4");
+    }
     let (answers, interface) = dhcp_policy(cfg, choice, &served)?;
     let policy = answers.policy.clone();
     let mut ports = vec![(67u16, false)];
@@ -386,6 +390,7 @@ fn start_dhcp6(
         setting: "BMO_DHCP_MODE",
         source,
     })?;
+    let advertising = start_advertising(cfg, choice, &mode, sockets.mac, &interface)?;
     let policy = Policy6 {
         mode,
         server_duid: sockets.server_duid(),
@@ -397,12 +402,62 @@ fn start_dhcp6(
         known_only: cfg.dhcp_ignore == Some(DhcpIgnore::Unknown),
     };
     tracing::info!(mode = ?cfg.dhcp_mode, %interface, %server_ip, known_hosts_only = policy.known_only, "serving DHCPv6");
-    Ok(vec![tokio::spawn(server6::serve6(
+    let mut tasks: Vec<JoinHandle<()>> = advertising.into_iter().collect();
+    tasks.push(tokio::spawn(server6::serve6(
         sockets,
         policy,
         Relays6::new(ranges),
         served.address,
         served.leases,
         served.boot_log,
-    ))])
+    )));
+    Ok(tasks)
+}
+
+/// Starts sending router advertisements on `interface` when
+/// `BMO_ROUTER_ADVERTISEMENTS` asks: the managed flag and the range's prefix in
+/// full mode; other-config and the provisioning IP's prefix (for SLAAC when it is
+/// a /64) in proxy mode.
+fn start_advertising(
+    cfg: &NetbootConfig,
+    choice: &Choice,
+    mode: &Mode6,
+    mac: super::mac::MacAddr,
+    interface: &str,
+) -> Result<Option<JoinHandle<()>>, NetbootError> {
+    if !cfg.router_advertisements {
+        return Ok(None);
+    }
+    let advert = match mode {
+        Mode6::Full { range } => ra::Advert {
+            managed: true,
+            other: false,
+            prefix: range.start,
+            prefix_len: range.prefix_len,
+            autonomous: false,
+            mac,
+        },
+        Mode6::Proxy => {
+            let prefix_len = choice.prefix_len.unwrap_or(64).min(128);
+            ra::Advert {
+                managed: false,
+                other: true,
+                prefix: match choice.ip {
+                    IpAddr::V6(ip) => ip,
+                    IpAddr::V4(_) => Ipv6Addr::UNSPECIFIED,
+                },
+                prefix_len,
+                autonomous: prefix_len == 64,
+                mac,
+            }
+        }
+    };
+    let socket = ra::bind(interface).map_err(|source| NetbootError::Bind {
+        service: "router advertisements",
+        addr: format!("ICMPv6 on {interface}"),
+        setting: "BMO_ROUTER_ADVERTISEMENTS",
+        source,
+    })?;
+    tracing::info!(%interface, prefix = %advert.prefix, prefix_len = advert.prefix_len, managed = advert.managed, other_config = advert.other, "sending router advertisements");
+    Ok(Some(tokio::spawn(ra::advertise(socket, advert))))
 }
