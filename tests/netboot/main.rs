@@ -20,6 +20,7 @@ mod netboot_host;
 mod netboot_http;
 mod netboot_parsers;
 mod netboot_qemu;
+mod netboot_relay;
 mod netboot_run;
 mod netboot_tftp;
 mod netboot_tftp_abuse;

@@ -987,10 +987,10 @@ static CAPTURING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsiz
 
 /// The log since the buffer was made, as long as it lives (the buffer is never cleared:
 /// tests look for lines of their own).
-struct CapturedLog(LogBuffer);
+pub(crate) struct CapturedLog(LogBuffer);
 
 impl CapturedLog {
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let bytes = self.0.0.lock().map(|b| b.clone()).unwrap_or_default();
         String::from_utf8_lossy(&bytes).into_owned()
     }
@@ -1002,7 +1002,7 @@ impl Drop for CapturedLog {
     }
 }
 
-fn captured_log() -> CapturedLog {
+pub(crate) fn captured_log() -> CapturedLog {
     use tracing_subscriber::layer::SubscriberExt;
     static LOG: std::sync::OnceLock<LogBuffer> = std::sync::OnceLock::new();
     let buffer = LOG
