@@ -138,6 +138,6 @@ fn a_reply_that_would_not_fit_a_datagram_is_not_built() {
         interface_id: Some(vec![0; 40_000]),
         client_mac: None,
     };
-    assert!(wrap_reply(&[hop.clone()], vec![0; 100]).is_some());
+    assert!(wrap_reply(std::slice::from_ref(&hop), vec![0; 100]).is_some());
     assert!(wrap_reply(&[hop.clone(), hop], vec![0; 100]).is_none());
 }
