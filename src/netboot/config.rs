@@ -367,6 +367,38 @@ mod tests {
         }
     }
 
+    fn parsed(args: &[&str]) -> NetbootConfig {
+        use clap::{FromArgMatches, Parser};
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            netboot: NetbootConfig,
+        }
+        let matches = <Cli as clap::CommandFactory>::command()
+            .try_get_matches_from(std::iter::once("bmo").chain(args.iter().copied()))
+            .expect("parses");
+        Cli::from_arg_matches(&matches).expect("parses").netboot
+    }
+
+    #[test]
+    fn router_advertisements_are_off_by_default_and_need_a_dhcp_server() {
+        let cfg = parsed(&[]);
+        assert!(!cfg.router_advertisements);
+        let cfg = parsed(&["--router-advertisements", "true"]);
+        let e = cfg.check().expect_err("DHCP off");
+        assert_eq!(e, NetbootConfigError::AdvertisementsWithoutDhcp);
+        assert!(e.to_string().contains("BMO_DHCP_MODE"), "{e}");
+        let cfg = parsed(&["--router-advertisements", "true", "--dhcp-mode", "proxy"]);
+        assert_eq!(cfg.check(), Ok(()));
+        let cfg = parsed(&[
+            "--dhcp-mode",
+            "full",
+            "--dhcp-range",
+            "10.0.0.10,10.0.0.20;10.1.0.10,10.1.0.20",
+        ]);
+        assert_eq!(cfg.dhcp_range.map(|r| r.v4().len()), Some(2));
+    }
+
     #[test]
     fn a_bad_dhcp_range_names_the_variable_and_the_accepted_form() {
         for bad in [
