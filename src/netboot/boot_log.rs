@@ -273,13 +273,28 @@ mod tests {
         }
     }
 
-    #[test]
-    fn each_client_keeps_its_last_events_only() {
+    /// A log in which one client fetched five files more than it keeps.
+    fn log_of_one_busy_client() -> (BootLog, MacAddr) {
         let log = BootLog::default();
         let mac = MacAddr([2, 0, 0, 0, 0, 1]);
         for i in 0..EVENTS_PER_CLIENT + 5 {
             log.dhcp(mac, tftp(&format!("f{i}")));
         }
+        (log, mac)
+    }
+
+    fn discover(reply: Option<&str>) -> BootStep {
+        BootStep::Dhcp {
+            request: "DISCOVER".into(),
+            reply: reply.map(str::to_owned),
+            address: None,
+            boot_file: None,
+        }
+    }
+
+    #[test]
+    fn each_client_keeps_its_last_events_only() {
+        let (log, _) = log_of_one_busy_client();
         let timelines = log.timelines();
         assert_eq!(timelines.len(), 1);
         let events = &timelines[0].events;
@@ -289,11 +304,7 @@ mod tests {
 
     #[test]
     fn totals_count_every_step_by_kind_and_outcome() {
-        let log = BootLog::default();
-        let mac = MacAddr([2, 0, 0, 0, 0, 1]);
-        for i in 0..EVENTS_PER_CLIENT + 5 {
-            log.dhcp(mac, tftp(&format!("f{i}")));
-        }
+        let (log, mac) = log_of_one_busy_client();
         log.dhcp(
             mac,
             BootStep::Tftp {
@@ -303,15 +314,7 @@ mod tests {
                 outcome: "file not found".into(),
             },
         );
-        log.dhcp(
-            mac,
-            BootStep::Dhcp {
-                request: "DISCOVER".into(),
-                reply: None,
-                address: None,
-                boot_file: None,
-            },
-        );
+        log.dhcp(mac, discover(None));
         let ip = IpAddr::from(std::net::Ipv4Addr::LOCALHOST);
         let http = |status, complete| BootStep::Http {
             path: "/images/a.iso".into(),
@@ -354,13 +357,7 @@ mod tests {
         log.dhcp(booted, tftp("snponly.efi"));
         for i in 0..CLIENTS as u32 * 4 {
             let [_, a, b, c] = i.to_be_bytes();
-            let step = BootStep::Dhcp {
-                request: "DISCOVER".into(),
-                reply: Some("OFFER".into()),
-                address: None,
-                boot_file: None,
-            };
-            log.dhcp(MacAddr([6, 0, 0, a, b, c]), step);
+            log.dhcp(MacAddr([6, 0, 0, a, b, c]), discover(Some("OFFER")));
         }
         let timelines = log.timelines();
         assert!(timelines.len() <= CLIENTS, "{}", timelines.len());
