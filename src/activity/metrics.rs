@@ -301,19 +301,12 @@ mod tests {
         let pool = Range::parse("172.22.0.10,172.22.0.19").expect("range");
         let lease = |last: u8, state, expires_unix| Lease {
             ip: Some(Ipv4Addr::new(172, 22, 0, last)),
-            ip6: None,
-            duid: None,
-            state,
             expires_unix,
-            mac: crate::netboot::mac::MacAddr([2, 0, 0, 0, 0, last]),
-            hostname_raw: None,
-            hostname: None,
-            arch: None,
-            vendor_class: None,
-            ipxe: false,
-            first_seen_unix: 0,
-            last_seen_unix: 0,
-            discovered_unix: None,
+            ..Lease::new(
+                crate::netboot::mac::MacAddr([2, 0, 0, 0, 0, last]),
+                state,
+                0,
+            )
         };
         let leases = [
             lease(10, LeaseState::Bound, 200),

@@ -3,7 +3,9 @@
 //! (`crate::activity`).
 //!
 //! Bounded whatever the traffic: the last [`EVENTS_PER_CLIENT`] events of each of at
-//! most [`CLIENTS`] clients; when full, the eighth heard from longest ago makes room.
+//! most [`CLIENTS`] clients; when full, an eighth of them makes room: first those that
+//! never got further than asking (a flood of DISCOVERs from made-up MACs), heard from
+//! longest ago, so a machine that really booted keeps its timeline through a flood.
 //! Nothing in it comes from a Secret: file paths, addresses, message types and
 //! sizes only.
 
@@ -87,8 +89,28 @@ pub struct Timeline {
 
 #[derive(Default)]
 struct Log {
-    clients: HashMap<Client, VecDeque<BootEvent>>,
+    clients: HashMap<Client, Recent>,
     totals: Totals,
+}
+
+/// A client's last events, and whether it ever got further than asking.
+#[derive(Default)]
+struct Recent {
+    events: VecDeque<BootEvent>,
+    progressed: bool,
+}
+
+impl BootStep {
+    /// An address acknowledged or a file fetched: a client that really boots, unlike
+    /// one that only ever asks.
+    fn progresses(&self) -> bool {
+        match self {
+            BootStep::Dhcp { reply, .. } => {
+                matches!(reply.as_deref(), Some("ACK" | "REPLY"))
+            }
+            BootStep::Tftp { .. } | BootStep::Http { .. } => true,
+        }
+    }
 }
 
 /// Counts of every step recorded since start, for `/metrics`; unlike the timelines
@@ -131,16 +153,20 @@ impl Totals {
 }
 
 impl Log {
-    /// Drops the eighth of the clients heard from longest ago: in batches, so a flood
-    /// of new clients costs one sort per batch, not a scan per packet.
+    /// Drops an eighth of the clients, those that never progressed first, each group
+    /// heard from longest ago first: in batches, so a flood of new clients costs one
+    /// sort per batch, not a scan per packet.
     fn make_room(&mut self) {
-        let mut last_heard: Vec<(u64, Client)> = self
+        let mut last_heard: Vec<(bool, u64, Client)> = self
             .clients
             .iter()
-            .map(|(client, events)| (events.back().map_or(0, |e| e.at_unix_ms), *client))
+            .map(|(client, recent)| {
+                let at = recent.events.back().map_or(0, |e| e.at_unix_ms);
+                (recent.progressed, at, *client)
+            })
             .collect();
         last_heard.sort_unstable();
-        for (_, client) in last_heard.into_iter().take(CLIENTS / 8) {
+        for (_, _, client) in last_heard.into_iter().take(CLIENTS / 8) {
             self.clients.remove(&client);
         }
     }
@@ -190,11 +216,12 @@ impl BootLog {
         if !log.clients.contains_key(&client) && log.clients.len() >= CLIENTS {
             log.make_room();
         }
-        let events = log.clients.entry(client).or_default();
-        if events.len() >= EVENTS_PER_CLIENT {
-            events.pop_front();
+        let recent = log.clients.entry(client).or_default();
+        recent.progressed |= event.step.progresses();
+        if recent.events.len() >= EVENTS_PER_CLIENT {
+            recent.events.pop_front();
         }
-        events.push_back(event);
+        recent.events.push_back(event);
     }
 
     /// What has been recorded since start, counted.
@@ -212,9 +239,9 @@ impl BootLog {
         let mut timelines: Vec<Timeline> = log
             .clients
             .iter()
-            .map(|(client, events)| Timeline {
+            .map(|(client, recent)| Timeline {
                 client: *client,
-                events: events.iter().cloned().collect(),
+                events: recent.events.iter().cloned().collect(),
             })
             .collect();
         timelines.sort_by_key(|t| std::cmp::Reverse(t.events.last().map(|e| e.at_unix_ms)));
@@ -246,13 +273,28 @@ mod tests {
         }
     }
 
-    #[test]
-    fn each_client_keeps_its_last_events_only() {
+    /// A log in which one client fetched five files more than it keeps.
+    fn log_of_one_busy_client() -> (BootLog, MacAddr) {
         let log = BootLog::default();
         let mac = MacAddr([2, 0, 0, 0, 0, 1]);
         for i in 0..EVENTS_PER_CLIENT + 5 {
             log.dhcp(mac, tftp(&format!("f{i}")));
         }
+        (log, mac)
+    }
+
+    fn discover(reply: Option<&str>) -> BootStep {
+        BootStep::Dhcp {
+            request: "DISCOVER".into(),
+            reply: reply.map(str::to_owned),
+            address: None,
+            boot_file: None,
+        }
+    }
+
+    #[test]
+    fn each_client_keeps_its_last_events_only() {
+        let (log, _) = log_of_one_busy_client();
         let timelines = log.timelines();
         assert_eq!(timelines.len(), 1);
         let events = &timelines[0].events;
@@ -262,11 +304,7 @@ mod tests {
 
     #[test]
     fn totals_count_every_step_by_kind_and_outcome() {
-        let log = BootLog::default();
-        let mac = MacAddr([2, 0, 0, 0, 0, 1]);
-        for i in 0..EVENTS_PER_CLIENT + 5 {
-            log.dhcp(mac, tftp(&format!("f{i}")));
-        }
+        let (log, mac) = log_of_one_busy_client();
         log.dhcp(
             mac,
             BootStep::Tftp {
@@ -276,15 +314,7 @@ mod tests {
                 outcome: "file not found".into(),
             },
         );
-        log.dhcp(
-            mac,
-            BootStep::Dhcp {
-                request: "DISCOVER".into(),
-                reply: None,
-                address: None,
-                boot_file: None,
-            },
-        );
+        log.dhcp(mac, discover(None));
         let ip = IpAddr::from(std::net::Ipv4Addr::LOCALHOST);
         let http = |status, complete| BootStep::Http {
             path: "/images/a.iso".into(),
@@ -318,6 +348,20 @@ mod tests {
         assert!(timelines.len() <= CLIENTS, "{}", timelines.len());
         let last = IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + CLIENTS as u32 + 99));
         assert!(timelines.iter().any(|t| t.client == Client::Address(last)));
+    }
+
+    #[test]
+    fn a_flood_of_clients_that_only_ask_does_not_push_out_one_that_booted() {
+        let log = BootLog::default();
+        let booted = MacAddr([2, 0, 0, 0, 0, 1]);
+        log.dhcp(booted, tftp("snponly.efi"));
+        for i in 0..CLIENTS as u32 * 4 {
+            let [_, a, b, c] = i.to_be_bytes();
+            log.dhcp(MacAddr([6, 0, 0, a, b, c]), discover(Some("OFFER")));
+        }
+        let timelines = log.timelines();
+        assert!(timelines.len() <= CLIENTS, "{}", timelines.len());
+        assert!(timelines.iter().any(|t| t.client == Client::Mac(booted)));
     }
 
     #[test]

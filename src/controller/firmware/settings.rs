@@ -7,13 +7,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
 use super::context::{FirmwareContext, FirmwareError, MAX_STEPS, PROVISIONER_RETRY};
-use super::state_machine::{self, Facts, Lookup, Step};
+use super::state_machine::{self, Facts, Lookup, StatusStep, Step, warnings};
 use super::store::{self, FirmwareStore};
 use crate::api::BareMetalHost;
 use crate::api::firmware::{FirmwareSchema, HostFirmwareSettings};
-use crate::controller::runtime::store::{
-    HostEvent, ObjectError, Read, StoreError, owner_reference,
-};
+use crate::controller::runtime::store::{ObjectError, Read, StoreError, owner_reference};
 use crate::controller::runtime::{Next, node_of};
 use crate::provisioner::FirmwareReader;
 
@@ -65,7 +63,7 @@ async fn take<P: FirmwareReader, S: FirmwareStore>(
         .unwrap_or_else(|| HostFirmwareSettings::new(&host.name_any(), Default::default()));
     match step {
         Step::Idle => return Ok(Some(Next::OnChange)),
-        Step::Done(after) => return Ok(Some(Next::After(after))),
+        Step::Status(StatusStep::Unchanged(after)) => return Ok(Some(Next::After(after))),
         Step::CreateSettings => {
             facts.settings = create_settings(host, ctx).await.map_err(store_err)?;
         }
@@ -97,16 +95,12 @@ async fn take<P: FirmwareReader, S: FirmwareStore>(
             let owned = own_schema(ctx, &settings, schema).await;
             facts.schema = Some(owned.map_err(store_err)?);
         }
-        Step::SaveStatus {
+        Step::Status(StatusStep::Save {
             status,
             events,
             requeue,
-        } => {
-            let events: Vec<HostEvent> = events
-                .iter()
-                .map(|(reason, message)| HostEvent::warning(reason, message))
-                .collect();
-            let saved = ctx.store.save(&settings, &status, &events).await;
+        }) => {
+            let saved = ctx.store.save(&settings, &status, &warnings(&events)).await;
             saved.map_err(store_err)?;
             return Ok(Some(Next::After(requeue)));
         }

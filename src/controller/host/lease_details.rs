@@ -62,20 +62,9 @@ mod tests {
 
     fn lease(mac: &str, ip: Option<&str>, state: LeaseState, hostname: Option<&[u8]>) -> Lease {
         Lease {
-            mac: mac.parse().unwrap(),
             ip: ip.map(|i| i.parse().unwrap()),
-            ip6: None,
-            duid: None,
-            state,
-            expires_unix: 0,
             hostname_raw: hostname.map(<[u8]>::to_vec),
-            hostname: None,
-            arch: None,
-            vendor_class: None,
-            ipxe: false,
-            first_seen_unix: 0,
-            last_seen_unix: 0,
-            discovered_unix: None,
+            ..Lease::new(mac.parse().unwrap(), state, 0)
         }
     }
 

@@ -138,6 +138,11 @@ fn state_of(host: &BareMetalHost) -> State {
     host.provisioning_state()
 }
 
+/// The state of the host `name` as stored now.
+fn stored_state(ctx: &TestContext, name: &str) -> State {
+    state_of(&ctx.store.host(NS, name).expect("the host exists"))
+}
+
 /// One reconcile of the host as stored now.
 async fn step(ctx: &TestContext, name: &str) -> Next {
     let host = ctx.store.host(NS, name).expect("the host exists");

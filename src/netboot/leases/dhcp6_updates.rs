@@ -3,8 +3,9 @@
 
 use std::net::Ipv6Addr;
 
-use super::record::{LeaseEvent, LeaseState, Sighting};
-use super::{Inner, LeaseTable, now_unix};
+use super::family::V6;
+use super::record::{LeaseState, Sighting};
+use super::{LeaseTable, now_unix};
 use crate::netboot::mac::MacAddr;
 
 /// Longest DUID kept (RFC 8415 caps a DUID at 128 bytes plus its type).
@@ -27,21 +28,6 @@ impl Pool6 {
         u128::from(ip)
             .checked_sub(u128::from(self.start))
             .is_some_and(|off| off < u128::from(self.size))
-    }
-}
-
-impl Inner {
-    /// Whether the IPv6 address `ip` may go to `mac`: nobody else's live or offered
-    /// address.
-    fn free6(&self, mac: MacAddr, ip: Ipv6Addr, now: u64) -> bool {
-        match self.by_ip6.get(&ip) {
-            None => true,
-            Some(holder) if *holder == mac => true,
-            Some(holder) => self
-                .leases
-                .get(holder)
-                .is_none_or(|l| l.ip6 != Some(ip) || l.expires_unix <= now),
-        }
     }
 }
 
@@ -93,7 +79,7 @@ impl LeaseTable {
         if let Some(ip) = current
             .into_iter()
             .chain(requested.iter().copied())
-            .find(|ip| range.contains(*ip) && inner.free6(mac, *ip, now))
+            .find(|ip| range.contains(*ip) && inner.free::<V6>(mac, *ip, now))
         {
             return Some(ip);
         }
@@ -102,20 +88,8 @@ impl LeaseTable {
         let start = inner.cursor6 % size;
         let found = (0..tries)
             .map(|i| range.nth((start + i) % size))
-            .find(|ip| inner.free6(mac, *ip, now))
-            .or_else(|| {
-                inner
-                    .by_ip6
-                    .iter()
-                    .filter(|(ip, holder)| range.contains(**ip) && **holder != mac)
-                    .filter_map(|(ip, holder)| {
-                        let lease = inner.leases.get(holder)?;
-                        (lease.state == LeaseState::Offered && lease.ip6 == Some(*ip))
-                            .then_some((lease.expires_unix, *ip))
-                    })
-                    .min()
-                    .map(|(_, ip)| ip)
-            });
+            .find(|ip| inner.free::<V6>(mac, *ip, now))
+            .or_else(|| inner.oldest_offer::<V6>(mac, |ip| range.contains(ip)));
         if let Some(ip) = found {
             let offset = u128::from(ip) - u128::from(range.start);
             inner.cursor6 = u64::try_from(offset).unwrap_or(0).wrapping_add(1);
@@ -126,53 +100,19 @@ impl LeaseTable {
     /// Whether `ip` may be bound to `mac`: no other client's live lease holds it (a
     /// mere offer to another client gives way).
     pub(crate) fn may_bind6(&self, mac: MacAddr, ip: Ipv6Addr) -> bool {
-        let now = now_unix();
-        let inner = self.lock();
-        match inner.by_ip6.get(&ip) {
-            Some(holder) if *holder != mac => inner.leases.get(holder).is_none_or(|l| {
-                l.ip6 != Some(ip) || l.expires_unix <= now || l.state == LeaseState::Offered
-            }),
-            _ => true,
-        }
+        self.lock().may_bind::<V6>(mac, ip, now_unix())
     }
 
     /// Sets `mac`'s IPv6 address and lease state, valid for `secs`.
     pub(crate) fn assign6(&self, mac: MacAddr, ip: Ipv6Addr, state: LeaseState, secs: u64) {
-        let now = now_unix();
-        let mut inner = self.lock();
-        let Some(lease) = inner.leases.get_mut(&mac) else {
-            return;
-        };
-        let old = lease.ip6.replace(ip);
-        lease.state = state;
-        lease.expires_unix = now + secs;
-        if let Some(old) = old
-            && old != ip
-            && inner.by_ip6.get(&old) == Some(&mac)
-        {
-            inner.by_ip6.remove(&old);
-        }
-        if let Some(previous) = inner.by_ip6.insert(ip, mac)
-            && previous != mac
-            && let Some(lease) = inner.leases.get_mut(&previous)
-            && lease.ip6 == Some(ip)
-        {
-            lease.ip6 = None;
-            lease.state = LeaseState::Released;
-            lease.expires_unix = 0;
-        }
-        inner.generation += 1;
-        drop(inner);
-        if state == LeaseState::Bound {
-            let _ = self.shared.events.send(LeaseEvent::Bound(mac, ip.into()));
-        }
-        self.shared.dirty.notify_one();
+        self.assign_in::<V6>(mac, ip, state, secs);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netboot::leases::LeaseEvent;
 
     fn mac(n: u8) -> MacAddr {
         MacAddr([2, 0, 0, 0, 0, n])

@@ -3,6 +3,7 @@
 
 use std::net::Ipv4Addr;
 
+use super::family::V4;
 use super::record::{Lease, LeaseEvent, LeaseState, Sighting};
 use super::{LeaseTable, now_unix};
 use crate::netboot::hostname::is_valid as is_host_name;
@@ -21,26 +22,15 @@ impl LeaseTable {
                 return false;
             }
         }
-        let lease = inner.leases.entry(mac).or_insert_with(|| Lease {
-            mac,
-            ip: None,
-            ip6: None,
-            duid: None,
-            state: if proxy {
-                LeaseState::Proxy
-            } else {
-                LeaseState::Offered
-            },
-            expires_unix: 0,
-            hostname_raw: None,
-            hostname: None,
-            arch: None,
-            vendor_class: None,
-            ipxe: false,
-            first_seen_unix: now,
-            last_seen_unix: now,
-            discovered_unix: None,
-        });
+        let state = if proxy {
+            LeaseState::Proxy
+        } else {
+            LeaseState::Offered
+        };
+        let lease = inner
+            .leases
+            .entry(mac)
+            .or_insert_with(|| Lease::new(mac, state, now));
         lease.last_seen_unix = now;
         if let Some(name) = sighting.hostname_raw.filter(|h| is_host_name(h)) {
             lease.hostname_raw = Some(name);
@@ -80,17 +70,7 @@ impl LeaseTable {
         let inner = self.lock();
         let in_range = |ip: Ipv4Addr| (u32::from(start)..=u32::from(end)).contains(&u32::from(ip));
         let reserved_by_other = |ip: Ipv4Addr| reserved_for(ip).is_some_and(|m| m != mac);
-        let free = |ip: Ipv4Addr| {
-            !reserved_by_other(ip)
-                && match inner.by_ip.get(&ip) {
-                    None => true,
-                    Some(holder) if *holder == mac => true,
-                    Some(holder) => inner
-                        .leases
-                        .get(holder)
-                        .is_none_or(|l| l.ip != Some(ip) || l.expires_unix <= now),
-                }
-        };
+        let free = |ip: Ipv4Addr| !reserved_by_other(ip) && inner.free::<V4>(mac, ip, now);
         if let Some(ip) = inner.leases.get(&mac).and_then(|l| l.ip)
             && in_range(ip)
             && free(ip)
@@ -110,24 +90,7 @@ impl LeaseTable {
             .chain(lo..cursor)
             .map(Ipv4Addr::from)
             .find(|ip| free(*ip))
-            .or_else(|| {
-                // Range full: an address merely offered (never requested) to another
-                // client goes to this one, the oldest offer first. A flood of
-                // DISCOVERs thus cannot keep a real client without an offer.
-                inner
-                    .by_ip
-                    .iter()
-                    .filter(|(ip, holder)| {
-                        in_range(**ip) && **holder != mac && !reserved_by_other(**ip)
-                    })
-                    .filter_map(|(ip, holder)| {
-                        let lease = inner.leases.get(holder)?;
-                        (lease.state == LeaseState::Offered && lease.ip == Some(*ip))
-                            .then_some((lease.expires_unix, *ip))
-                    })
-                    .min()
-                    .map(|(_, ip)| ip)
-            });
+            .or_else(|| inner.oldest_offer::<V4>(mac, |ip| in_range(ip) && !reserved_by_other(ip)));
         drop(inner);
         if let Some(ip) = found {
             self.lock().cursor = u32::from(ip).saturating_add(1);
@@ -147,49 +110,12 @@ impl LeaseTable {
         if reserved_for(ip).is_some_and(|m| m != mac) {
             return false;
         }
-        let now = now_unix();
-        let inner = self.lock();
-        // A REQUEST wins over another client's mere offer.
-        match inner.by_ip.get(&ip) {
-            Some(holder) if *holder != mac => inner.leases.get(holder).is_none_or(|l| {
-                l.ip != Some(ip) || l.expires_unix <= now || l.state == LeaseState::Offered
-            }),
-            _ => true,
-        }
+        self.lock().may_bind::<V4>(mac, ip, now_unix())
     }
 
     /// Sets the address and state of `mac`'s lease, valid for `secs`.
     pub(crate) fn assign(&self, mac: MacAddr, ip: Ipv4Addr, state: LeaseState, secs: u64) {
-        let now = now_unix();
-        let mut inner = self.lock();
-        let Some(lease) = inner.leases.get_mut(&mac) else {
-            return;
-        };
-        let old = lease.ip.replace(ip);
-        lease.state = state;
-        lease.expires_unix = now + secs;
-        if let Some(old) = old
-            && old != ip
-            && inner.by_ip.get(&old) == Some(&mac)
-        {
-            inner.by_ip.remove(&old);
-        }
-        // The previous holder (an offer given away, an expired lease) loses the address.
-        if let Some(previous) = inner.by_ip.insert(ip, mac)
-            && previous != mac
-            && let Some(lease) = inner.leases.get_mut(&previous)
-            && lease.ip == Some(ip)
-        {
-            lease.ip = None;
-            lease.state = LeaseState::Released;
-            lease.expires_unix = 0;
-        }
-        inner.generation += 1;
-        drop(inner);
-        if state == LeaseState::Bound {
-            let _ = self.shared.events.send(LeaseEvent::Bound(mac, ip.into()));
-        }
-        self.shared.dirty.notify_one();
+        self.assign_in::<V4>(mac, ip, state, secs);
     }
 
     /// The client gave its address back (RELEASE) or found it in use (DECLINE).

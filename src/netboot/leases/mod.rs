@@ -5,11 +5,13 @@
 //! written atomically (temp file + rename) by a background task, so DHCP never waits
 //! on the disk and bursts of changes coalesce into one write.
 //!
-//! `record` holds the data, `dhcp_updates` the DHCP server's changes, `file` the lease
-//! file and its writer.
+//! `record` holds the data, `dhcp_updates` and `dhcp6_updates` the DHCP servers'
+//! changes (over `family`, what both address families share), `file` the lease file
+//! and its writer.
 
 mod dhcp6_updates;
 mod dhcp_updates;
+mod family;
 mod file;
 mod record;
 

@@ -58,6 +58,26 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// A record of `mac` first seen at `now` (Unix seconds), holding no address yet.
+    pub fn new(mac: MacAddr, state: LeaseState, now: u64) -> Self {
+        Self {
+            mac,
+            ip: None,
+            ip6: None,
+            duid: None,
+            state,
+            expires_unix: 0,
+            hostname_raw: None,
+            hostname: None,
+            arch: None,
+            vendor_class: None,
+            ipxe: false,
+            first_seen_unix: now,
+            last_seen_unix: now,
+            discovered_unix: None,
+        }
+    }
+
     /// Whether the lease holds its address now (bound and not expired).
     pub(super) fn is_live(&self, now: u64) -> bool {
         self.state == LeaseState::Bound && self.expires_unix > now

@@ -19,11 +19,13 @@ use kube::ResourceExt;
 
 use state_machine::{Facts, Step};
 
+use super::state_machine::{StatusStep, warnings};
+
 use super::context::{FirmwareContext, FirmwareError, MAX_STEPS};
 use crate::api::BareMetalHost;
 use crate::api::firmware::{HostFirmwareComponents, HostFirmwareComponentsSpec};
 use crate::controller::runtime::store::{
-    HostEvent, ObjectError, ObjectStore, Read, StoreError, owner_reference,
+    ObjectError, ObjectStore, Read, StoreError, owner_reference,
 };
 use crate::controller::runtime::{Next, node_of};
 use crate::provisioner::FirmwareReader;
@@ -102,7 +104,9 @@ async fn take<P: FirmwareReader, S: ObjectStore>(
     let object = facts.object.clone().flatten();
     match step {
         Step::Idle => return Ok(Taken::Next(Next::OnChange)),
-        Step::Done(after) => return Ok(Taken::Next(Next::After(after))),
+        Step::Status(StatusStep::Unchanged(after)) => {
+            return Ok(Taken::Next(Next::After(after)));
+        }
         Step::LookUp => {
             let read = if lost_race { Read::Fresh } else { Read::Cached };
             let found = ctx.store.read(&namespace, &name, read).await;
@@ -136,21 +140,17 @@ async fn take<P: FirmwareReader, S: ObjectStore>(
                 Err(taken) => return Ok(taken),
             }
         }
-        Step::SaveStatus {
+        Step::Status(StatusStep::Save {
             status,
             events,
             requeue,
-        } => {
+        }) => {
             let Some(object) = object else {
                 return Ok(Taken::Next(Next::After(Duration::from_secs(1))));
             };
             // Written meanwhile (the host controller recorded updates): read it
             // again and decide anew.
-            let events: Vec<HostEvent> = events
-                .iter()
-                .map(|(reason, message)| HostEvent::warning(reason, message))
-                .collect();
-            let saved = ctx.store.save(&object, &status, &events).await;
+            let saved = ctx.store.save(&object, &status, &warnings(&events)).await;
             if let Err(taken) = raced(saved, object_name)? {
                 return Ok(taken);
             }

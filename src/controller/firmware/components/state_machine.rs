@@ -1,12 +1,9 @@
 //! The HostFirmwareComponents decisions, free of I/O: what to do next for one host,
 //! the status for what Ironic reports, and which updates preparing should flash.
 
-use std::time::Duration;
-
 use crate::controller::runtime::conditions::HasConditions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::ResourceExt;
 
 use crate::api::BareMetalHost;
 use crate::api::firmware::{
@@ -15,10 +12,9 @@ use crate::api::firmware::{
 };
 pub use crate::api::firmware_pending::{PendingUpdates, pending_updates};
 use crate::controller::firmware::state_machine::{
-    FirmwareStatus, REQUEUE, changed_status, has_node, ironic_read_firmware, owned_by,
-    set_condition,
+    FirmwareStatus, REQUEUE, StatusStep, has_node, ironic_read_firmware, needs_adoption,
+    set_condition, status_step,
 };
-use crate::controller::runtime::store::managed_fields::has_updates;
 
 /// Upstream's condition reason when every update names a known component.
 pub const REASON_OK: &str = "OK";
@@ -55,14 +51,8 @@ pub enum Step {
     /// The object exists (upstream's operator or the user made it): add the host to
     /// its owners and take over the status fields written with Update.
     Adopt,
-    /// Write this status and publish these events (reason, message).
-    SaveStatus {
-        status: HostFirmwareComponentsStatus,
-        events: Vec<(String, String)>,
-        requeue: Duration,
-    },
-    /// Nothing changed; look again after this long.
-    Done(Duration),
+    /// Save the status, or look again later.
+    Status(StatusStep<HostFirmwareComponentsStatus>),
 }
 
 /// The next step.
@@ -83,37 +73,22 @@ pub fn next(facts: &Facts) -> Step {
     let Some(object) = object else {
         // Upstream makes the object only for nodes whose BMC reports components.
         return if components.is_empty() {
-            Step::Done(REQUEUE)
+            Step::Status(StatusStep::Unchanged(REQUEUE))
         } else {
             Step::Create
         };
     };
-    let status_updated = has_updates(
-        object
-            .metadata
-            .managed_fields
-            .as_deref()
-            .unwrap_or_default(),
-        "status",
-    );
-    if !owned_by(object.owner_references(), host.metadata.uid.as_deref()) || status_updated {
+    if needs_adoption(object, host) {
         return Step::Adopt;
     }
     let (status, events) = status_for(object, components);
-    let now = facts.now.as_ref();
-    match changed_status(
-        object.status.as_ref(),
-        status,
+    let current = object.status.as_ref();
+    Step::Status(status_step(
+        current,
+        (status, events),
         COMPONENTS_CHANGE_DETECTED,
-        now,
-    ) {
-        (None, requeue) => Step::Done(requeue),
-        (Some(status), requeue) => Step::SaveStatus {
-            status,
-            events,
-            requeue,
-        },
-    }
+        facts.now.as_ref(),
+    ))
 }
 
 impl HasConditions for HostFirmwareComponentsStatus {
@@ -183,6 +158,7 @@ fn known_component(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use kube::ResourceExt;
 
     use super::*;
     use crate::api::ProvisioningState;
@@ -232,7 +208,7 @@ mod tests {
 
     fn saved(step: Step) -> (HostFirmwareComponentsStatus, Vec<(String, String)>) {
         match step {
-            Step::SaveStatus { status, events, .. } => (status, events),
+            Step::Status(StatusStep::Save { status, events, .. }) => (status, events),
             other => panic!("expected a status write, got {other:?}"),
         }
     }
@@ -244,7 +220,10 @@ mod tests {
 
     #[test]
     fn made_only_for_nodes_with_components() {
-        assert_eq!(next(&facts(None, Vec::new())), Step::Done(REQUEUE));
+        assert_eq!(
+            next(&facts(None, Vec::new())),
+            Step::Status(StatusStep::Unchanged(REQUEUE))
+        );
         assert_eq!(next(&facts(None, bmc())), Step::Create);
     }
 
@@ -282,7 +261,10 @@ mod tests {
         assert!(events.is_empty());
         let mut o = object(Vec::new());
         o.status = Some(status);
-        assert_eq!(next(&facts(Some(o), bmc())), Step::Done(REQUEUE));
+        assert_eq!(
+            next(&facts(Some(o), bmc())),
+            Step::Status(StatusStep::Unchanged(REQUEUE))
+        );
     }
 
     #[test]

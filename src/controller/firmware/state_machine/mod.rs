@@ -83,14 +83,8 @@ pub enum Step {
     CreateSchema(Box<FirmwareSchema>),
     /// Add the settings object to the found FirmwareSchema's owners.
     OwnSchema,
-    /// Write this status and publish these events (reason, message).
-    SaveStatus {
-        status: HostFirmwareSettingsStatus,
-        events: Vec<(String, String)>,
-        requeue: Duration,
-    },
-    /// Nothing changed; look again after this long.
-    Done(Duration),
+    /// Save the status, or look again later.
+    Status(StatusStep<HostFirmwareSettingsStatus>),
 }
 
 /// The next step.
@@ -101,16 +95,7 @@ pub fn next(facts: &Facts) -> Step {
     let Some(settings) = &facts.settings else {
         return Step::CreateSettings;
     };
-    if !owned_by(settings.owner_references(), host.metadata.uid.as_deref())
-        || has_updates(
-            settings
-                .metadata
-                .managed_fields
-                .as_deref()
-                .unwrap_or_default(),
-            "status",
-        )
-    {
+    if needs_adoption(settings, host) {
         return Step::AdoptSettings;
     }
     if !ironic_read_firmware(host) {
@@ -131,20 +116,35 @@ pub fn next(facts: &Facts) -> Step {
         return Step::OwnSchema;
     }
     let (status, events) = status_for(settings, bios, schema);
-    let now = facts.now.as_ref();
-    match changed_status(
-        settings.status.as_ref(),
-        status,
+    let current = settings.status.as_ref();
+    Step::Status(status_step(
+        current,
+        (status, events),
         SETTINGS_CHANGE_DETECTED,
-        now,
-    ) {
-        (None, requeue) => Step::Done(requeue),
-        (Some(status), requeue) => Step::SaveStatus {
-            status,
-            events,
-            requeue,
-        },
-    }
+        facts.now.as_ref(),
+    ))
+}
+
+/// How a firmware object's decisions end: its status saved, or a later look.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StatusStep<S> {
+    /// Write this status and publish these warning events (reason, message).
+    Save {
+        status: S,
+        events: Vec<(String, String)>,
+        requeue: Duration,
+    },
+    /// Nothing changed; look again after this long.
+    Unchanged(Duration),
+}
+
+/// Whether `object` must be adopted before anything else: `host` is not among its
+/// owners, or another field manager wrote its status with Update (upstream's
+/// operator), which bmo takes over.
+pub(crate) fn needs_adoption<K: kube::Resource>(object: &K, host: &BareMetalHost) -> bool {
+    let managed = object.meta().managed_fields.as_deref().unwrap_or_default();
+    !owned_by(object.owner_references(), host.metadata.uid.as_deref())
+        || has_updates(managed, "status")
 }
 
 /// A firmware object's status: conditions set one by one, and when it was last
@@ -165,28 +165,44 @@ impl FirmwareStatus for HostFirmwareSettingsStatus {
     }
 }
 
-/// `status` to save, stamped at `now` (new transitions and `lastUpdated`), unless
-/// the object's `current` status is the same (`None`); and when to look again, sooner
-/// while condition `change_detected` is true.
-pub(crate) fn changed_status<S: FirmwareStatus>(
+/// `status` (with its `events`) to save, stamped at `now` (new transitions and
+/// `lastUpdated`), unless the object's `current` status is the same; either way when
+/// to look again, sooner while condition `change_detected` is true.
+pub(crate) fn status_step<S: FirmwareStatus>(
     current: Option<&S>,
-    mut status: S,
+    (mut status, events): (S, Vec<(String, String)>),
     change_detected: &str,
     now: Option<&Time>,
-) -> (Option<S>, Duration) {
+) -> StatusStep<S> {
     let requeue = if condition_true(status.conditions_mut(), change_detected) {
         REQUEUE_CHANGE_DETECTED
     } else {
         REQUEUE
     };
     if current == Some(&status) {
-        return (None, requeue);
+        return StatusStep::Unchanged(requeue);
     }
     if let Some(now) = now {
         stamp_transitions(status.conditions_mut(), now);
     }
     *status.last_updated_mut() = now.cloned();
-    (Some(status), requeue)
+    StatusStep::Save {
+        status,
+        events,
+        requeue,
+    }
+}
+
+/// The warning events a saved status publishes.
+pub(crate) fn warnings(
+    events: &[(String, String)],
+) -> Vec<crate::controller::runtime::store::HostEvent> {
+    events
+        .iter()
+        .map(|(reason, message)| {
+            crate::controller::runtime::store::HostEvent::warning(reason, message)
+        })
+        .collect()
 }
 
 /// The host has an Ironic node (its UUID is recorded) and is not being deleted, and

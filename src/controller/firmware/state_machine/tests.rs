@@ -259,8 +259,8 @@ fn kind(step: &Step) -> &'static str {
         Step::LookUpSchema(_) => "LookUpSchema",
         Step::CreateSchema(_) => "CreateSchema",
         Step::OwnSchema => "OwnSchema",
-        Step::SaveStatus { .. } => "SaveStatus",
-        Step::Done(_) => "Done",
+        Step::Status(StatusStep::Save { .. }) => "SaveStatus",
+        Step::Status(StatusStep::Unchanged(_)) => "Done",
     }
 }
 
@@ -438,11 +438,11 @@ fn saved(
         schema: Some(Lookup::Found(schema_object(true))),
         now: Some(now()),
     };
-    let Step::SaveStatus {
+    let Step::Status(StatusStep::Save {
         status,
         events,
         requeue,
-    } = next(&facts)
+    }) = next(&facts)
     else {
         panic!("expected SaveStatus");
     };
@@ -500,7 +500,7 @@ fn conditions_and_events_follow_the_wanted_settings() {
     assert_eq!(requeue, REQUEUE);
     assert_eq!(
         then,
-        Step::Done(REQUEUE),
+        Step::Status(StatusStep::Unchanged(REQUEUE)),
         "a saved status is not written again"
     );
 
@@ -510,7 +510,10 @@ fn conditions_and_events_follow_the_wanted_settings() {
     assert_eq!(condition(&status, SETTINGS_CHANGE_DETECTED).0, "True");
     assert!(events.is_empty());
     assert_eq!(requeue, REQUEUE_CHANGE_DETECTED);
-    assert_eq!(then, Step::Done(REQUEUE_CHANGE_DETECTED));
+    assert_eq!(
+        then,
+        Step::Status(StatusStep::Unchanged(REQUEUE_CHANGE_DETECTED))
+    );
 
     // A wanted value equal to the current one is no change.
     let (status, ..) = saved(json!({"NetworkBootRetryCount": 20}));
@@ -560,7 +563,7 @@ fn a_condition_keeps_its_transition_time_while_its_status_stays() {
         schema: Some(Lookup::Found(schema_object(true))),
         now: Some(later.clone()),
     };
-    let Step::SaveStatus { status, .. } = next(&facts) else {
+    let Step::Status(StatusStep::Save { status, .. }) = next(&facts) else {
         panic!("expected SaveStatus");
     };
     let time = |kind: &str| {

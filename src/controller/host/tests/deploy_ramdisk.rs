@@ -73,10 +73,7 @@ async fn with_preprovisioning_images_a_host_inspects_only_once_its_image_is_read
     for _ in 0..3 {
         assert_eq!(step(&ctx, "p").await, Next::After(Duration::from_secs(2)));
     }
-    assert_eq!(
-        state_of(&ctx.store.host(NS, "p").expect("host")),
-        State::Inspecting
-    );
+    assert_eq!(stored_state(&ctx, "p"), State::Inspecting);
     let mut image = ctx
         .store
         .stored::<PreprovisioningImage>(NS, "p")

@@ -42,10 +42,7 @@ async fn a_dell_prepares_with_the_mapped_settings_once() {
     assert_eq!(status.provisioning.firmware, h.spec.firmware);
     // Recorded: the available host stays available.
     step(&ctx, "h").await;
-    assert_eq!(
-        state_of(&ctx.store.host(NS, "h").expect("host")),
-        State::Available
-    );
+    assert_eq!(stored_state(&ctx, "h"), State::Available);
 }
 
 #[tokio::test]

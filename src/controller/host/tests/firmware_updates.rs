@@ -60,10 +60,7 @@ async fn valid_firmware_updates_are_flashed_once_while_preparing() {
         crate::api::firmware_pending::PendingUpdates::None
     );
     step(&ctx, "h").await;
-    assert_eq!(
-        state_of(&ctx.store.host(NS, "h").expect("host")),
-        State::Available
-    );
+    assert_eq!(stored_state(&ctx, "h"), State::Available);
 }
 
 #[tokio::test]
