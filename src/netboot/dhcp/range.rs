@@ -113,9 +113,10 @@ pub struct Range6 {
 }
 
 impl Range6 {
-    /// Parses `START,END[,PREFIXLEN]` as ironic-image's `DHCP_RANGE` for IPv6 (the
-    /// first of several `;`-separated ranges). A trailing lease time, as dnsmasq
-    /// takes, is refused: bmo's lease time is `BMO_DHCP_LEASE_TIME`.
+    /// Parses one range, `START,END[,PREFIXLEN]`, as ironic-image's `DHCP_RANGE` for
+    /// IPv6 (of a `;`-separated list, the first: [`DhcpRanges`] reads them all). A
+    /// trailing lease time, as dnsmasq takes, is refused: bmo's lease time is
+    /// `BMO_DHCP_LEASE_TIME`.
     pub fn parse(s: &str) -> Result<Range6, String> {
         let first = s.split(';').next().unwrap_or("").trim();
         let parts: Vec<&str> = first.split(',').map(str::trim).collect();
@@ -193,8 +194,8 @@ pub struct Range {
 }
 
 impl Range {
-    /// Parses `START,END[,PREFIXLEN|NETMASK]` (upstream's `DHCP_RANGE`; the first of
-    /// several `;`-separated ranges).
+    /// Parses one range, `START,END[,PREFIXLEN|NETMASK]` (upstream's `DHCP_RANGE`; of
+    /// a `;`-separated list, the first: [`DhcpRanges`] reads them all).
     pub fn parse(s: &str) -> Result<Range, String> {
         let first = s.split(';').next().unwrap_or("").trim();
         let parts: Vec<&str> = first.split(',').map(str::trim).collect();
