@@ -340,6 +340,19 @@ pub fn snapshot() -> Result<Snapshot, AddressError> {
     Ok(snap)
 }
 
+/// The kernel's index of the network interface `name`.
+pub fn interface_index(name: &str) -> std::io::Result<u32> {
+    let name = std::ffi::CString::new(name).map_err(|_| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "interface name has a NUL")
+    })?;
+    // SAFETY: if_nametoindex reads a NUL-terminated string we own.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if index == 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(index)
+}
+
 /// The hardware address of `name`, asked of a socket in the calling thread's
 /// network namespace (sysfs shows the namespace it was mounted in, not ours).
 fn hardware_address(name: &str) -> Option<MacAddr> {

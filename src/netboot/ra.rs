@@ -84,13 +84,7 @@ pub struct RaSocket {
 
 /// Opens the socket on `interface` and joins all-routers for solicitations.
 pub fn bind(interface: &str) -> io::Result<RaSocket> {
-    let name = std::ffi::CString::new(interface)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name has a NUL"))?;
-    // SAFETY: if_nametoindex reads a NUL-terminated string we own.
-    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    if ifindex == 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let ifindex = super::address::interface_index(interface)?;
     let s = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::ICMPV6))?;
     // Block every ICMPv6 type but Router Solicitation (a set bit blocks).
     let mut filter = [u32::MAX; 8];

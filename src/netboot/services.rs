@@ -306,10 +306,7 @@ fn dhcp_policy(
             choice.ip
         )));
     };
-    let interface = choice
-        .interface
-        .clone()
-        .ok_or_else(|| NetbootError::Dhcp("the provisioning IP is on no known interface".into()))?;
+    let interface = dhcp_interface(choice)?;
     let prefix = u32::from(choice.prefix_len.unwrap_or(24).min(32));
     let netmask = Ipv4Addr::from(u32::MAX.checked_shl(32 - prefix).unwrap_or(0));
     let ranges = cfg
@@ -317,19 +314,14 @@ fn dhcp_policy(
         .as_ref()
         .map(DhcpRanges::v4)
         .unwrap_or_default();
-    let mode = match (cfg.dhcp_mode, local_range(&ranges, server_ip, netmask)) {
-        (DhcpMode::Proxy, _) => Mode::Proxy,
-        (_, Some(range)) => Mode::Full { range },
-        (_, None) if cfg.dhcp_range.is_some() => {
-            return Err(NetbootError::Dhcp(format!(
-                "DHCP_RANGE is IPv6 but the provisioning IP {server_ip} is IPv4; give an IPv4 range or an IPv6 provisioning IP (BMO_PROVISIONING_IP_FAMILY=ipv6)"
-            )));
-        }
-        (_, None) => {
-            return Err(NetbootError::Dhcp(
-                NetbootConfigError::FullWithoutRange.to_string(),
-            ));
-        }
+    let local = local_range(&ranges, server_ip, netmask);
+    let mode = match full_range(cfg, local, || {
+        format!(
+            "DHCP_RANGE is IPv6 but the provisioning IP {server_ip} is IPv4; give an IPv4 range or an IPv6 provisioning IP (BMO_PROVISIONING_IP_FAMILY=ipv6)"
+        )
+    })? {
+        Some(range) => Mode::Full { range },
+        None => Mode::Proxy,
     };
     if ranges.len() > 1 && matches!(mode, Mode::Full { .. }) {
         tracing::info!(ranges = ?ranges, "DHCP serves relayed subnets from their DHCP_RANGE");
@@ -353,6 +345,32 @@ fn dhcp_policy(
     Ok((answers, interface))
 }
 
+/// The provisioning IP's interface, where the DHCP servers listen.
+fn dhcp_interface(choice: &Choice) -> Result<String, NetbootError> {
+    choice
+        .interface
+        .clone()
+        .ok_or_else(|| NetbootError::Dhcp("the provisioning IP is on no known interface".into()))
+}
+
+/// The range a full DHCP server leases from, `None` in proxy mode. `local` is the
+/// range on the provisioning IP's subnet; without one, full mode is an error, worded
+/// by `other_family` when `DHCP_RANGE` holds only the other address family.
+fn full_range<R>(
+    cfg: &NetbootConfig,
+    local: Option<R>,
+    other_family: impl FnOnce() -> String,
+) -> Result<Option<R>, NetbootError> {
+    match (cfg.dhcp_mode, local) {
+        (DhcpMode::Proxy, _) => Ok(None),
+        (_, Some(range)) => Ok(Some(range)),
+        (_, None) if cfg.dhcp_range.is_some() => Err(NetbootError::Dhcp(other_family())),
+        (_, None) => Err(NetbootError::Dhcp(
+            NetbootConfigError::FullWithoutRange.to_string(),
+        )),
+    }
+}
+
 /// Opens the DHCPv6 sockets on the provisioning interface and starts serving, when
 /// the provisioning IP is IPv6.
 fn start_dhcp6(
@@ -361,28 +379,19 @@ fn start_dhcp6(
     server_ip: Ipv6Addr,
     served: ServedByDhcp,
 ) -> Result<Vec<JoinHandle<()>>, NetbootError> {
-    let interface = choice
-        .interface
-        .clone()
-        .ok_or_else(|| NetbootError::Dhcp("the provisioning IP is on no known interface".into()))?;
+    let interface = dhcp_interface(choice)?;
     let ranges = cfg
         .dhcp_range
         .as_ref()
         .map(DhcpRanges::v6)
         .unwrap_or_default();
-    let mode = match (cfg.dhcp_mode, local_range6(&ranges, server_ip)) {
-        (DhcpMode::Proxy, _) => Mode6::Proxy,
-        (_, Some(range)) => Mode6::Full { range },
-        (_, None) if cfg.dhcp_range.is_some() => {
-            return Err(NetbootError::Dhcp(format!(
-                "DHCP_RANGE is IPv4 but the provisioning IP {server_ip} is IPv6; give an IPv6 range (e.g. fd00:1::10,fd00:1::100) or an IPv4 provisioning IP"
-            )));
-        }
-        (_, None) => {
-            return Err(NetbootError::Dhcp(
-                NetbootConfigError::FullWithoutRange.to_string(),
-            ));
-        }
+    let mode = match full_range(cfg, local_range6(&ranges, server_ip), || {
+        format!(
+            "DHCP_RANGE is IPv4 but the provisioning IP {server_ip} is IPv6; give an IPv6 range (e.g. fd00:1::10,fd00:1::100) or an IPv4 provisioning IP"
+        )
+    })? {
+        Some(range) => Mode6::Full { range },
+        None => Mode6::Proxy,
     };
     let sockets = server6::bind6(&interface).map_err(|source| NetbootError::Bind {
         service: "DHCPv6",

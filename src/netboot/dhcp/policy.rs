@@ -42,6 +42,15 @@ pub struct Policy {
     pub known_only: bool,
 }
 
+/// What a full-mode answer to a DISCOVER or REQUEST works from.
+struct Ask<'a> {
+    req: &'a ClientRequest,
+    /// The client's fixed address (a known host's), if any.
+    fixed: Option<Ipv4Addr>,
+    boot: Option<Boot>,
+    subnet: &'a Subnet,
+}
+
 /// The subnet an address is leased on: its range and the router handed out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Subnet {
@@ -197,8 +206,19 @@ impl Policy {
     ) -> Option<(Message, Destination)> {
         let fixed = known.and_then(|h| h.fixed_ip);
         match req.msg_type {
-            MessageType::Discover => self.offer(req, fixed, boot, leases, subnet),
-            MessageType::Request => self.acknowledge(req, fixed, boot, leases, subnet),
+            MessageType::Discover | MessageType::Request => {
+                let ask = Ask {
+                    req,
+                    fixed,
+                    boot,
+                    subnet,
+                };
+                if req.msg_type == MessageType::Discover {
+                    self.offer(ask, leases)
+                } else {
+                    self.acknowledge(ask, leases)
+                }
+            }
             MessageType::Inform => {
                 let mut reply = self.reply_base(req, MessageType::Ack, Ipv4Addr::UNSPECIFIED);
                 reply.opts_mut().insert(DhcpOption::SubnetMask(
@@ -219,72 +239,64 @@ impl Policy {
 
     /// DISCOVER in full mode: an address from the range (or the fixed one), held for
     /// the client as offered.
-    fn offer(
-        &self,
-        req: &ClientRequest,
-        fixed: Option<Ipv4Addr>,
-        boot: Option<Boot>,
-        leases: &LeaseTable,
-        subnet: &Subnet,
-    ) -> Option<(Message, Destination)> {
-        let range = &subnet.range;
+    fn offer(&self, ask: Ask<'_>, leases: &LeaseTable) -> Option<(Message, Destination)> {
+        let range = &ask.subnet.range;
         let reserved_for = |ip| self.hosts.reserved_for(ip);
         let Some(ip) = leases.allocate(
-            req.mac,
-            fixed,
-            req.requested_ip,
+            ask.req.mac,
+            ask.fixed,
+            ask.req.requested_ip,
             (range.start, range.end),
             &reserved_for,
         ) else {
-            tracing::warn!(mac = %req.mac, "DHCP range exhausted; no offer made (widen DHCP_RANGE)");
+            tracing::warn!(mac = %ask.req.mac, "DHCP range exhausted; no offer made (widen DHCP_RANGE)");
             return None;
         };
-        leases.assign(req.mac, ip, LeaseState::Offered, OFFER_HOLD_SECS);
-        Some(self.lease_reply(req, MessageType::Offer, ip, subnet, boot))
+        leases.assign(ask.req.mac, ip, LeaseState::Offered, OFFER_HOLD_SECS);
+        Some(self.lease_reply(ask.req, MessageType::Offer, ip, ask.subnet, ask.boot))
     }
 
     /// REQUEST in full mode: ACK the address asked for if the client may have it,
     /// NAK otherwise; nothing when the client took another server's offer.
-    fn acknowledge(
-        &self,
-        req: &ClientRequest,
-        fixed: Option<Ipv4Addr>,
-        boot: Option<Boot>,
-        leases: &LeaseTable,
-        subnet: &Subnet,
-    ) -> Option<(Message, Destination)> {
-        let range = &subnet.range;
-        if let Some(sid) = req.server_id
+    fn acknowledge(&self, ask: Ask<'_>, leases: &LeaseTable) -> Option<(Message, Destination)> {
+        let range = &ask.subnet.range;
+        if let Some(sid) = ask.req.server_id
             && sid != self.server_ip
         {
             // The client took another server's offer.
             if leases
-                .get(&req.mac)
+                .get(&ask.req.mac)
                 .is_some_and(|l| l.state == LeaseState::Offered)
             {
-                leases.release(req.mac);
+                leases.release(ask.req.mac);
             }
             return None;
         }
         let reserved_for = |ip| self.hosts.reserved_for(ip);
-        let wanted = req
+        let wanted = ask
+            .req
             .requested_ip
-            .or_else(|| (!req.msg.ciaddr().is_unspecified()).then(|| req.msg.ciaddr()));
+            .or_else(|| (!ask.req.msg.ciaddr().is_unspecified()).then(|| ask.req.msg.ciaddr()));
         let ok = wanted.filter(|ip| {
             let in_range =
                 (u32::from(range.start)..=u32::from(range.end)).contains(&u32::from(*ip));
-            (fixed == Some(*ip) || (fixed.is_none() && in_range))
-                && leases.may_bind(req.mac, *ip, &reserved_for)
+            (ask.fixed == Some(*ip) || (ask.fixed.is_none() && in_range))
+                && leases.may_bind(ask.req.mac, *ip, &reserved_for)
         });
         match ok {
             Some(ip) => {
-                leases.assign(req.mac, ip, LeaseState::Bound, u64::from(self.lease_secs));
-                Some(self.lease_reply(req, MessageType::Ack, ip, subnet, boot))
+                leases.assign(
+                    ask.req.mac,
+                    ip,
+                    LeaseState::Bound,
+                    u64::from(self.lease_secs),
+                );
+                Some(self.lease_reply(ask.req, MessageType::Ack, ip, ask.subnet, ask.boot))
             }
             None => {
-                tracing::debug!(mac = %req.mac, requested = ?wanted, "DHCP request refused (NAK)");
-                let reply = self.reply_base(req, MessageType::Nak, Ipv4Addr::UNSPECIFIED);
-                Some((reply, self.destination(req, true)))
+                tracing::debug!(mac = %ask.req.mac, requested = ?wanted, "DHCP request refused (NAK)");
+                let reply = self.reply_base(ask.req, MessageType::Nak, Ipv4Addr::UNSPECIFIED);
+                Some((reply, self.destination(ask.req, true)))
             }
         }
     }

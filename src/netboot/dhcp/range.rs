@@ -1,6 +1,7 @@
 //! The address pool of full mode: `DHCP_RANGE`, IPv4 (DHCPv4) or IPv6 (DHCPv6).
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{AddrParseError, Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
 
 /// The accepted form of `DHCP_RANGE`, for error messages.
 pub const RANGE_FORM: &str = "START,END[,PREFIXLEN|NETMASK][;START,END...], e.g. 172.22.0.10,172.22.0.100,24 or fd00:1::10,fd00:1::100,64";
@@ -102,6 +103,35 @@ impl std::str::FromStr for DhcpRange {
     }
 }
 
+/// The address `p` of the range `s`, or why it is none (`family`: `IPv4`, `IPv6`).
+fn address<A: FromStr<Err = AddrParseError>>(s: &str, p: &str, family: &str) -> Result<A, String> {
+    p.parse().map_err(|e| {
+        format!("DHCP_RANGE {s:?}: {p:?} is not an {family} address ({e}); expected {RANGE_FORM}")
+    })
+}
+
+/// The start, end and third field (if any) of one range `START,END[,X]`: the first of
+/// `s`, a `;`-separated list. The start may not be after the end.
+fn bounds<'s, A>(s: &'s str, family: &str) -> Result<(A, A, Option<&'s str>), String>
+where
+    A: FromStr<Err = AddrParseError> + Ord,
+{
+    let first = s.split(';').next().unwrap_or("").trim();
+    let parts: Vec<&str> = first.split(',').map(str::trim).collect();
+    let (start, end, third) = match parts.as_slice() {
+        [a, b] => (a, b, None),
+        [a, b, c] => (a, b, Some(*c)),
+        _ => return Err(format!("DHCP_RANGE {s:?}: expected {RANGE_FORM}")),
+    };
+    let (start, end) = (address(s, start, family)?, address(s, end, family)?);
+    if start > end {
+        return Err(format!(
+            "DHCP_RANGE {s:?}: start is after end; expected {RANGE_FORM}"
+        ));
+    }
+    Ok((start, end, third))
+}
+
 /// An IPv6 address pool for DHCPv6 IA_NA leases: `start..=end`, at most 2^32
 /// addresses apart from `start` counted (larger pools are cut there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,25 +148,8 @@ impl Range6 {
     /// trailing lease time, as dnsmasq takes, is refused: bmo's lease time is
     /// `BMO_DHCP_LEASE_TIME`.
     pub fn parse(s: &str) -> Result<Range6, String> {
-        let first = s.split(';').next().unwrap_or("").trim();
-        let parts: Vec<&str> = first.split(',').map(str::trim).collect();
-        let ip = |p: &str| -> Result<Ipv6Addr, String> {
-            p.parse().map_err(|e| {
-                format!(
-                    "DHCP_RANGE {s:?}: {p:?} is not an IPv6 address ({e}); expected {RANGE_FORM}"
-                )
-            })
-        };
-        let (start, end) = match parts.as_slice() {
-            [a, b] | [a, b, _] => (ip(a)?, ip(b)?),
-            _ => return Err(format!("DHCP_RANGE {s:?}: expected {RANGE_FORM}")),
-        };
-        if u128::from(start) > u128::from(end) {
-            return Err(format!(
-                "DHCP_RANGE {s:?}: start is after end; expected {RANGE_FORM}"
-            ));
-        }
-        let prefix_len = match parts.get(2) {
+        let (start, end, third) = bounds::<Ipv6Addr>(s, "IPv6")?;
+        let prefix_len = match third {
             None => 64,
             Some(m) => m.parse().ok().filter(|l| *l <= 128).ok_or_else(|| {
                 format!(
@@ -197,27 +210,10 @@ impl Range {
     /// Parses one range, `START,END[,PREFIXLEN|NETMASK]` (upstream's `DHCP_RANGE`; of
     /// a `;`-separated list, the first: [`DhcpRanges`] reads them all).
     pub fn parse(s: &str) -> Result<Range, String> {
-        let first = s.split(';').next().unwrap_or("").trim();
-        let parts: Vec<&str> = first.split(',').map(str::trim).collect();
-        let ip = |p: &str| -> Result<Ipv4Addr, String> {
-            p.parse().map_err(|e| {
-                format!(
-                    "DHCP_RANGE {s:?}: {p:?} is not an IPv4 address ({e}); expected {RANGE_FORM}"
-                )
-            })
-        };
-        let (start, end) = match parts.as_slice() {
-            [a, b] | [a, b, _] => (ip(a)?, ip(b)?),
-            _ => return Err(format!("DHCP_RANGE {s:?}: expected {RANGE_FORM}")),
-        };
-        if u32::from(start) > u32::from(end) {
-            return Err(format!(
-                "DHCP_RANGE {s:?}: start is after end; expected {RANGE_FORM}"
-            ));
-        }
-        let netmask = match parts.get(2) {
+        let (start, end, third) = bounds::<Ipv4Addr>(s, "IPv4")?;
+        let netmask = match third {
             None => None,
-            Some(m) if m.contains('.') => Some(ip(m)?),
+            Some(m) if m.contains('.') => Some(address(s, m, "IPv4")?),
             Some(m) => {
                 let len: u32 = m.parse().ok().filter(|l| *l <= 32).ok_or_else(|| {
                     format!("DHCP_RANGE {s:?}: {m:?} is not a prefix length or netmask; expected {RANGE_FORM}")

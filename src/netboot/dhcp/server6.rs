@@ -75,13 +75,7 @@ fn port_547_filter() -> [SockFilter; 6] {
 
 /// Opens the packet socket and the UDP socket on `interface`.
 pub fn bind6(interface: &str) -> io::Result<Sockets6> {
-    let name = std::ffi::CString::new(interface)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name has a NUL"))?;
-    // SAFETY: if_nametoindex reads a NUL-terminated string we own.
-    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    if ifindex == 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let ifindex = crate::netboot::address::interface_index(interface)?;
     // Protocol 0 until bound: nothing is queued before the filter is on.
     let packet = Socket::new(Domain::PACKET, Type::DGRAM, Some(Protocol::from(0)))?;
     let filter = port_547_filter();
