@@ -2,7 +2,8 @@
 //! crates (docs/try-on-a-vm.md): `vm_e2e` (deploys through the real agent),
 //! `vm_servicing` (a VM that boots nothing, serviced through its BMC), `vm_vmedia`
 //! (virtual media on a network without DHCP, static addresses), `lab` their network
-//! and daemons, `watch` a host's states, `dhcp_watch` the packets on the lab's bridge.
+//! and daemons, `vbmc` an IPMI BMC (VirtualBMC) for a lab VM, `watch` a host's
+//! states, `dhcp_watch` the packets on the lab's bridge.
 //! One lab runs at a time (each starts the machine's one system libvirtd), so
 //! `vm_servicing` and `vm_vmedia` take the lock alone.
 
@@ -14,6 +15,7 @@ mod support;
 
 mod dhcp_watch;
 mod lab;
+mod vbmc;
 mod vm_e2e;
 mod vm_servicing;
 mod vm_vmedia;
