@@ -1,7 +1,8 @@
 //! The real-machine tests, a binary of their own so that they run apart from the other
 //! crates (docs/try-on-a-vm.md): `vm_e2e` (deploys through the real agent),
 //! `vm_servicing` (a VM that boots nothing, serviced through its BMC), `vm_vmedia`
-//! (virtual media on a network without DHCP, static addresses), `lab` their network
+//! (virtual media on a network without DHCP, static addresses), `vm_iso` (the ISO
+//! bmo builds boots under BIOS and UEFI), `lab` their network
 //! and daemons, `vbmc` an IPMI BMC (VirtualBMC) for a lab VM, `watch` a host's
 //! states, `dhcp_watch` the packets on the lab's bridge.
 //! One lab runs at a time (each starts the machine's one system libvirtd), so
@@ -17,6 +18,7 @@ mod dhcp_watch;
 mod lab;
 mod vbmc;
 mod vm_e2e;
+mod vm_iso;
 mod vm_servicing;
 mod vm_vmedia;
 mod watch;
