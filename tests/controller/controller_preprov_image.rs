@@ -562,12 +562,19 @@ async fn an_iso_image_is_built_with_the_agent_and_network_data_and_served() {
         .delete("iso-host", &DeleteParams::default())
         .await
         .expect("delete the image");
-    eventually("its ISO to go with it", Duration::from_secs(30), || {
+    eventually("its ISO to go with it", Duration::from_secs(60), || {
         let new_url = new_url.clone();
+        let images = images.clone();
         async move {
             match reqwest::get(&new_url).await.map(|r| r.status()) {
                 Ok(reqwest::StatusCode::NOT_FOUND) => Ok(()),
-                other => Err(format!("{other:?}")),
+                other => Err(format!(
+                    "{other:?}; the image: {:?}",
+                    images
+                        .get_opt("iso-host")
+                        .await
+                        .map(|i| i.map(|i| i.metadata))
+                )),
             }
         }
     })

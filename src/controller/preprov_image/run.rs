@@ -41,6 +41,8 @@ impl Kind for PreprovisioningImage {
 /// A built image is looked at again this often, so that its URLs follow the
 /// provisioning IP.
 const READY_RECHECK: Duration = Duration::from_secs(60);
+/// How often the ramdisks and ISOs of deleted images are looked for.
+const SWEEP: Duration = Duration::from_secs(10);
 /// An image that could not be built is tried again this often (a Secret made or
 /// changed wakes it at once).
 const FAILED_RETRY: Duration = Duration::from_secs(15);
@@ -104,7 +106,7 @@ pub async fn run(
     let own = runtime::own_watch(api_in(&client, namespace), |_| (), predicates::generation);
     let secrets: kube::Api<PartialObjectMeta<Secret>> = api_in(&client, namespace);
     let ctx = Arc::new(BuildContext {
-        kube: KubeClient::new(client, instance),
+        kube: KubeClient::new(client.clone(), instance),
         server,
         builds,
         images: own.store(),
@@ -114,7 +116,11 @@ pub async fn run(
     let controller = runtime::wake_naming(own, secret_changes, |image, _, secret| {
         image.spec.network_data_name.as_deref() == Some(secret)
     });
+    // An image deleted without a finalizer is never reconciled: a sweep stops serving
+    // what it had, by the API server's list (the cache may not be filled yet).
+    let sweeper = tokio::spawn(sweep(ctx.clone(), api_in(&client, namespace)));
     runtime::run(controller, ctx, shutdown).await;
+    sweeper.abort();
 }
 
 impl Reconciler for BuildContext {
@@ -311,18 +317,44 @@ fn forget_deleted_isos(http_root: &Path, present: &HashSet<(String, String)>) {
     }
 }
 
-/// Stops serving the ramdisks and ISOs of images that are gone.
+/// Every [`SWEEP`], stops serving the ramdisks and ISOs of images that neither
+/// `images` (the API server) lists nor the cache holds.
+async fn sweep(ctx: Arc<BuildContext>, images: kube::Api<PartialObjectMeta<PreprovisioningImage>>) {
+    let mut tick = tokio::time::interval(SWEEP);
+    loop {
+        tick.tick().await;
+        match images
+            .list_metadata(&kube::api::ListParams::default())
+            .await
+        {
+            Ok(list) => {
+                // Those the cache has too: one made since the list is kept.
+                let mut present: HashSet<_> = list.items.iter().map(key).collect();
+                present.extend(ctx.images.state().iter().map(|i| key(i.as_ref())));
+                forget_absent(&ctx, &present);
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot list PreprovisioningImages to sweep"),
+        }
+    }
+}
+
+fn key(image: &impl ResourceExt) -> (String, String) {
+    (image.namespace().unwrap_or_default(), image.name_any())
+}
+
+/// Stops serving the ramdisks and ISOs of images that are gone from the cache.
 fn forget_deleted(ctx: &BuildContext) {
-    let present: HashSet<(String, String)> = ctx
-        .images
-        .state()
-        .iter()
-        .map(|i| (i.namespace().unwrap_or_default(), i.name_any()))
-        .collect();
+    let present: HashSet<(String, String)> =
+        ctx.images.state().iter().map(|i| key(i.as_ref())).collect();
+    forget_absent(ctx, &present);
+}
+
+/// Stops serving the ramdisks and ISOs of images not in `present`.
+fn forget_absent(ctx: &BuildContext, present: &HashSet<(String, String)>) {
     ctx.server
         .ramdisks
         .retain(|ns, name| present.contains(&(ns.to_owned(), name.to_owned())));
     if let Some(iso) = &ctx.builds.iso {
-        forget_deleted_isos(&iso.http_root, &present);
+        forget_deleted_isos(&iso.http_root, present);
     }
 }
