@@ -146,9 +146,12 @@ fn sectors(len: u64) -> Result<u32, IsoError> {
     u32::try_from(len.div_ceil(SECTOR)).map_err(|_| IsoError::TooLarge)
 }
 
+/// A file's name in its directory, and that directory's index.
+type Placed = (String, usize);
+
 /// The directory tree of `files`, breadth first with children sorted by name (so
 /// the path table's order is the index order).
-fn tree(files: &[IsoFile]) -> Result<(Vec<Dir>, Vec<(String, usize)>), IsoError> {
+fn tree(files: &[IsoFile]) -> Result<(Vec<Dir>, Vec<Placed>), IsoError> {
     let mut dirs = vec![Dir::default()];
     let mut placed = Vec::new();
     for file in files {
@@ -182,12 +185,16 @@ fn tree(files: &[IsoFile]) -> Result<(Vec<Dir>, Vec<(String, usize)>), IsoError>
         dirs[at].files.push(placed.len());
         placed.push(((*name).to_owned(), at));
     }
-    Ok((breadth_first(dirs), placed))
+    let (dirs, new_index) = breadth_first(dirs);
+    for p in &mut placed {
+        p.1 = new_index[p.1];
+    }
+    Ok((dirs, placed))
 }
 
 /// Renumbers `dirs` breadth first, children by name; files keep their indexes but
-/// are sorted by name within each directory.
-fn breadth_first(mut dirs: Vec<Dir>) -> Vec<Dir> {
+/// are sorted by name within each directory. Also returns each old index's new one.
+fn breadth_first(mut dirs: Vec<Dir>) -> (Vec<Dir>, Vec<usize>) {
     for i in 0..dirs.len() {
         let mut children = std::mem::take(&mut dirs[i].dirs);
         children.sort_by(|a, b| dirs[*a].name.cmp(&dirs[*b].name));
@@ -213,7 +220,7 @@ fn breadth_first(mut dirs: Vec<Dir>) -> Vec<Dir> {
             *c = new_index[*c];
         }
     }
-    out
+    (out, new_index)
 }
 
 fn path_table_size(dirs: &[Dir]) -> usize {
