@@ -6,7 +6,8 @@
 //! and daemons, `vbmc` an IPMI BMC (VirtualBMC) for a lab VM, `watch` a host's
 //! states, `dhcp_watch` the packets on the lab's bridge.
 //! One lab runs at a time (each starts the machine's one system libvirtd), so
-//! `vm_servicing` and `vm_vmedia` take the lock alone.
+//! `vm_servicing` and `vm_vmedia` take the lock alone; so does `vm_iso` (it starts no
+//! lab, but two TCG VMs beside a lab would slow both).
 
 // Tests may panic on what they set up themselves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
