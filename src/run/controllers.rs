@@ -39,18 +39,29 @@ fn optional_controllers(
             stop.stopped(),
         )));
     }
-    // bmo builds initrd PreprovisioningImages itself: its IPA ramdisk plus each
-    // host's network data, served by its HTTP server (checked to be on).
-    if let Some(netboot) = netboot.filter(|_| config.preprov_image.preprov_image_initrd) {
+    // bmo builds initrd and iso PreprovisioningImages itself: its IPA ramdisk plus
+    // each host's network data, served by its HTTP server (checked to be on).
+    if let Some(netboot) = netboot.filter(|_| config.preprov_image.builds_images()) {
         let server = crate::netboot::host_ramdisks::RamdiskServer {
             ramdisks: netboot.host_ramdisks.clone(),
             images: netboot.deploy_images(),
             images_dir: config.netboot.images_dir.clone(),
         };
         tracing::info!("PreprovisioningImage builder started");
+        let settings = &config.preprov_image;
+        let builds = controller::preprov_image::Builds {
+            initrd: settings.preprov_image_initrd,
+            iso: settings
+                .preprov_image_iso
+                .then(|| controller::preprov_image::IsoBuild {
+                    http_root: config.netboot.http_root.clone(),
+                    kernel_params: settings.preprov_image_iso_kernel_params.clone(),
+                }),
+        };
         tasks.push(tokio::spawn(controller::preprov_image::run(
             kube.clone(),
             server,
+            builds,
             namespace.map(str::to_owned),
             config.pod_name.clone(),
             stop.stopped(),

@@ -183,6 +183,10 @@ async fn a_host_boots_its_own_ramdisk_with_its_network_data_appended() {
     let builder = tokio::spawn(bmo::controller::preprov_image::run(
         client.clone(),
         server,
+        bmo::controller::preprov_image::Builds {
+            initrd: true,
+            iso: None,
+        },
         Some(ns.clone()),
         None,
         until_stopped(),
@@ -362,5 +366,219 @@ async fn a_host_boots_its_own_ramdisk_with_its_network_data_appended() {
     .await;
     let _ = stop.send(true);
     let _ = controller.await;
+    let _ = builder.await;
+}
+
+/// The `iso` format: an image that accepts an ISO first (as the host controller
+/// writes it for a virtual media BMC) gets one from bmo, with upstream's status,
+/// served over bmo's HTTP server; the ISO, read by a reader of its own (genisoimage's
+/// isoinfo), holds the agent kernel, the ramdisk with the network data appended,
+/// GRUB's configuration with the kernel parameters bmo was given, ISOLINUX, and an
+/// El Torito catalog for BIOS and UEFI. A changed Secret gives a new ISO.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_iso_image_is_built_with_the_agent_and_network_data_and_served() {
+    use bmo::controller::preprov_image::{Builds, IsoBuild, agent_iso, iso};
+    let _shared = crate::support::shared();
+    let stack = Stack::get();
+    let dir = TempDir::new("preprov-iso");
+    let mut cfg = netboot::config(dir.path());
+    cfg.provisioning.provisioning_interface = Some("lo".into());
+    cfg.http_bind = "127.0.0.1".parse().expect("ip");
+    let images_dir = cfg.images_dir.clone();
+    for (name, data) in [
+        ("ironic-python-agent.initramfs", BASE_RAMDISK.to_vec()),
+        ("ironic-python-agent.kernel", b"stand-in kernel".to_vec()),
+        (agent_iso::ESP_IMAGE, vec![0xEE; 4096]),
+        (
+            agent_iso::ISOLINUX_BIN,
+            std::fs::read("/usr/lib/ISOLINUX/isolinux.bin").expect("Debian's isolinux"),
+        ),
+        (agent_iso::LDLINUX_C32, b"stand-in ldlinux".to_vec()),
+    ] {
+        std::fs::write(images_dir.join(name), data).expect("write image file");
+    }
+    let netboot = bmo::netboot::start(&cfg, LeaseTable::in_memory())
+        .await
+        .expect("netboot starts on loopback");
+    let client = stack.kube_client().await;
+    bmo::api::install::install(&client, Duration::from_secs(60))
+        .await
+        .expect("install CRDs");
+    let ns = new_namespace(&client, "preprov-iso").await;
+    let params = "ipa-api-url=http://192.0.2.1:6385 ipa-insecure=1 console=ttyS0";
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let builder = tokio::spawn(bmo::controller::preprov_image::run(
+        client.clone(),
+        RamdiskServer {
+            ramdisks: netboot.host_ramdisks.clone(),
+            images: netboot.deploy_images(),
+            images_dir: images_dir.clone(),
+        },
+        Builds {
+            initrd: true,
+            iso: Some(IsoBuild {
+                http_root: cfg.http_root.clone(),
+                kernel_params: params.into(),
+            }),
+        },
+        Some(ns.clone()),
+        None,
+        async move {
+            let mut stopped = stopped;
+            let _ = stopped.wait_for(|s| *s).await;
+        },
+    ));
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let images: Api<PreprovisioningImage> = Api::namespaced(client.clone(), &ns);
+    put_network_data(&secrets, "iso-net", NETWORK_DATA).await;
+    let image: PreprovisioningImage = serde_json::from_value(json!({
+        "apiVersion": "metal3.io/v1alpha1", "kind": "PreprovisioningImage",
+        "metadata": {"name": "iso-host"},
+        "spec": {"acceptFormats": ["iso", "initrd"], "architecture": "x86_64", "networkDataName": "iso-net"},
+    }))
+    .expect("image");
+    images
+        .create(&PostParams::default(), &image)
+        .await
+        .expect("create image");
+    let (url, version) = eventually("the ISO to be ready", Duration::from_secs(60), || {
+        ready_image(&images, "iso-host")
+    })
+    .await;
+
+    // Upstream's status: format, URL, network data, Ready and Error.
+    let status = images
+        .get("iso-host")
+        .await
+        .expect("image")
+        .status
+        .expect("status");
+    assert_eq!(
+        status.format,
+        Some(bmo::api::PreprovisioningImageFormat::Iso)
+    );
+    assert_eq!(status.kernel_url, None, "an ISO needs no kernel URL");
+    assert_eq!(status.architecture.as_deref(), Some("x86_64"));
+    let network = status.network_data.expect("networkData");
+    assert_eq!(network.name.as_deref(), Some("iso-net"));
+    let conditions: Vec<(String, String, String)> = status
+        .conditions
+        .iter()
+        .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
+        .collect();
+    for wanted in [("Ready", "True"), ("Error", "False")] {
+        assert!(
+            conditions
+                .iter()
+                .any(|(t, s, r)| (t.as_str(), s.as_str()) == wanted && r == "ImageSuccess"),
+            "{wanted:?} in {conditions:?}"
+        );
+    }
+    assert_eq!(
+        url,
+        netboot.deploy_images().http_url(&format!(
+            "/preprovisioning-iso/{ns}/iso-host/{version}/ironic-python-agent.iso"
+        ))
+    );
+
+    // The ISO as served.
+    let body = reqwest::get(&url)
+        .await
+        .and_then(|r| r.error_for_status())
+        .expect("GET the ISO")
+        .bytes()
+        .await
+        .expect("the ISO's body");
+    let iso_file = dir.path().join("served.iso");
+    std::fs::write(&iso_file, &body).expect("keep the ISO");
+    let listing = netboot::run(
+        std::process::Command::new("isoinfo")
+            .arg("-i")
+            .arg(&iso_file)
+            .arg("-f"),
+    );
+    for path in [
+        "/VMLINUZ.;1",
+        "/INITRD.;1",
+        "/EFI/BOOT/GRUB.CFG;1",
+        "/BOOT/ESP.IMG;1",
+        "/ISOLINUX/ISOLINUX.BIN;1",
+        "/ISOLINUX/LDLINUX.C32;1",
+        "/ISOLINUX/ISOLINUX.CFG;1",
+    ] {
+        assert!(listing.lines().any(|l| l == path), "{path} in\n{listing}");
+    }
+    let described = netboot::run(
+        std::process::Command::new("isoinfo")
+            .arg("-d")
+            .arg("-i")
+            .arg(&iso_file),
+    );
+    assert!(described.contains("El Torito"), "{described}");
+    let grub_cfg = netboot::run(
+        std::process::Command::new("isoinfo")
+            .arg("-i")
+            .arg(&iso_file)
+            .args(["-x", "/EFI/BOOT/GRUB.CFG;1"]),
+    );
+    assert!(
+        grub_cfg.contains(&format!("linux /VMLINUZ {params}")),
+        "{grub_cfg}"
+    );
+    let initrd = iso::find(&body, "INITRD").expect("INITRD");
+    assert!(initrd.starts_with(BASE_RAMDISK));
+    let start = BASE_RAMDISK.len()
+        + initrd[BASE_RAMDISK.len()..]
+            .iter()
+            .position(|b| *b != 0)
+            .expect("archive");
+    let files = cpio::files(&initrd[start..]).expect("newc archive after the ramdisk");
+    let data = files
+        .iter()
+        .find(|f| f.path == NETWORK_DATA_PATH)
+        .expect("network data");
+    assert_eq!(data.data, NETWORK_DATA.as_bytes());
+
+    // A changed Secret: a new ISO at a new URL, the old one gone.
+    put_network_data(
+        &secrets,
+        "iso-net",
+        r#"{"links":[],"networks":[],"services":[]}"#,
+    )
+    .await;
+    let (new_url, _) = eventually("a new ISO", Duration::from_secs(60), || async {
+        let (u, v) = ready_image(&images, "iso-host").await?;
+        if v == version {
+            Err(format!("still {v}"))
+        } else {
+            Ok((u, v))
+        }
+    })
+    .await;
+    assert_ne!(new_url, url);
+    let old = reqwest::get(&url).await.expect("GET the old ISO").status();
+    assert_eq!(old, reqwest::StatusCode::NOT_FOUND, "the old ISO is gone");
+    images
+        .delete("iso-host", &DeleteParams::default())
+        .await
+        .expect("delete the image");
+    eventually("its ISO to go with it", Duration::from_secs(60), || {
+        let new_url = new_url.clone();
+        let images = images.clone();
+        async move {
+            match reqwest::get(&new_url).await.map(|r| r.status()) {
+                Ok(reqwest::StatusCode::NOT_FOUND) => Ok(()),
+                other => Err(format!(
+                    "{other:?}; the image: {:?}",
+                    images
+                        .get_opt("iso-host")
+                        .await
+                        .map(|i| i.map(|i| i.metadata))
+                )),
+            }
+        }
+    })
+    .await;
+    let _ = stop.send(true);
     let _ = builder.await;
 }

@@ -1,10 +1,12 @@
-//! A real machine, end to end: a qemu VM (software emulation) behind a Redfish BMC
-//! (sushy-emulator's libvirt driver) is network-booted by bmo's own DHCP, TFTP and
+//! A real machine, end to end: a qemu VM (software emulation, BIOS) behind an IPMI
+//! BMC (`ipmi://`: VirtualBMC in front of its libvirt domain, driven by Ironic's
+//! `ipmi` hardware type through ipmitool) is network-booted by bmo's own DHCP, TFTP and
 //! HTTP, inspected, cleaned and deployed by the real ironic-python-agent that
 //! tests/env/ipa-build made, boots the deployed test OS from its disk, reads its
 //! config drive, is powered off, on and rebooted through the BMC, deprovisioned with a
-//! full disk wipe (`automatedCleaningMode: full`) and deleted. See tests/vm/lab.rs for
-//! the network and the daemons.
+//! full disk wipe (`automatedCleaningMode: full`) and deleted. A second VM (UEFI,
+//! behind a Redfish BMC: sushy-emulator's libvirt driver) loads iPXE over bmo's TFTP
+//! and is inspected. See tests/vm/lab.rs for the network and the daemons.
 //!
 //! The time of each phase is printed as a table (docs/performance.md quotes it).
 
@@ -21,6 +23,7 @@ use serde_json::{Value, json};
 use crate::lab::{Firmware, HTTP_PORT, Lab, PROVISIONING_IP, Vm, VmSpec};
 use crate::support::netboot;
 use crate::support::{Stack, new_namespace, unique_name};
+use crate::vbmc::{self, VirtualBmc};
 use crate::watch::{Watch, state_is, tail, wait_console};
 
 const VM_MEMORY_MIB: u32 = 2560;
@@ -150,7 +153,10 @@ async fn vm_is_inspected_cleaned_deployed_and_deprovisioned_by_the_real_agent() 
         GPT_SIGNATURE,
         "the old GPT is in place"
     );
-    lab.wait_for_bmc(&vm).await;
+    // The BIOS VM's BMC speaks IPMI (VirtualBMC on a loopback port of the lab's
+    // namespace); the UEFI VM's speaks Redfish (sushy-emulator).
+    let vbmc = VirtualBmc::start(&lab).await;
+    let ipmi_address = vbmc.add(&vm).await;
     lab.wait_for_bmc(&uefi_vm).await;
 
     // The test OS image, served by bmo's HTTP server next to the agent.
@@ -172,7 +178,7 @@ async fn vm_is_inspected_cleaned_deployed_and_deprovisioned_by_the_real_agent() 
         &client,
         &ns,
         "vm-bmc",
-        &[("username", "admin"), ("password", "password")],
+        &[("username", vbmc::USERNAME), ("password", vbmc::PASSWORD)],
     )
     .await;
     create_secret(
@@ -185,7 +191,7 @@ async fn vm_is_inspected_cleaned_deployed_and_deprovisioned_by_the_real_agent() 
 
     let api: Api<BareMetalHost> = Api::namespaced(client.clone(), &ns);
     let name = "vm-0";
-    let host = host(name, &lab, &vm, "legacy", "metadata");
+    let host = host(name, &ipmi_address, &vm, "legacy", "metadata");
     let ironic = IronicClient::connect(ClientConfig::new(lab.ironic_from_test.clone()))
         .await
         .expect("connect to the lab's Ironic");
@@ -265,6 +271,20 @@ async fn vm_is_inspected_cleaned_deployed_and_deprovisioned_by_the_real_agent() 
         .await
         .expect("read the node")
         .expect("the host's node exists");
+    // The ipmi:// address made an `ipmi` node that Ironic drives with ipmitool.
+    assert_eq!(node.driver, "ipmi", "the node's hardware type");
+    let ipmi_port = ipmi_address.rsplit(':').next().expect("port");
+    assert_eq!(
+        (
+            node.driver_info.get("ipmi_address"),
+            node.driver_info
+                .get("ipmi_port")
+                .map(|p| p.to_string().replace('"', ""))
+        ),
+        (Some(&json!("127.0.0.1")), Some(ipmi_port.to_owned())),
+        "{:?}",
+        node.driver_info
+    );
     let images = format!("http://{PROVISIONING_IP}:{HTTP_PORT}/images");
     assert_eq!(
         node.driver_info.get("deploy_kernel"),
@@ -340,6 +360,11 @@ async fn vm_is_inspected_cleaned_deployed_and_deprovisioned_by_the_real_agent() 
         .await;
     let power_off = t.elapsed();
     assert_eq!(vm.state(), "shut off", "the VM is off");
+    assert_eq!(
+        vbmc.power_status(&ipmi_address).as_deref(),
+        Ok("off"),
+        "the IPMI BMC reports the power off"
+    );
     let t = Instant::now();
     watch.patch(json!({"spec": {"online": true}})).await;
     watch
@@ -349,6 +374,11 @@ async fn vm_is_inspected_cleaned_deployed_and_deprovisioned_by_the_real_agent() 
         .await;
     let power_on = t.elapsed();
     assert_eq!(vm.state(), "running", "the VM is on");
+    assert_eq!(
+        vbmc.power_status(&ipmi_address).as_deref(),
+        Ok("on"),
+        "the IPMI BMC reports the power on"
+    );
     wait_console(&vm, &lab, "bmo-test-os: ready", 2, Duration::from_secs(600)).await;
     // A reboot annotation power-cycles the real VM: the OS boots once more.
     watch
@@ -463,7 +493,7 @@ async fn vm_is_inspected_cleaned_deployed_and_deprovisioned_by_the_real_agent() 
     uefi_vm_boots_the_agent_with_its_loader_over_tftp(&lab, &api, &uefi_vm, &ns).await;
 }
 
-fn host(name: &str, lab: &Lab, vm: &Vm, boot_mode: &str, cleaning: &str) -> BareMetalHost {
+fn host(name: &str, bmc: &str, vm: &Vm, boot_mode: &str, cleaning: &str) -> BareMetalHost {
     serde_json::from_value(json!({
         "apiVersion": "metal3.io/v1alpha1",
         "kind": "BareMetalHost",
@@ -474,7 +504,7 @@ fn host(name: &str, lab: &Lab, vm: &Vm, boot_mode: &str, cleaning: &str) -> Bare
             "bootMode": boot_mode,
             "automatedCleaningMode": cleaning,
             "bmc": {
-                "address": lab.redfish_address(vm),
+                "address": bmc,
                 "credentialsName": "vm-bmc",
                 "disableCertificateVerification": true
             }
@@ -495,7 +525,7 @@ async fn uefi_vm_boots_the_agent_with_its_loader_over_tftp(
     let name = "vm-1";
     api.create(
         &PostParams::default(),
-        &host(name, lab, vm, "UEFI", "disabled"),
+        &host(name, &lab.redfish_address(vm), vm, "UEFI", "disabled"),
     )
     .await
     .expect("create the UEFI host");
@@ -565,7 +595,7 @@ fn print_phases(w: &Watch<'_>, power_off: Duration, power_on: Duration) {
     let deprovisioning = w.at("host: deprovisioning", booted);
     let available_again = w.at("host: available", deprovisioning);
     let span = |a: Option<Duration>, b: Option<Duration>| secs(b) - secs(a);
-    println!("\nvm_e2e phases (seconds; TCG, 2 vCPUs, {VM_MEMORY_MIB} MiB)");
+    println!("\nvm_e2e phases (seconds; TCG, 2 vCPUs, {VM_MEMORY_MIB} MiB, ipmi:// BMC)");
     println!("| phase | s |\n|---|---:|");
     for (phase, s) in [
         ("registering (create → inspecting)", secs(inspecting)),

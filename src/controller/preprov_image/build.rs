@@ -1,7 +1,9 @@
-//! Fulfilling a PreprovisioningImage in the `initrd` format, decided without I/O: the
-//! status upstream's image-customization service would write (URLs, format,
-//! architecture, network data name and version, `Ready` and `Error` with upstream's
-//! reasons), the cpio archive to append to bmo's IPA ramdisk, and the event to post.
+//! Fulfilling a PreprovisioningImage in the `initrd` or `iso` format, decided without
+//! I/O: the format (the first the image accepts that bmo builds), the status
+//! upstream's image-customization service would write (URLs, format, architecture,
+//! network data name and version, `Ready` and `Error` with upstream's reasons), the
+//! cpio archive to append to bmo's IPA ramdisk (served after it, or written into the
+//! ISO after it: [`super::agent_iso`]), and the event to post.
 //!
 //! The network data goes in at `mnt/config/openstack/latest/network_data.json`: the
 //! OpenStack config drive layout, at the mount point where the agent ramdisks built
@@ -15,6 +17,7 @@ use kube::ResourceExt;
 use crate::api::images::SecretStatus;
 use crate::api::images::{IMAGE_ERROR, IMAGE_READY};
 use crate::api::{PreprovisioningImage, PreprovisioningImageFormat, PreprovisioningImageStatus};
+use crate::controller::preprov_image::agent_iso::{ESP_IMAGE, ISOLINUX_BIN, LDLINUX_C32, Loaders};
 use crate::controller::runtime::conditions::{HasConditions, set_in as set_condition};
 use crate::controller::runtime::store::HostEvent;
 use crate::netboot::cpio;
@@ -50,6 +53,10 @@ pub enum NetworkData {
 /// What building needs to know of bmo's HTTP server, as of now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Server {
+    /// Whether bmo builds `initrd` images (`BMO_PREPROV_IMAGE_INITRD`).
+    pub initrd: bool,
+    /// How bmo builds `iso` images, when it does (`BMO_PREPROV_IMAGE_ISO`).
+    pub iso: Option<IsoServer>,
     /// Whether bmo's IPA ramdisk is in the images directory.
     pub base_ramdisk: bool,
     /// Where it should be (for messages).
@@ -59,6 +66,20 @@ pub struct Server {
     /// The URL the image gets for a network data version.
     pub ramdisk_url: String,
 }
+
+/// What building an ISO needs to know, as of now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsoServer {
+    /// The URL the image's ISO gets for a network data version.
+    pub url: String,
+    /// The boot loaders in the images directory.
+    pub loaders: Loaders,
+    /// The agent's kernel command line written into the ISO.
+    pub kernel_params: String,
+}
+
+/// The kernel parameter that tells the agent where Ironic is.
+pub const API_URL_PARAM: &str = "ipa-api-url=";
 
 /// What a reconcile of an image does.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,7 +118,7 @@ pub fn decide(
     architecture: &str,
     now: &Time,
 ) -> Decision {
-    let (status_network, json) = match inputs(image, network, server, architecture) {
+    let (format, status_network, json) = match inputs(image, network, server, architecture) {
         Ok(inputs) => inputs,
         Err((reason, message)) => return failed(image, reason, message, now),
     };
@@ -109,10 +130,18 @@ pub fn decide(
         .into_iter()
         .collect();
     let mut status = image.status.clone().unwrap_or_default();
-    status.image_url = Some(server.ramdisk_url.clone());
-    status.kernel_url = Some(server.kernel_url.clone());
+    match (format, &server.iso) {
+        (PreprovisioningImageFormat::Iso, Some(iso)) => {
+            status.image_url = Some(iso.url.clone());
+            status.kernel_url = None;
+        }
+        _ => {
+            status.image_url = Some(server.ramdisk_url.clone());
+            status.kernel_url = Some(server.kernel_url.clone());
+        }
+    }
     status.extra_kernel_params = None;
-    status.format = Some(PreprovisioningImageFormat::Initrd);
+    status.format = Some(format);
     status.architecture = image.spec.architecture.clone().filter(|a| !a.is_empty());
     status.network_data = status_network;
     set_condition(
@@ -140,11 +169,72 @@ pub fn decide(
     }
 }
 
-/// The network data Secret for the status, and the network data as JSON.
-type Inputs = (Option<SecretStatus>, Option<Vec<u8>>);
+/// The format, the network data Secret for the status, and the network data as JSON.
+type Inputs = (
+    PreprovisioningImageFormat,
+    Option<SecretStatus>,
+    Option<Vec<u8>>,
+);
 
-/// What building `image` takes (the network data Secret for the status, and the
-/// network data as JSON), or why it cannot be built (reason, message).
+/// The first format `image` accepts that bmo builds, or why there is none.
+fn format_of(
+    image: &PreprovisioningImage,
+    server: &Server,
+) -> Result<PreprovisioningImageFormat, (&'static str, String)> {
+    let built = |f: &PreprovisioningImageFormat| match f {
+        PreprovisioningImageFormat::Initrd => server.initrd,
+        PreprovisioningImageFormat::Iso => server.iso.is_some(),
+    };
+    if let Some(format) = image.spec.accept_formats.iter().copied().find(built) {
+        return Ok(format);
+    }
+    let builds: Vec<&str> = [
+        (server.initrd, "initrd (BMO_PREPROV_IMAGE_INITRD)"),
+        (server.iso.is_some(), "iso (BMO_PREPROV_IMAGE_ISO)"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    Err((
+        REASON_CONFIGURATION_ERROR,
+        format!(
+            "No acceptable image format supported: bmo builds {}",
+            if builds.is_empty() {
+                "none".to_owned()
+            } else {
+                builds.join(" and ")
+            }
+        ),
+    ))
+}
+
+/// Why the ISO cannot be built: no boot loader, or no Ironic URL for the agent.
+fn iso_problem(iso: &IsoServer, base_dir: &str) -> Option<(&'static str, String)> {
+    if !iso.loaders.uefi && !iso.loaders.bios {
+        return Some((
+            REASON_BUILD_INVALID,
+            format!(
+                "no boot loader for the ISO next to bmo's IPA ramdisk ({base_dir}): put {ESP_IMAGE} there (UEFI), or {ISOLINUX_BIN} and {LDLINUX_C32} (BIOS), or both"
+            ),
+        ));
+    }
+    if !iso
+        .kernel_params
+        .split_whitespace()
+        .any(|p| p.starts_with(API_URL_PARAM))
+    {
+        return Some((
+            REASON_CONFIGURATION_ERROR,
+            format!(
+                "an ISO gets no kernel parameters from Ironic, so the agent on it must be told where Ironic is: add {API_URL_PARAM}<Ironic's URL as hosts reach it> to BMO_PREPROV_IMAGE_ISO_KERNEL_PARAMS"
+            ),
+        ));
+    }
+    None
+}
+
+/// What building `image` takes (its format, the network data Secret for the status,
+/// and the network data as JSON), or why it cannot be built (reason, message).
 fn inputs(
     image: &PreprovisioningImage,
     network: &NetworkData,
@@ -162,16 +252,7 @@ fn inputs(
             ),
         ));
     }
-    if !image
-        .spec
-        .accept_formats
-        .contains(&PreprovisioningImageFormat::Initrd)
-    {
-        return Err((
-            REASON_CONFIGURATION_ERROR,
-            "No acceptable image format supported: bmo builds initrd images only".into(),
-        ));
-    }
+    let format = format_of(image, server)?;
     let (status_network, data) = match network {
         NetworkData::None => (None, None),
         NetworkData::Missing { name } => {
@@ -218,7 +299,16 @@ fn inputs(
             ),
         ));
     }
-    Ok((status_network, json))
+    if let (PreprovisioningImageFormat::Iso, Some(iso)) = (format, &server.iso) {
+        let dir = std::path::Path::new(&server.base_ramdisk_path)
+            .parent()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default();
+        if let Some(problem) = iso_problem(iso, &dir) {
+            return Err(problem);
+        }
+    }
+    Ok((format, status_network, json))
 }
 
 /// The network data as JSON text: JSON is kept as written, YAML converted.
@@ -234,7 +324,7 @@ fn network_data_json(bytes: &[u8]) -> Result<Vec<u8>, &'static str> {
 
 /// The status of an image that cannot be built: no URL, `Ready` false and `Error`
 /// true with `reason`; an event when that is news.
-fn failed(image: &PreprovisioningImage, reason: &str, message: String, now: &Time) -> Decision {
+pub fn failed(image: &PreprovisioningImage, reason: &str, message: String, now: &Time) -> Decision {
     let before = image.status.clone().unwrap_or_default();
     let mut status = before.clone();
     status.image_url = None;

@@ -46,6 +46,8 @@ fn now() -> Time {
 
 fn server() -> Server {
     Server {
+        initrd: true,
+        iso: None,
         base_ramdisk: true,
         base_ramdisk_path: "/images/ironic-python-agent.initramfs".into(),
         kernel_url: "http://10.0.0.2:6180/images/ironic-python-agent.kernel".into(),
@@ -177,6 +179,122 @@ fn a_built_image_reads_back_with_the_network_data_and_is_used() {
     // Built again with nothing changed: the same status, so no write.
     let again = decide(&built, &found(data));
     assert_eq!(Some(&again.status), built.status.as_ref());
+}
+
+fn iso_server(uefi: bool, bios: bool, params: &str) -> Server {
+    Server {
+        iso: Some(build::IsoServer {
+            url: "http://10.0.0.2:6180/preprovisioning-iso/ns/h/7/ironic-python-agent.iso".into(),
+            loaders: super::agent_iso::Loaders { uefi, bios },
+            kernel_params: params.into(),
+        }),
+        ..server()
+    }
+}
+
+#[test]
+fn a_virtual_media_host_gets_an_iso_when_bmo_builds_them_and_uses_it() {
+    let h = host("inspecting", json!({}));
+    let image = image_for(&h);
+    let params = "ipa-api-url=http://10.0.0.2:6385 ipa-insecure=1";
+    let decision = build::decide(
+        &image,
+        &found(b"{}"),
+        &iso_server(true, true, params),
+        "x86_64",
+        &now(),
+    );
+    let status = &decision.status;
+    assert_eq!(status.format, Some(PreprovisioningImageFormat::Iso));
+    assert_eq!(
+        status.image_url.as_deref(),
+        Some("http://10.0.0.2:6180/preprovisioning-iso/ns/h/7/ironic-python-agent.iso")
+    );
+    assert_eq!(status.kernel_url, None);
+    assert_eq!(condition(status, "Ready"), ("True", "ImageSuccess"));
+    assert_eq!(condition(status, "Error"), ("False", "ImageSuccess"));
+    assert_eq!(decision.archive.as_ref().map(|a| a.0.as_str()), Some("7"));
+    let mut built = image.clone();
+    built.status = Some(decision.status);
+    let used = host_side::image_use(&built, &host_side::expected_spec(&h), Some("7"), None);
+    assert!(
+        matches!(&used, ImageUse::Ready(r) if r.iso_url.as_deref() == built.status.as_ref().unwrap().image_url.as_deref() && r.kernel_url.is_none()),
+        "{used:?}"
+    );
+    // One loader is enough.
+    for (uefi, bios) in [(true, false), (false, true)] {
+        let d = build::decide(
+            &image,
+            &found(b"{}"),
+            &iso_server(uefi, bios, params),
+            "x86_64",
+            &now(),
+        );
+        assert_eq!(d.status.format, Some(PreprovisioningImageFormat::Iso));
+    }
+    // A PXE host accepts initrd only: it gets the ramdisk even so.
+    let pxe = host(
+        "inspecting",
+        json!({"bmc": {"address": "ipmi://10.0.0.1", "credentialsName": "h-bmc"}}),
+    );
+    let d = build::decide(
+        &image_for(&pxe),
+        &found(b"{}"),
+        &iso_server(true, true, params),
+        "x86_64",
+        &now(),
+    );
+    assert_eq!(d.status.format, Some(PreprovisioningImageFormat::Initrd));
+}
+
+#[test]
+fn an_iso_without_loaders_or_an_ironic_url_is_an_error_that_says_what_to_add() {
+    let image = image_for(&host("inspecting", json!({})));
+    let d = build::decide(
+        &image,
+        &found(b"{}"),
+        &iso_server(false, false, "ipa-api-url=http://i:6385"),
+        "x86_64",
+        &now(),
+    );
+    assert_eq!(condition(&d.status, "Error"), ("True", "ImageBuildInvalid"));
+    assert_eq!(d.status.image_url, None);
+    let message = d.event.unwrap().message;
+    assert!(
+        message.contains("esp.img") && message.contains("isolinux.bin"),
+        "{message}"
+    );
+    let d = build::decide(
+        &image,
+        &found(b"{}"),
+        &iso_server(true, true, "ipa-insecure=1"),
+        "x86_64",
+        &now(),
+    );
+    assert_eq!(
+        condition(&d.status, "Error"),
+        ("True", "ConfigurationError")
+    );
+    assert!(
+        d.event
+            .unwrap()
+            .message
+            .contains("BMO_PREPROV_IMAGE_ISO_KERNEL_PARAMS")
+    );
+    // bmo builds ISOs only, and the image accepts initrd only.
+    let mut initrd_only = image.clone();
+    initrd_only.spec.accept_formats = vec![PreprovisioningImageFormat::Initrd];
+    let iso_only = Server {
+        initrd: false,
+        ..iso_server(true, true, "ipa-api-url=http://i")
+    };
+    let d = build::decide(&initrd_only, &found(b"{}"), &iso_only, "x86_64", &now());
+    assert!(
+        d.event
+            .unwrap()
+            .message
+            .contains("bmo builds iso (BMO_PREPROV_IMAGE_ISO)")
+    );
 }
 
 #[test]
@@ -335,12 +453,21 @@ fn bmo_run_takes_the_settings_beside_the_others() {
         .no_binary_name(true);
     command.clone().debug_assert();
     let matches = command
-        .try_get_matches_from(["--build-preprov-image", "--preprov-image-initrd"])
+        .try_get_matches_from([
+            "--build-preprov-image",
+            "--preprov-image-initrd",
+            "--preprov-image-iso",
+        ])
         .unwrap();
     let config =
         <crate::config::Config as clap::FromArgMatches>::from_arg_matches(&matches).unwrap();
     assert!(config.preprov_image.build_preprov_image);
     assert!(config.preprov_image.preprov_image_initrd);
+    assert!(config.preprov_image.preprov_image_iso);
+    assert_eq!(
+        config.preprov_image.preprov_image_iso_kernel_params,
+        "ipa-insecure=1"
+    );
     assert_eq!(
         config.preprov_image.check(false),
         Err(super::PreprovImageSettingsError::NeedsHttp)

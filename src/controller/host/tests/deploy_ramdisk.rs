@@ -87,6 +87,8 @@ async fn with_preprovisioning_images_a_host_inspects_only_once_its_image_is_read
         .and_then(|s| s.metadata.resource_version)
         .expect("version");
     let server = build::Server {
+        initrd: true,
+        iso: None,
         base_ramdisk: true,
         base_ramdisk_path: "/images/ironic-python-agent.initramfs".into(),
         kernel_url: "http://10.0.0.9:6180/images/ironic-python-agent.kernel".into(),
