@@ -1,7 +1,8 @@
 //! The real-machine tests, a binary of their own so that they run apart from the other
 //! crates (docs/try-on-a-vm.md): `vm_e2e` (deploys through the real agent),
 //! `vm_servicing` (a VM that boots nothing, serviced through its BMC), `vm_vmedia`
-//! (virtual media on a network without DHCP, static addresses), `lab` their network
+//! (virtual media on a network without DHCP, static addresses), `vm_ipv6` (a UEFI VM
+//! network-booted over IPv6 only, deployed and deprovisioned), `lab` their network
 //! and daemons, `watch` a host's states, `dhcp_watch` the packets on the lab's bridge.
 //! One lab runs at a time (each starts the machine's one system libvirtd), so
 //! `vm_servicing` and `vm_vmedia` take the lock alone.
@@ -15,6 +16,7 @@ mod support;
 mod dhcp_watch;
 mod lab;
 mod vm_e2e;
+mod vm_ipv6;
 mod vm_servicing;
 mod vm_vmedia;
 mod watch;
