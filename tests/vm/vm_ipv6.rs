@@ -90,7 +90,7 @@ fn serve_uefi_image(lab: &Lab) -> (String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "IPv6-only VM lifecycle under TCG (about 10 minutes); run with --include-ignored"]
 async fn vm_ipv6_uefi_boots_the_agent_over_dhcpv6_is_inspected_deployed_and_deprovisioned() {
-    let _shared = crate::support::shared();
+    let _alone = crate::support::exclusive("vm_ipv6");
     let stack = Stack::get();
     let client = stack.kube_client().await;
     bmo::api::install::install(&client, Duration::from_secs(60))
