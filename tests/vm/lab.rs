@@ -515,6 +515,11 @@ impl Lab {
         )
     }
 
+    /// The lab Ironic's log (its API logs each request with the client's address).
+    pub fn ironic_log(&self) -> String {
+        std::fs::read_to_string(self.ironic_dir.join("ironic.log")).unwrap_or_default()
+    }
+
     /// Ironic's and sushy's logs, for a failure message.
     pub fn logs_tail(&self) -> String {
         let mut out = String::new();

@@ -284,13 +284,30 @@ async fn check_inspected_over_ipv6(watch: &Watch<'_>, st: &Value, client: &kube:
         json!(format!("{images}/ironic-python-agent.kernel")),
         "{node}"
     );
-    // The agent heartbeats from its DHCPv6 address (Ironic keeps the URL it gave).
-    let agent_url = node["driver_internal_info"]["agent_url"]
-        .as_str()
-        .unwrap_or_default();
+    // The agent heartbeats from its DHCPv6 address: Ironic's API logs the request's
+    // source, and the node keeps the URL the agent gave. (The first heartbeat comes
+    // after inspection ended, once the agent looked its node up again.)
+    let uuid = node["uuid"].as_str().unwrap_or_default().to_owned();
+    let heartbeat = format!("{agent_ip} - POST /v1/heartbeat/{uuid} - 20");
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let agent_url = loop {
+        let url = raw_node(lab, &watch.node)["driver_internal_info"]["agent_url"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if !url.is_empty() && lab.ironic_log().contains(&heartbeat) {
+            break url;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no heartbeat from the agent at {agent_ip} ({heartbeat:?}); agent_url {url:?}\n{}",
+            lab.logs_tail()
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
     assert!(
         agent_url.starts_with(&format!("http://[{agent_ip}]:")),
-        "the agent's heartbeat names its IPv6 address {agent_ip}: {agent_url}"
+        "the agent's URL names its IPv6 address {agent_ip}: {agent_url}"
     );
     let console = vm.console();
     for needle in [
