@@ -11,6 +11,10 @@
 //! storage pool (it copies each inserted ISO there) and its firmware map (OVMF without
 //! secure boot for `UEFI`), and gives Ironic the ESP image (tests/env/esp-build) that
 //! makes the ISOs it builds from the agent's kernel and ramdisk boot under UEFI.
+//!
+//! An IPv6-only lab ([`Lab::start_ipv6`]) gives `br0` fd77::1/64 and no IPv4 address,
+//! runs bmo's DHCPv6 with router advertisements, has Ironic listen on `[::]` with
+//! bracketed URLs, and switches OVMF's IPv4 PXE off in UEFI VMs.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
