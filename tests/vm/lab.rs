@@ -11,6 +11,10 @@
 //! storage pool (it copies each inserted ISO there) and its firmware map (OVMF without
 //! secure boot for `UEFI`), and gives Ironic the ESP image (tests/env/esp-build) that
 //! makes the ISOs it builds from the agent's kernel and ramdisk boot under UEFI.
+//!
+//! An IPv6-only lab ([`Lab::start_ipv6`]) gives `br0` fd77::1/64 and no IPv4 address,
+//! runs bmo's DHCPv6 with router advertisements, has Ironic listen on `[::]` with
+//! bracketed URLs, and switches OVMF's IPv4 PXE off in UEFI VMs.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -21,6 +25,10 @@ use crate::support::netboot::{ChildGuard, Netns, NsRef, TempDir, run, spawn};
 use crate::support::{Stack, eventually, free_port};
 
 pub const PROVISIONING_IP: &str = "10.77.0.1";
+/// The provisioning address of the IPv6-only lab ([`Lab::start_ipv6`]).
+pub const PROVISIONING_IP6: &str = "fd77::1";
+/// The IPv6-only lab's DHCPv6 range.
+pub const DHCP_RANGE6: &str = "fd77::100,fd77::1ff,64";
 pub const HTTP_PORT: u16 = 6180;
 
 /// Forwards each connection accepted on `listener` to `target`. The outgoing
@@ -70,6 +78,8 @@ pub struct Lab {
     ironic_dir: PathBuf,
     _daemons: Vec<ChildGuard>,
     domains: Vec<String>,
+    /// IPv6 only: `br0` has [`PROVISIONING_IP6`] and no IPv4 address.
+    pub ipv6: bool,
 }
 
 impl Lab {
@@ -80,28 +90,63 @@ impl Lab {
     /// As [`Self::start`], with `extra` lines (sections and options) appended to the
     /// lab Ironic's configuration.
     pub fn start_with_ironic_conf(extra: &[&str]) -> Lab {
-        Self::start_inner(extra, false)
+        Self::start_inner(extra, false, false)
+    }
+
+    /// An IPv6-only lab: `br0` has [`PROVISIONING_IP6`]/64 and no IPv4 address, bmo
+    /// serves DHCPv6 from [`DHCP_RANGE6`] and sends router advertisements, Ironic
+    /// listens on `[::]` and names itself and its HTTP root by bracketed IPv6 URLs.
+    /// UEFI VMs skip OVMF's IPv4 PXE.
+    pub fn start_ipv6(extra: &[&str]) -> Lab {
+        Self::start_inner(extra, false, true)
+    }
+
+    /// The provisioning address as a URL's host: bracketed when IPv6.
+    pub fn url_host(&self) -> String {
+        if self.ipv6 {
+            format!("[{PROVISIONING_IP6}]")
+        } else {
+            PROVISIONING_IP.to_owned()
+        }
     }
 
     /// A lab whose BMC boots VMs from virtual media: Redfish `InsertMedia` of the ISO
     /// that Ironic builds, served by bmo's HTTP server from Ironic's `http_root`.
     pub fn start_virtual_media(extra: &[&str]) -> Lab {
-        Self::start_inner(extra, true)
+        Self::start_inner(extra, true, false)
     }
 
-    fn start_inner(extra: &[&str], virtual_media: bool) -> Lab {
+    fn start_inner(extra: &[&str], virtual_media: bool, ipv6: bool) -> Lab {
         let stack = Stack::get();
         reap_dead_labs();
         let ns = Netns::new("vm");
         let ip = |args: &[&str]| run(Command::new("ip").arg("-n").arg(&ns.name).args(args));
-        ip(&["link", "add", "br0", "type", "bridge"]);
-        ip(&[
-            "addr",
-            "add",
-            &format!("{PROVISIONING_IP}/24"),
-            "dev",
-            "br0",
-        ]);
+        if ipv6 {
+            // No snooping: the kernel's MLD view must not keep DHCPv6 and neighbour
+            // multicast from the VM's port; no forwarding delay after the port joins.
+            ip(&[
+                "link",
+                "add",
+                "br0",
+                "type",
+                "bridge",
+                "mcast_snooping",
+                "0",
+                "forward_delay",
+                "0",
+            ]);
+            let addr = format!("{PROVISIONING_IP6}/64");
+            ip(&["addr", "add", &addr, "dev", "br0", "nodad"]);
+        } else {
+            ip(&["link", "add", "br0", "type", "bridge"]);
+            ip(&[
+                "addr",
+                "add",
+                &format!("{PROVISIONING_IP}/24"),
+                "dev",
+                "br0",
+            ]);
+        }
         ip(&["link", "set", "br0", "up"]);
 
         let dir = TempDir::new("vm-lab");
@@ -179,10 +224,24 @@ impl Lab {
             "private-{}",
             crate::support::unique_name("vm-ironic")
         ));
-        let http_url = format!("http://{PROVISIONING_IP}:{HTTP_PORT}");
+        let url_host = if ipv6 {
+            format!("[{PROVISIONING_IP6}]")
+        } else {
+            PROVISIONING_IP.to_owned()
+        };
+        let http_url = format!("http://{url_host}:{HTTP_PORT}");
+        // `::` takes IPv4 too (the relays from the root namespace dial 127.0.0.1).
+        let host_ip = if ipv6 { "::" } else { "0.0.0.0" };
+        // The agent waits for an IPv4 address before inspecting (60 s by default):
+        // on an IPv6-only network there is none to wait for.
+        let no_v4_wait = if ipv6 {
+            " ipa-inspection-dhcp-wait-timeout=0"
+        } else {
+            ""
+        };
         let mut conf = vec![
             "[api]".to_owned(),
-            "host_ip = 0.0.0.0".to_owned(),
+            format!("host_ip = {host_ip}"),
             "[deploy]".to_owned(),
             format!("http_root = {}", http_root.display()),
             format!("http_url = {http_url}"),
@@ -195,9 +254,9 @@ impl Lab {
             "shred_final_overwrite_with_zeros = true".to_owned(),
             "[pxe]".to_owned(),
             format!("tftp_root = {}", tftp_root.display()),
-            "kernel_append_params = console=ttyS0,115200 ipa-insecure=1".to_owned(),
+            format!("kernel_append_params = console=ttyS0,115200 ipa-insecure=1{no_v4_wait}"),
             "[service_catalog]".to_owned(),
-            format!("endpoint_override = http://{PROVISIONING_IP}:@IRONIC_PORT@"),
+            format!("endpoint_override = http://{url_host}:@IRONIC_PORT@"),
             "[agent]".to_owned(),
             "deploy_logs_collect = never".to_owned(),
         ];
@@ -242,6 +301,7 @@ impl Lab {
             ironic_dir,
             _daemons: daemons,
             domains: Vec::new(),
+            ipv6,
         }
     }
 
@@ -298,6 +358,13 @@ impl Lab {
             .env("RUST_LOG", "info,bmo::netboot::tftp=debug")
             .stdout(Stdio::null())
             .stderr(log);
+        if self.ipv6 {
+            // No IPv4 on br0: bmo finds fd77::1 there; iPXE waits for the M flag of a
+            // router advertisement before it asks DHCPv6.
+            cmd.env("BMO_PROVISIONING_IP_FAMILY", "ipv6")
+                .env("DHCP_RANGE", DHCP_RANGE6)
+                .env("BMO_ROUTER_ADVERTISEMENTS", "true");
+        }
         cmd.envs(env.iter().copied());
         spawn(&mut cmd)
     }
@@ -328,6 +395,16 @@ impl Lab {
         // BIOS: SeaBIOS runs the NIC's own ROM, which is iPXE (the loader-less HTTP
         // path). UEFI: OVMF's built-in PXE with the NIC ROM off, so the first
         // request is a plain PXE client's and gets iPXE over TFTP.
+        // IPv6 only: OVMF would spend its first PXE attempt on DHCPv4, which nothing
+        // answers; qemu's fw_cfg switches its IPv4 PXE off (no libvirt element for it).
+        let (qemu_ns, qemu_args) = if self.ipv6 && firmware == Firmware::Uefi {
+            (
+                " xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'",
+                "\n  <qemu:commandline>\n    <qemu:arg value='-fw_cfg'/>\n    <qemu:arg value='name=opt/org.tianocore/IPv4PXESupport,string=n'/>\n  </qemu:commandline>",
+            )
+        } else {
+            ("", "")
+        };
         let (loader, rom) = match firmware {
             Firmware::Bios => ("    <bios useserial='yes'/>".to_owned(), ""),
             Firmware::Uefi => (
@@ -339,7 +416,7 @@ impl Lab {
             ),
         };
         let xml = format!(
-            r#"<domain type='qemu'>
+            r#"<domain type='qemu'{qemu_ns}>
   <name>{name}</name>
   <uuid>{uuid}</uuid>
   <memory unit='MiB'>{memory_mib}</memory>
@@ -374,7 +451,7 @@ impl Lab {
       <source path='{console}' append='on'/>
       <target type='serial' port='0'/>
     </console>
-  </devices>
+  </devices>{qemu_args}
 </domain>
 "#,
             disk = disk.display(),
@@ -440,6 +517,11 @@ impl Lab {
             "redfish+http://127.0.0.1:{}/redfish/v1/Systems/{}",
             self.sushy_port, vm.uuid
         )
+    }
+
+    /// The lab Ironic's log (its API logs each request with the client's address).
+    pub fn ironic_log(&self) -> String {
+        std::fs::read_to_string(self.ironic_dir.join("ironic.log")).unwrap_or_default()
     }
 
     /// Ironic's and sushy's logs, for a failure message.

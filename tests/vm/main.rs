@@ -2,9 +2,10 @@
 //! crates (docs/try-on-a-vm.md): `vm_e2e` (deploys through the real agent),
 //! `vm_servicing` (a VM that boots nothing, serviced through its BMC), `vm_vmedia`
 //! (virtual media on a network without DHCP, static addresses), `vm_iso` (the ISO
-//! bmo builds boots under BIOS and UEFI), `lab` their network
-//! and daemons, `vbmc` an IPMI BMC (VirtualBMC) for a lab VM, `watch` a host's
-//! states, `dhcp_watch` the packets on the lab's bridge.
+//! bmo builds boots under BIOS and UEFI), `vm_ipv6` (a UEFI VM network-booted over
+//! IPv6 only, deployed and deprovisioned), `lab` their network and daemons, `vbmc` an
+//! IPMI BMC (VirtualBMC) for a lab VM, `watch` a host's states, `dhcp_watch` the
+//! packets on the lab's bridge.
 //! One lab runs at a time (each starts the machine's one system libvirtd), so
 //! `vm_servicing` and `vm_vmedia` take the lock alone; so does `vm_iso` (it starts no
 //! lab, but two TCG VMs beside a lab would slow both).
@@ -20,6 +21,7 @@ mod lab;
 mod vbmc;
 mod vm_e2e;
 mod vm_iso;
+mod vm_ipv6;
 mod vm_servicing;
 mod vm_vmedia;
 mod watch;

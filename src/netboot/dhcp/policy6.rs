@@ -269,23 +269,16 @@ impl Policy6 {
         })
     }
 
-    /// Option 59 (boot file URL), 60 (parameters: the iPXE script's URL, when the
-    /// client asks for it) and, for UEFI HTTP boot, option 16 `HTTPClient`, without
-    /// which OVMF ignores the answer.
+    /// Option 59 (boot file URL) and, for UEFI HTTP boot, option 16 `HTTPClient`,
+    /// without which OVMF ignores the answer. Never option 60 (boot file
+    /// parameters), though OVMF asks for it: its PXE reads the first parameter as
+    /// the boot file's size in 512-byte blocks (one to five decimal digits) and
+    /// abandons the boot on anything else ("PXE-E53: No boot filename received").
     fn add_boot(&self, m: &mut Message, req: &ClientRequest6, url: &str) {
         m.opts_mut().insert(DhcpOption::Unknown(UnknownOption::new(
             OptionCode::from(59u16),
             url.as_bytes().to_vec(),
         )));
-        if req.oro.contains(&60) {
-            let script = format!("http://[{}]:{}/boot.ipxe", self.server_ip, self.http_port);
-            let mut param = (script.len() as u16).to_be_bytes().to_vec();
-            param.extend_from_slice(script.as_bytes());
-            m.opts_mut().insert(DhcpOption::Unknown(UnknownOption::new(
-                OptionCode::from(60u16),
-                param,
-            )));
-        }
         if req.is_http_client() && !req.ipxe {
             m.opts_mut().insert(DhcpOption::VendorClass(VendorClass {
                 num: PXE_ENTERPRISE,

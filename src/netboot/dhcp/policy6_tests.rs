@@ -70,11 +70,9 @@ fn uefi_pxe_gets_an_address_then_binds_it_with_the_tftp_loader() {
         unknown(&adv, 59).as_deref(),
         Some("tftp://[fd00::1]/snponly-x86_64.efi")
     );
-    assert!(
-        unknown(&adv, 60)
-            .unwrap()
-            .ends_with("http://[fd00::1]:6180/boot.ipxe")
-    );
+    // OVMF asks for option 60 but reads it as the loader's size: an answer it
+    // cannot parse makes it give up the boot (seen on a VM, tests/vm/vm_ipv6.rs).
+    assert_eq!(unknown(&adv, 60), None, "no boot file parameters");
     assert_eq!(leases.get(&MAC).unwrap().state, LeaseState::Offered);
 
     let ia = ia_na(1, &[addr]);
