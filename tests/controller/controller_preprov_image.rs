@@ -377,8 +377,8 @@ async fn a_host_boots_its_own_ramdisk_with_its_network_data_appended() {
 /// El Torito catalog for BIOS and UEFI. A changed Secret gives a new ISO.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_iso_image_is_built_with_the_agent_and_network_data_and_served() {
-    use bmo::controller::preprov_image::{Builds, IsoBuild, agent_iso, iso};
     let _shared = crate::support::shared();
+    use bmo::controller::preprov_image::{Builds, IsoBuild, agent_iso, iso};
     let stack = Stack::get();
     let dir = TempDir::new("preprov-iso");
     let mut cfg = netboot::config(dir.path());
