@@ -30,29 +30,22 @@ pub enum PendingSettings {
 
 /// A firmware object whose spec the firmware controller judges in two conditions.
 trait Judged: kube::Resource {
-    /// The conditions: a change detected in the spec, and whether it is valid.
-    const CHANGE_DETECTED: &'static str;
-    const VALID: &'static str;
-    fn conditions(&self) -> &[Condition];
+    /// Its conditions, and the types of the two that judge the spec: a change
+    /// detected, and whether it is valid.
+    fn judgement(&self) -> (&[Condition], [&'static str; 2]);
 }
 
 impl Judged for HostFirmwareSettings {
-    const CHANGE_DETECTED: &'static str = SETTINGS_CHANGE_DETECTED;
-    const VALID: &'static str = SETTINGS_VALID;
-    fn conditions(&self) -> &[Condition] {
-        self.status
-            .as_ref()
-            .map_or(&[], |s| s.conditions.as_slice())
+    fn judgement(&self) -> (&[Condition], [&'static str; 2]) {
+        let conditions = self.status.as_ref().map_or(&[][..], |s| &s.conditions);
+        (conditions, [SETTINGS_CHANGE_DETECTED, SETTINGS_VALID])
     }
 }
 
 impl Judged for HostFirmwareComponents {
-    const CHANGE_DETECTED: &'static str = COMPONENTS_CHANGE_DETECTED;
-    const VALID: &'static str = COMPONENTS_VALID;
-    fn conditions(&self) -> &[Condition] {
-        self.status
-            .as_ref()
-            .map_or(&[], |s| s.conditions.as_slice())
+    fn judgement(&self) -> (&[Condition], [&'static str; 2]) {
+        let conditions = self.status.as_ref().map_or(&[][..], |s| &s.conditions);
+        (conditions, [COMPONENTS_CHANGE_DETECTED, COMPONENTS_VALID])
     }
 }
 
@@ -64,14 +57,15 @@ fn judged<K: Judged, T>(object: Option<&K>, (none, not_ready): (T, T)) -> Result
     let Some(object) = object else {
         return Err(none);
     };
-    let find = |kind: &str| object.conditions().iter().find(|c| c.type_ == kind);
-    let Some(change) = find(K::CHANGE_DETECTED) else {
+    let (conditions, [changed, valid]) = object.judgement();
+    let find = |kind: &str| conditions.iter().find(|c| c.type_ == kind);
+    let Some(change) = find(changed) else {
         return Err(none);
     };
     if change.observed_generation != object.meta().generation {
         return Err(not_ready);
     }
-    if find(K::VALID).is_none_or(|c| c.status != "True") || change.status != "True" {
+    if find(valid).is_none_or(|c| c.status != "True") || change.status != "True" {
         return Err(none);
     }
     Ok(object)
