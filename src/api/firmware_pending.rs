@@ -28,49 +28,57 @@ pub enum PendingSettings {
     Refused(String),
 }
 
-/// How the firmware controller judged an object's spec, from its conditions.
-enum Judged {
-    /// No change detected, or one that is not valid.
-    NoValidChange,
-    /// The conditions do not describe the current spec (`generation`) yet.
-    NotYet,
-    /// A valid change of the current spec.
-    ValidChange,
+/// A firmware object whose spec the firmware controller judges in two conditions.
+trait Judged: kube::Resource {
+    /// Its conditions, and the types of the two that judge the spec: a change
+    /// detected, and whether it is valid.
+    fn judgement(&self) -> (&[Condition], [&'static str; 2]);
 }
 
-/// Reads the `changed` and `valid` conditions as upstream's host controller does.
-fn judged(conditions: &[Condition], generation: Option<i64>, changed: &str, valid: &str) -> Judged {
+impl Judged for HostFirmwareSettings {
+    fn judgement(&self) -> (&[Condition], [&'static str; 2]) {
+        let conditions = self.status.as_ref().map_or(&[][..], |s| &s.conditions);
+        (conditions, [SETTINGS_CHANGE_DETECTED, SETTINGS_VALID])
+    }
+}
+
+impl Judged for HostFirmwareComponents {
+    fn judgement(&self) -> (&[Condition], [&'static str; 2]) {
+        let conditions = self.status.as_ref().map_or(&[][..], |s| &s.conditions);
+        (conditions, [COMPONENTS_CHANGE_DETECTED, COMPONENTS_VALID])
+    }
+}
+
+/// `object` when its conditions, read as upstream's host controller reads them, say
+/// it holds a valid change of its current spec; else the answer `none` (no object, no
+/// change detected, or one not valid) or `not_ready` (the conditions do not describe
+/// the current spec yet).
+fn judged<K: Judged, T>(object: Option<&K>, (none, not_ready): (T, T)) -> Result<&K, T> {
+    let Some(object) = object else {
+        return Err(none);
+    };
+    let (conditions, [changed, valid]) = object.judgement();
     let find = |kind: &str| conditions.iter().find(|c| c.type_ == kind);
     let Some(change) = find(changed) else {
-        return Judged::NoValidChange;
+        return Err(none);
     };
-    if change.observed_generation != generation {
-        return Judged::NotYet;
+    if change.observed_generation != object.meta().generation {
+        return Err(not_ready);
     }
     if find(valid).is_none_or(|c| c.status != "True") || change.status != "True" {
-        return Judged::NoValidChange;
+        return Err(none);
     }
-    Judged::ValidChange
+    Ok(object)
 }
 
 /// The settings preparing should apply: only a valid change whose conditions are
 /// as new as the spec; values already in place are left out.
 pub fn pending_settings(settings: Option<&HostFirmwareSettings>) -> PendingSettings {
-    let Some(settings) = settings else {
-        return PendingSettings::None;
+    let settings = match judged(settings, (PendingSettings::None, PendingSettings::NotReady)) {
+        Ok(settings) => settings,
+        Err(answer) => return answer,
     };
     let status = settings.status.clone().unwrap_or_default();
-    let generation = settings.metadata.generation;
-    match judged(
-        &status.conditions,
-        generation,
-        SETTINGS_CHANGE_DETECTED,
-        SETTINGS_VALID,
-    ) {
-        Judged::NoValidChange => return PendingSettings::None,
-        Judged::NotYet => return PendingSettings::NotReady,
-        Judged::ValidChange => {}
-    }
     if status.settings.is_empty() {
         return PendingSettings::NotReady;
     }
@@ -126,21 +134,11 @@ pub enum PendingUpdates {
 /// new as the spec, and only those not recorded as applied (upstream's difference
 /// by component and URL).
 pub fn pending_updates(object: Option<&HostFirmwareComponents>) -> PendingUpdates {
-    let Some(object) = object else {
-        return PendingUpdates::None;
+    let object = match judged(object, (PendingUpdates::None, PendingUpdates::NotReady)) {
+        Ok(object) => object,
+        Err(answer) => return answer,
     };
     let status = object.status.clone().unwrap_or_default();
-    let generation = object.metadata.generation;
-    match judged(
-        &status.conditions,
-        generation,
-        COMPONENTS_CHANGE_DETECTED,
-        COMPONENTS_VALID,
-    ) {
-        Judged::NoValidChange => return PendingUpdates::None,
-        Judged::NotYet => return PendingUpdates::NotReady,
-        Judged::ValidChange => {}
-    }
     let apply: Vec<FirmwareUpdate> = object
         .spec
         .updates

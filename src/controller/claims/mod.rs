@@ -25,7 +25,7 @@ use kube::runtime::controller::Action;
 
 use crate::api::claims::{ASSOCIATED_CONDITION, HOST_CLAIM_FINALIZER, SYNCHRONIZED_CONDITION};
 use crate::api::{BareMetalHost, HostClaim, HostClaimStatus};
-use crate::controller::runtime::store::{KubeClient, StoreError};
+use crate::controller::runtime::store::{KubeClient, StoreError, has_finalizer};
 pub use run::run;
 use state_machine::{DataKind, Drive, Release};
 use status::{
@@ -82,7 +82,7 @@ pub async fn reconcile_claim<S: ClaimStore>(
     {
         return Ok(Action::await_change());
     }
-    let has_finalizer = claim.finalizers().iter().any(|f| f == HOST_CLAIM_FINALIZER);
+    let has_finalizer = has_finalizer(claim, HOST_CLAIM_FINALIZER);
     if claim.metadata.deletion_timestamp.is_some() {
         if !has_finalizer {
             return Ok(Action::await_change());

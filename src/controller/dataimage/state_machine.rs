@@ -15,6 +15,7 @@ use kube::ResourceExt;
 use crate::api::host::{DETACHED_ANNOTATION, PAUSED_ANNOTATION};
 use crate::api::images::{AttachedImageReference, DATA_IMAGE_FINALIZER, DataImageError};
 use crate::api::{BareMetalHost, DataImage, DataImageStatus};
+use crate::controller::runtime::store;
 use crate::provisioner::VirtualCd;
 
 /// How soon to look again while Ironic attaches or ejects in the background.
@@ -78,7 +79,7 @@ pub enum Step {
 }
 
 fn has_finalizer(image: &DataImage) -> bool {
-    image.finalizers().iter().any(|f| f == DATA_IMAGE_FINALIZER)
+    store::has_finalizer(image, DATA_IMAGE_FINALIZER)
 }
 
 fn owned_by(image: &DataImage, host: &BareMetalHost) -> bool {

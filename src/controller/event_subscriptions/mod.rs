@@ -1,14 +1,8 @@
 //! The BMCEventSubscription controller: once the named host has an Ironic node, it
-//! creates a Redfish event subscription on the host's BMC through Ironic (headers
-//! from the `httpHeadersRef` Secret), records its id in `status.subscriptionID`, and
-//! deletes it from the BMC before the object goes (finalizer
-//! `bmceventsubscription.metal3.io`). A refusal is `status.error` and a warning
-//! event naming the host, the BMC and the fix; header values never leave the
-//! request (Ironic's messages repeat them: they are masked).
-//!
-//! The same shape as the host controller: [`state_machine`] decides (pure), the
-//! provisioner acts ([`EventSubscriber`]), the runtime's [`ObjectStore`] reads and
-//! writes, and [`reconcile`] only loops over them.
+//! subscribes the host's BMC to Redfish events through Ironic (headers from the
+//! `httpHeadersRef` Secret; their values never reach a message), records the id in
+//! `status.subscriptionID`, and deletes the subscription before the object goes.
+//! [`state_machine`] decides, [`EventSubscriber`] acts, [`ObjectStore`] stores.
 
 mod run;
 pub mod state_machine;
@@ -22,11 +16,10 @@ pub use run::run;
 use state_machine::{Facts, Step};
 
 use crate::api::BMCEventSubscription;
-use crate::api::events::BMC_EVENT_SUBSCRIPTION_FINALIZER;
+use crate::api::events::BMC_EVENT_SUBSCRIPTION_FINALIZER as FINALIZER;
 use crate::controller::runtime::Next;
-use crate::controller::runtime::store::{Kind, KubeClient, ObjectError, ObjectStore, StoreError};
-use crate::credentials::SecretString;
-use crate::provisioner::{EventSubscriber, SubscriptionAnswer, SubscriptionRequest};
+use crate::controller::runtime::store::{Kind, KubeClient, ObjectError, ObjectStore};
+use crate::provisioner::{EventSubscriber, SubscriptionAnswer};
 
 /// Look again this soon after the provisioner could not answer.
 pub const PROVISIONER_RETRY: Duration = Duration::from_secs(30);
@@ -53,29 +46,26 @@ pub async fn reconcile<P: EventSubscriber, S: ObjectStore>(
     subscription: &BMCEventSubscription,
     ctx: &SubscriptionContext<P, S>,
 ) -> Result<Next, SubscriptionError> {
-    let store_err = ObjectError::about(subscription);
+    let (store, store_err) = (&ctx.store, ObjectError::about(subscription));
+    let namespace = subscription.namespace().unwrap_or_default();
     let mut facts = Facts::default();
     for _ in 0..MAX_STEPS {
         let step = state_machine::next(subscription, &facts);
         tracing::debug!(?step, "event subscription step");
         match step {
             Step::Idle => return Ok(Next::OnChange),
-            Step::LoadHost => {
-                let namespace = subscription.namespace().unwrap_or_default();
-                let name = subscription.spec.host_name.as_deref().unwrap_or_default();
-                let host = ctx.store.get(&namespace, name).await;
-                facts.host = Some(host.map_err(&store_err)?);
+            Step::LoadHost(name) => {
+                facts.host = Some(store.get(&namespace, &name).await.map_err(&store_err)?);
             }
+            // The finalizer write wakes the next reconcile.
             Step::SetFinalizer(present) => {
-                let finalizer = BMC_EVENT_SUBSCRIPTION_FINALIZER;
-                let set = ctx.store.set_finalizer(subscription, finalizer, present);
-                set.await.map_err(&store_err)?;
-                // The finalizer write wakes the next reconcile.
-                return Ok(Next::OnChange);
+                let set = store.set_finalizer(subscription, FINALIZER, present).await;
+                return set.map(|()| Next::OnChange).map_err(store_err);
             }
-            Step::ReadHeaders => {
-                let request = request(subscription, &ctx.store).await;
-                facts.request = Some(request.map_err(&store_err)?);
+            Step::ReadHeaders(name) => {
+                let secret = store.get::<Secret>(&namespace, &name).await;
+                let secret = secret.map_err(&store_err)?;
+                facts.request = Some(state_machine::request(subscription, secret.as_ref()));
             }
             Step::Create(node, request) => {
                 let answer = ctx.provisioner.create_subscription(&node, &request);
@@ -93,50 +83,13 @@ pub async fn reconcile<P: EventSubscriber, S: ObjectStore>(
                 event,
                 retry,
             } => {
-                let saved = ctx.store.save(subscription, &status, event.as_slice());
-                saved.await.map_err(&store_err)?;
+                let saved = store.save(subscription, &status, event.as_slice()).await;
+                saved.map_err(store_err)?;
                 return Ok(retry.map_or(Next::OnChange, Next::After));
             }
         }
     }
     Ok(Next::After(Duration::from_secs(1)))
-}
-
-/// The request to send: destination, context and one header per key of the
-/// `httpHeadersRef` Secret (its namespace is the subscription's), or why there is
-/// none. Only key names appear in the reason, never values.
-async fn request<S: ObjectStore>(
-    subscription: &BMCEventSubscription,
-    store: &S,
-) -> Result<Result<SubscriptionRequest, String>, StoreError> {
-    let namespace = subscription.namespace().unwrap_or_default();
-    let mut request = SubscriptionRequest {
-        destination: subscription.spec.destination.clone().unwrap_or_default(),
-        context: subscription.spec.context.clone(),
-        http_headers: Vec::new(),
-    };
-    let Some(reference) = &subscription.spec.http_headers_ref else {
-        return Ok(Ok(request));
-    };
-    let name = reference.name.clone().unwrap_or_default();
-    let Some(secret) = store.get::<Secret>(&namespace, &name).await? else {
-        return Ok(Err(format!(
-            "failed to retrieve HTTP headers secret: Secret {namespace}/{name} (spec.httpHeadersRef) \
-             does not exist; create it, bmo tries again every 5 minutes"
-        )));
-    };
-    for (key, value) in secret.data.unwrap_or_default() {
-        match String::from_utf8(value.0) {
-            Ok(value) => request.http_headers.push((key, SecretString::new(value))),
-            Err(_) => {
-                return Ok(Err(format!(
-                    "failed to retrieve HTTP headers secret: key {key} of Secret {namespace}/{name} \
-                     is not UTF-8 text, so it cannot be an HTTP header value"
-                )));
-            }
-        }
-    }
-    Ok(Ok(request))
 }
 
 #[cfg(test)]

@@ -1,9 +1,5 @@
-//! The kube-runtime side of the BMCEventSubscription controller: what wakes a
-//! subscription.
-//!
-//! A subscription wakes on its generation (creation, deletion), annotations and
-//! finalizers (not on bmo's status writes, as upstream), and when the host it names
-//! appears, is replaced, gets its node (`status.provisioning.ID`) or changes state.
+//! What wakes a BMCEventSubscription: its generation, annotations and finalizers
+//! (not bmo's status writes, as upstream), and its host's changes below.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -7,9 +7,10 @@ use k8s_openapi::api::core::v1::{Secret, SecretReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::*;
+use crate::api::events::BMC_EVENT_SUBSCRIPTION_FINALIZER;
 use crate::api::{BMCEventSubscriptionSpec, BareMetalHost};
-use crate::controller::runtime::store::MemoryObjects;
-use crate::provisioner::{NodeRef, ProvisionerError};
+use crate::controller::runtime::store::{MemoryObjects, StoreError};
+use crate::provisioner::{NodeRef, ProvisionerError, SubscriptionRequest};
 
 const SECRET_VALUE: &str = "Bearer s3cr3t-t0ken";
 

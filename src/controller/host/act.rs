@@ -47,8 +47,12 @@ pub async fn call<P: Provisioner, S: Store>(
     let result = match op {
         Operation::Register => call_result(&p.register(phost).await?),
         Operation::Inspect { refresh } => inspect(ctx, phost, refresh, &mut extras).await?,
-        Operation::Prepare => prepare(host, ctx, phost, facts, &mut extras).await?,
-        Operation::Service => service(host, ctx, phost, facts, &mut extras).await?,
+        Operation::Prepare => {
+            prepare_or_service(false, host, ctx, phost, facts, &mut extras).await?
+        }
+        Operation::Service => {
+            prepare_or_service(true, host, ctx, phost, facts, &mut extras).await?
+        }
         Operation::Provision => {
             let request = provision_request(host, &ctx.store, &ctx.metrics)
                 .await
@@ -120,22 +124,34 @@ async fn inspect<P: Provisioner, S: Store>(
     })
 }
 
-/// Prepares the host with the RAID, BIOS settings and firmware updates it asks for;
-/// the firmware updates are recorded once the clean steps start.
-async fn prepare<P: Provisioner, S: Store>(
+/// Prepares the host with the RAID, BIOS settings and firmware updates it asks for,
+/// or services a provisioned one with what its policy allows. The firmware updates
+/// are recorded once the clean or service steps run, as upstream, so that they are
+/// not started again once the steps are over.
+async fn prepare_or_service<P: Provisioner, S: Store>(
+    servicing: bool,
     host: &BareMetalHost,
     ctx: &Context<P, S>,
     phost: &provisioner::Host,
     facts: &Facts,
     extras: &mut Extras,
 ) -> Result<CallResult, ReconcileError> {
-    let request = prepare_request(host, &facts.firmware, &facts.firmware_updates);
-    let outcome = ctx.provisioner.prepare(phost, &request).await?;
-    // Recorded once the clean steps run, as upstream, so that they are not
-    // started again once cleaning is over.
-    let started = outcome.value.started && !request.firmware_updates.is_empty();
-    let forget = outcome.error.is_some();
-    track_firmware_updates(host, ctx, &facts.firmware_updates, started, forget).await?;
+    let (outcome, updates, flashing) = if servicing {
+        let (settings, updates) = super::state_machine::servicing::allowed_changes(facts);
+        let request = service_request(&settings, &updates, facts.firmware_spec_set);
+        let outcome = ctx.provisioner.service(phost, &request).await?;
+        (outcome, updates, !request.firmware_updates.is_empty())
+    } else {
+        let request = prepare_request(host, &facts.firmware, &facts.firmware_updates);
+        let outcome = ctx.provisioner.prepare(phost, &request).await?;
+        let flashing = !request.firmware_updates.is_empty();
+        (outcome, facts.firmware_updates.clone(), flashing)
+    };
+    // A failed call forgets the recorded updates: any when preparing, only those it
+    // was flashing when servicing.
+    let forget = outcome.error.is_some() && (flashing || !servicing);
+    let started = outcome.value.started && flashing;
+    track_firmware_updates(host, ctx, &updates, started, forget).await?;
     running(extras, outcome.value.current_step.as_ref());
     Ok(started_or_result(&outcome))
 }
@@ -164,32 +180,6 @@ async fn track_firmware_updates<P: Provisioner, S: Store>(
             .map_err(store_err(host))?;
     }
     Ok(())
-}
-
-/// Services a provisioned host with what its policy allows; the firmware updates
-/// are recorded once the service steps start, as when preparing.
-async fn service<P: Provisioner, S: Store>(
-    host: &BareMetalHost,
-    ctx: &Context<P, S>,
-    phost: &provisioner::Host,
-    facts: &Facts,
-    extras: &mut Extras,
-) -> Result<CallResult, ReconcileError> {
-    let (settings, updates) = super::state_machine::servicing::allowed_changes(facts);
-    let request = service_request(&settings, &updates, facts.firmware_spec_set);
-    let outcome = ctx.provisioner.service(phost, &request).await?;
-    let flashing = !request.firmware_updates.is_empty();
-    let forget = outcome.error.is_some() && flashing;
-    track_firmware_updates(
-        host,
-        ctx,
-        &updates,
-        outcome.value.started && flashing,
-        forget,
-    )
-    .await?;
-    running(extras, outcome.value.current_step.as_ref());
-    Ok(started_or_result(&outcome))
 }
 
 /// `Started` when this call began the clean or service steps (the state machine

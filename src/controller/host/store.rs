@@ -25,7 +25,9 @@ use crate::api::{
 use crate::controller::runtime::store::events::{HOST_REPORTER, Reporter};
 use crate::controller::runtime::store::managed_fields::without_empty_objects;
 pub use crate::controller::runtime::store::{HostEvent, StoreError};
-use crate::controller::runtime::store::{Kind, Object, ObjectStore, Read, StatusApply};
+use crate::controller::runtime::store::{
+    Kind, Object, ObjectStore, Read, StatusApply, has_finalizer,
+};
 
 pub use kube_store::KubeStore;
 pub use memory::{MemoryStore, RecordedEvent};
@@ -219,7 +221,7 @@ pub const SECRET_FINALIZER: &str = "baremetalhost.metal3.io/secret";
 
 /// Whether `secret` carries [`SECRET_FINALIZER`].
 pub fn secret_is_held(secret: &Secret) -> bool {
-    secret.finalizers().iter().any(|f| f == SECRET_FINALIZER)
+    has_finalizer(secret, SECRET_FINALIZER)
 }
 
 /// Whether `secret` already carries bmo's label and the host as an owner.

@@ -61,6 +61,11 @@ fn decide(image: &PreprovisioningImage, network: &NetworkData) -> build::Decisio
     build::decide(image, network, &server(), "x86_64", &now())
 }
 
+/// The builder's decision for `image` with network data `{}` on an x86_64 `server`.
+fn decide_on(image: &PreprovisioningImage, server: &Server) -> build::Decision {
+    build::decide(image, &found(b"{}"), server, "x86_64", &now())
+}
+
 fn found(data: &[u8]) -> NetworkData {
     NetworkData::Found {
         name: "h-net".into(),
@@ -197,13 +202,7 @@ fn a_virtual_media_host_gets_an_iso_when_bmo_builds_them_and_uses_it() {
     let h = host("inspecting", json!({}));
     let image = image_for(&h);
     let params = "ipa-api-url=http://10.0.0.2:6385 ipa-insecure=1";
-    let decision = build::decide(
-        &image,
-        &found(b"{}"),
-        &iso_server(true, true, params),
-        "x86_64",
-        &now(),
-    );
+    let decision = decide_on(&image, &iso_server(true, true, params));
     let status = &decision.status;
     assert_eq!(status.format, Some(PreprovisioningImageFormat::Iso));
     assert_eq!(
@@ -223,13 +222,7 @@ fn a_virtual_media_host_gets_an_iso_when_bmo_builds_them_and_uses_it() {
     );
     // One loader is enough.
     for (uefi, bios) in [(true, false), (false, true)] {
-        let d = build::decide(
-            &image,
-            &found(b"{}"),
-            &iso_server(uefi, bios, params),
-            "x86_64",
-            &now(),
-        );
+        let d = decide_on(&image, &iso_server(uefi, bios, params));
         assert_eq!(d.status.format, Some(PreprovisioningImageFormat::Iso));
     }
     // A PXE host accepts initrd only: it gets the ramdisk even so.
@@ -237,25 +230,16 @@ fn a_virtual_media_host_gets_an_iso_when_bmo_builds_them_and_uses_it() {
         "inspecting",
         json!({"bmc": {"address": "ipmi://10.0.0.1", "credentialsName": "h-bmc"}}),
     );
-    let d = build::decide(
-        &image_for(&pxe),
-        &found(b"{}"),
-        &iso_server(true, true, params),
-        "x86_64",
-        &now(),
-    );
+    let d = decide_on(&image_for(&pxe), &iso_server(true, true, params));
     assert_eq!(d.status.format, Some(PreprovisioningImageFormat::Initrd));
 }
 
 #[test]
 fn an_iso_without_loaders_or_an_ironic_url_is_an_error_that_says_what_to_add() {
     let image = image_for(&host("inspecting", json!({})));
-    let d = build::decide(
+    let d = decide_on(
         &image,
-        &found(b"{}"),
         &iso_server(false, false, "ipa-api-url=http://i:6385"),
-        "x86_64",
-        &now(),
     );
     assert_eq!(condition(&d.status, "Error"), ("True", "ImageBuildInvalid"));
     assert_eq!(d.status.image_url, None);
@@ -264,13 +248,7 @@ fn an_iso_without_loaders_or_an_ironic_url_is_an_error_that_says_what_to_add() {
         message.contains("esp.img") && message.contains("isolinux.bin"),
         "{message}"
     );
-    let d = build::decide(
-        &image,
-        &found(b"{}"),
-        &iso_server(true, true, "ipa-insecure=1"),
-        "x86_64",
-        &now(),
-    );
+    let d = decide_on(&image, &iso_server(true, true, "ipa-insecure=1"));
     assert_eq!(
         condition(&d.status, "Error"),
         ("True", "ConfigurationError")
@@ -288,7 +266,7 @@ fn an_iso_without_loaders_or_an_ironic_url_is_an_error_that_says_what_to_add() {
         initrd: false,
         ..iso_server(true, true, "ipa-api-url=http://i")
     };
-    let d = build::decide(&initrd_only, &found(b"{}"), &iso_only, "x86_64", &now());
+    let d = decide_on(&initrd_only, &iso_only);
     assert!(
         d.event
             .unwrap()
@@ -377,13 +355,7 @@ fn other_architectures_formats_and_a_missing_ramdisk_are_configuration_errors() 
         base_ramdisk: false,
         ..server()
     };
-    let d = build::decide(
-        &image_for(&host("inspecting", json!({}))),
-        &found(b"{}"),
-        &no_base,
-        "x86_64",
-        &now(),
-    );
+    let d = decide_on(&image_for(&host("inspecting", json!({}))), &no_base);
     assert!(d.event.unwrap().message.contains("BMO_IMAGES_DIR"));
 }
 

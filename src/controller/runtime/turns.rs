@@ -225,6 +225,7 @@ mod tests {
     use futures::FutureExt;
     use kube::ResourceExt;
     use kube::runtime::reflector::store;
+    use kube::runtime::reflector::store::Writer;
     use kube::runtime::watcher::Event;
 
     fn host(name: &str, generation: i64) -> BareMetalHost {
@@ -232,6 +233,15 @@ mod tests {
         host.metadata.namespace = Some("ns".into());
         host.metadata.generation = Some(generation);
         host
+    }
+
+    /// A cache holding the hosts `names` (generation 1), and its writer.
+    fn cached(names: &[&str]) -> (Store<BareMetalHost>, Writer<BareMetalHost>) {
+        let (reader, mut writer) = store();
+        for &name in names {
+            writer.apply_watcher_event(&Event::Apply(host(name, 1)));
+        }
+        (reader, writer)
     }
 
     /// Queues a reconcile of each of `names` (generation 1 as asked), one after the
@@ -272,10 +282,7 @@ mod tests {
 
     #[tokio::test]
     async fn turns_go_in_the_order_they_were_asked_for_with_the_host_as_it_is_then() {
-        let (reader, mut writer) = store();
-        for name in ["a", "b", "c"] {
-            writer.apply_watcher_event(&Event::Apply(host(name, 1)));
-        }
+        let (reader, mut writer) = cached(&["a", "b", "c"]);
         let turns = Arc::new(Turns::new(1, reader, |_| ()));
         let first = turns
             .take(&host("a", 1), std::future::pending())
@@ -292,10 +299,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_host_that_goes_first_overtakes_those_waiting_longer_and_a_dropped_turn_passes_on() {
-        let (reader, mut writer) = store();
-        for name in ["a", "b", "urgent"] {
-            writer.apply_watcher_event(&Event::Apply(host(name, 1)));
-        }
+        let (reader, _writer) = cached(&["a", "b", "urgent"]);
         let turns = Arc::new(Turns::new(1, reader, |h| h.name_any() != "urgent"));
         let first = turns.take(&host("a", 1), std::future::pending()).await;
         assert!(first.is_some());
@@ -329,10 +333,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiting_host_ranked_anew_moves_up() {
-        let (reader, mut writer) = store();
-        for name in ["a", "b", "c"] {
-            writer.apply_watcher_event(&Event::Apply(host(name, 1)));
-        }
+        let (reader, _writer) = cached(&["a", "b", "c"]);
         // c ranks first once it is "offered a slot", as the freed slot's wake-up
         // ranks it anew while its earlier reconcile already waits.
         let offered = Arc::new(Mutex::new(None::<String>));

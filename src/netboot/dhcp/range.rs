@@ -39,24 +39,24 @@ impl std::str::FromStr for DhcpRanges {
 impl DhcpRanges {
     /// The IPv4 ranges, in the order given.
     pub fn v4(&self) -> Vec<Range> {
-        self.0
-            .iter()
-            .filter_map(|r| match r {
-                DhcpRange::V4(r) => Some(*r),
-                DhcpRange::V6(_) => None,
-            })
-            .collect()
+        self.by_family().0
     }
 
     /// The IPv6 ranges, in the order given.
     pub fn v6(&self) -> Vec<Range6> {
-        self.0
-            .iter()
-            .filter_map(|r| match r {
-                DhcpRange::V6(r) => Some(*r),
-                DhcpRange::V4(_) => None,
-            })
-            .collect()
+        self.by_family().1
+    }
+
+    /// The IPv4 and the IPv6 ranges, each in the order given.
+    fn by_family(&self) -> (Vec<Range>, Vec<Range6>) {
+        let (mut v4, mut v6) = (Vec::new(), Vec::new());
+        for range in &self.0 {
+            match range {
+                DhcpRange::V4(r) => v4.push(*r),
+                DhcpRange::V6(r) => v6.push(*r),
+            }
+        }
+        (v4, v6)
     }
 }
 

@@ -11,6 +11,7 @@ use crate::api::host::{
     DELETE_FOR_MOVE_ANNOTATION, FINALIZER, PAUSED_ANNOTATION, REBOOT_ANNOTATION_PREFIX,
 };
 use crate::api::{BareMetalHost, ErrorType, ProvisioningState as State};
+use crate::controller::runtime::store::has_finalizer;
 use crate::provisioner::PowerState;
 
 /// Whether the reconcile goes on.
@@ -31,7 +32,7 @@ pub enum Gate {
 }
 
 pub fn gate(host: &BareMetalHost) -> Gate {
-    let ours = host.finalizers().iter().any(|f| f == FINALIZER);
+    let ours = has_finalizer(host, FINALIZER);
     let deleting = host.metadata.deletion_timestamp.is_some();
     if host.annotations().contains_key(PAUSED_ANNOTATION) {
         Gate::Paused

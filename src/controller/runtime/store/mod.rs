@@ -37,6 +37,11 @@ pub fn name_of<K: Resource>(object: &K) -> String {
     )
 }
 
+/// Whether `object` holds `finalizer`.
+pub fn has_finalizer<K: Resource>(object: &K, finalizer: &str) -> bool {
+    object.finalizers().iter().any(|f| f == finalizer)
+}
+
 /// Field manager for everything bmo writes.
 pub const FIELD_MANAGER: &str = "bmo";
 

@@ -4,9 +4,14 @@
 use super::*;
 use serde_json::json;
 
-/// `apply` prepares an available host again and is applied by preparing; `not_ready`
-/// (not judged yet) leaves an available host as it is and holds preparing.
-fn assert_prepares_again(apply: &Facts, not_ready: &Facts) {
+/// Facts changed by `apply` prepare an available host again and are applied by
+/// preparing; changed by `not_ready` (not judged yet), they leave an available host
+/// as it is and hold preparing.
+fn assert_prepares_again(apply: impl FnOnce(&mut Facts), not_ready: impl FnOnce(&mut Facts)) {
+    let (mut applying, mut waiting) = (facts(), facts());
+    apply(&mut applying);
+    not_ready(&mut waiting);
+    let (apply, not_ready) = (&applying, &waiting);
     let h = host(json!({}), "available", json!({}));
     match plan(&h, apply) {
         Step::Transition(u) => assert_eq!(u.state, Some(State::Preparing)),
@@ -20,35 +25,26 @@ fn assert_prepares_again(apply: &Facts, not_ready: &Facts) {
 
 #[test]
 fn changed_bios_settings_prepare_an_available_host_again() {
-    let apply = Facts {
-        firmware: PendingSettings::Apply(vec![("ProcTurboMode".into(), json!("Disabled"))]),
-        ..facts()
-    };
-    // Not judged yet: an available host goes on as it is; preparing waits.
-    let not_ready = Facts {
-        firmware: PendingSettings::NotReady,
-        ..facts()
-    };
-    assert_prepares_again(&apply, &not_ready);
+    assert_prepares_again(
+        |f| f.firmware = PendingSettings::Apply(vec![("ProcTurboMode".into(), json!("Disabled"))]),
+        // Not judged yet: an available host goes on as it is; preparing waits.
+        |f| f.firmware = PendingSettings::NotReady,
+    );
 }
 
 #[test]
 fn requested_firmware_updates_prepare_an_available_host_again() {
-    let apply = Facts {
-        firmware_updates: PendingUpdates::Apply {
-            flash: vec![crate::api::firmware::FirmwareUpdate {
-                component: "bios".into(),
-                url: "http://images.example/bios.bin".into(),
-            }],
-            spec: Vec::new(),
+    let flash = vec![crate::api::firmware::FirmwareUpdate {
+        component: "bios".into(),
+        url: "http://images.example/bios.bin".into(),
+    }];
+    assert_prepares_again(
+        |f| {
+            let spec = Vec::new();
+            f.firmware_updates = PendingUpdates::Apply { flash, spec };
         },
-        ..facts()
-    };
-    let not_ready = Facts {
-        firmware_updates: PendingUpdates::NotReady,
-        ..facts()
-    };
-    assert_prepares_again(&apply, &not_ready);
+        |f| f.firmware_updates = PendingUpdates::NotReady,
+    );
 }
 
 #[test]
