@@ -19,7 +19,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bmo::netboot::config::{DhcpMode, IpFamily};
-use bmo::netboot::leases::LeaseTable;
+use bmo::netboot::leases::{LeaseState, LeaseTable};
 use netboot_support::{ChildGuard, NsRef, TempDir, config, require, run, spawn, write_random};
 
 struct Net {
@@ -134,7 +134,8 @@ struct Perf {
     first_drop_pct: f64,
     /// Drops of both messages together, % of all sent.
     all_drop_pct: f64,
-    /// Leases perfdhcp rejected or saw given to two clients (it checks both).
+    /// What perfdhcp counts as rejected leases and non-unique addresses (the
+    /// latter only with its -u, not given).
     bad_leases: f64,
 }
 
@@ -307,6 +308,7 @@ fn bmo_dhcp6(rates: &[u32], secs: u32) -> Vec<Perf> {
     cfg.dhcp_max_leases = 1_000_000;
     let rt = runtime_in(&n.server.handle());
     let leases = LeaseTable::open(&cfg.lease_file).expect("lease file");
+    let table = leases.clone();
     let nb = rt
         .block_on(rt.spawn(async move { bmo::netboot::start(&cfg, leases).await }))
         .expect("join")
@@ -315,6 +317,22 @@ fn bmo_dhcp6(rates: &[u32], secs: u32) -> Vec<Perf> {
         .iter()
         .map(|&r| perfdhcp6(&n.client.handle(), r, secs))
         .collect();
+    // perfdhcp checks no uniqueness here (its -u misreads a returning client), so
+    // the table says whether the simulated clients were distinct hosts with
+    // distinct addresses.
+    let bound: Vec<_> = table
+        .list()
+        .into_iter()
+        .filter(|l| l.state == LeaseState::Bound)
+        .filter_map(|l| l.ip6)
+        .collect();
+    let distinct: std::collections::HashSet<_> = bound.iter().collect();
+    eprintln!(
+        "bmo DHCPv6: {} clients bound, {} distinct addresses",
+        bound.len(),
+        distinct.len()
+    );
+    assert_eq!(bound.len(), distinct.len(), "an address bound twice");
     drop(nb);
     drop(rt);
     results
