@@ -133,6 +133,18 @@ fn last_error(node: &Node) -> String {
     sentence(node.last_error.as_deref().unwrap_or_default())
 }
 
+/// Ironic's `last_error` for a deploy or cleaning it failed only because the conductor
+/// running it died and another one took the node over.
+const TAKE_OVER: &str = "Operation was aborted due to conductor take over";
+
+/// Whether `node`'s last operation failed only because its conductor died: not the
+/// host's error, and Ironic allows the operation again from the failed state.
+fn taken_over(node: &Node) -> bool {
+    node.last_error
+        .as_deref()
+        .is_some_and(|e| e.contains(TAKE_OVER))
+}
+
 fn step_name(step: &Option<Value>) -> Option<String> {
     let step = step.as_ref()?;
     let name = step.get("step")?.as_str()?;
@@ -382,6 +394,28 @@ mod tests {
             "Failed to get power state for node n. Error: HTTP GET http://b/redfish/v1/Systems/1 returned code 401. Base.1.0.GeneralError: Incorrect username or password."
         );
         assert!(sentence(&"x".repeat(1000)).chars().count() <= 401);
+    }
+
+    #[test]
+    fn only_a_conductor_take_over_reads_as_one() {
+        let node = |last_error: Option<&str>| -> Node {
+            serde_json::from_value(json!({
+                "uuid": "u", "driver": "fake-hardware",
+                "provision_state": "deploy failed", "last_error": last_error,
+            }))
+            .expect("node")
+        };
+        assert!(taken_over(&node(Some(
+            "Operation was aborted due to conductor take over"
+        ))));
+        for other in [
+            None,
+            Some("Deploy step deploy.deploy failed: image checksum mismatch."),
+            // A power request aborted by a take-over says nothing about the deploy.
+            Some("Pending power operation was aborted due to conductor take over"),
+        ] {
+            assert!(!taken_over(&node(other)), "{other:?}");
+        }
     }
 
     #[test]
