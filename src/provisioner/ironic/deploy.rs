@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{IronicProvisioner, capabilities, last_error, sentence, step_name, taken_over};
+use super::{IronicProvisioner, capabilities, conductor_died, last_error, sentence, step_name};
 use crate::bmc::BmcType;
 use crate::ironic::{
     IronicError, Node, PatchOp, ProvisionRequest as Req, ProvisionState, ProvisionTarget,
@@ -34,11 +34,11 @@ impl IronicProvisioner {
                 let same = configdrive::deploy_settings(&host.id, host.boot_mode, request)
                     .map(|s| Self::same_image(&node, &s))
                     .unwrap_or(false);
-                let taken_over = taken_over(&node);
-                if taken_over {
-                    tracing::info!(host = %host.id, node = %node.uuid, "Ironic aborted the deploy when another conductor took the node over; deploying again");
+                let conductor_died = conductor_died(&node);
+                if conductor_died {
+                    tracing::info!(host = %host.id, node = %node.uuid, "Ironic failed the deploy only because its conductor died; deploying again");
                 }
-                if !deploy_again(taken_over, same, host.restart_on_failure) {
+                if !deploy_again(conductor_died, same, host.restart_on_failure) {
                     let url = node
                         .instance_info
                         .get("image_source")
@@ -206,10 +206,10 @@ impl IronicProvisioner {
 }
 
 /// Whether a node in `deploy failed` is deployed again rather than the failure
-/// reported: after a conductor take-over (the conductor died, not the deploy), for a
-/// new image, or when the user asked to retry.
-fn deploy_again(taken_over: bool, same_image: bool, restart_on_failure: bool) -> bool {
-    taken_over || !same_image || restart_on_failure
+/// reported: when its conductor died (a take-over or a restart failed it, not the
+/// deploy itself), for a new image, or when the user asked to retry.
+fn deploy_again(conductor_died: bool, same_image: bool, restart_on_failure: bool) -> bool {
+    conductor_died || !same_image || restart_on_failure
 }
 
 #[cfg(test)]
@@ -217,8 +217,8 @@ mod tests {
     use super::deploy_again;
 
     #[test]
-    fn a_deploy_failed_by_a_take_over_is_deployed_again_without_a_retry_asked() {
-        for (taken_over, same_image, restart, again) in [
+    fn a_deploy_failed_because_its_conductor_died_is_deployed_again_without_a_retry_asked() {
+        for (conductor_died, same_image, restart, again) in [
             (true, true, false, true),
             (true, false, false, true),
             (false, true, false, false),
@@ -226,9 +226,9 @@ mod tests {
             (false, false, false, true),
         ] {
             assert_eq!(
-                deploy_again(taken_over, same_image, restart),
+                deploy_again(conductor_died, same_image, restart),
                 again,
-                "take-over {taken_over}, same image {same_image}, retry asked {restart}"
+                "conductor died {conductor_died}, same image {same_image}, retry asked {restart}"
             );
         }
     }
