@@ -64,6 +64,15 @@ impl IronicError {
         matches!(self, Self::Unreachable { .. })
     }
 
+    /// Whether Ironic answered that it could not reach the conductor that handles the
+    /// node: its RPC to a conductor that died, until the API's hash ring drops it (about
+    /// `heartbeat_timeout` plus `hash_ring_reset_interval`). As much an outage of Ironic
+    /// as no answer at all, and over once another conductor takes the node.
+    pub fn is_conductor_unreachable(&self) -> bool {
+        matches!(self, Self::Api { status, message, .. }
+            if status.is_server_error() && message.contains("Unable to establish connection to"))
+    }
+
     /// This error and its causes in one line (`a: b: c`): what reqwest says
     /// (`error sending request`) is only useful with the cause under it
     /// (`Connection refused`).
@@ -141,6 +150,23 @@ mod tests {
     fn fault_string_unwraps_nested_json() {
         let body = r#"{"error_message": "{\"faultstring\": \"Node abc could not be found.\", \"debuginfo\": null, \"faultcode\": \"Client\"}"}"#;
         assert_eq!(fault_string(body), "Node abc could not be found.");
+    }
+
+    #[test]
+    fn a_dead_conductor_behind_the_api_reads_as_unreachable() {
+        let api = |status: StatusCode, message: &str| IronicError::Api {
+            method: "GET".into(),
+            path: "/nodes/u/validate".into(),
+            status,
+            message: message.into(),
+        };
+        let dead = "Unable to establish connection to http://127.0.0.2:8089: ('Connection aborted.', ConnectionResetError(104, 'Connection reset by peer'))";
+        assert!(api(StatusCode::INTERNAL_SERVER_ERROR, dead).is_conductor_unreachable());
+        assert!(api(StatusCode::SERVICE_UNAVAILABLE, dead).is_conductor_unreachable());
+        assert!(!api(StatusCode::BAD_REQUEST, dead).is_conductor_unreachable());
+        assert!(
+            !api(StatusCode::INTERNAL_SERVER_ERROR, "Deploy failed.").is_conductor_unreachable()
+        );
     }
 
     #[test]

@@ -50,10 +50,16 @@ pub enum ProvisionerError {
 }
 
 impl ProvisionerError {
-    /// The Ironic error, when Ironic could not be reached at all.
+    /// The Ironic error, when Ironic could not be reached at all, or answered that it
+    /// could not reach the conductor handling the node (one that died, until another
+    /// takes its nodes over).
     pub fn unreachable(&self) -> Option<&IronicError> {
         match self {
-            Self::Ironic { source, .. } if source.is_unreachable() => Some(source),
+            Self::Ironic { source, .. }
+                if source.is_unreachable() || source.is_conductor_unreachable() =>
+            {
+                Some(source)
+            }
             _ => None,
         }
     }

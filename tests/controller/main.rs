@@ -27,6 +27,7 @@ mod controller_event_subscriptions;
 mod controller_firmware;
 mod controller_firmware_components;
 mod controller_firmware_map;
+mod controller_ha_ironic;
 mod controller_ironic_outage;
 mod controller_ironic_restart;
 mod controller_leader;

@@ -378,6 +378,81 @@ impl Drop for PrivateIronic {
     }
 }
 
+/// Ironic scaled out (`stack ha-ironic`): one ironic-api and two ironic-conductor
+/// processes on a private MariaDB, stopped when dropped.
+pub struct HaIronic {
+    pub dir: PathBuf,
+    pub endpoint: url::Url,
+    /// The conductors' hosts (what a node's `conductor` field names), 1 then 2.
+    pub conductors: [String; 2],
+}
+
+impl HaIronic {
+    /// Starts it with extra `ironic.conf` lines (every process reads them).
+    pub fn start(prefix: &str, conf_lines: &[&str]) -> Self {
+        let dir = Stack::get()
+            .dir
+            .join(format!("private-{}", unique_name(prefix)));
+        let out = std::process::Command::new(stack_script())
+            .args(["ha-ironic", "start"])
+            .arg(&dir)
+            .args(conf_lines)
+            .output()
+            .expect("run tests/env/stack");
+        assert!(
+            out.status.success(),
+            "ha-ironic did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let mut lines = stdout.lines();
+        let endpoint = lines.next().unwrap_or_default().trim().to_owned();
+        let hosts: Vec<String> = lines
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .split(',')
+            .map(str::to_owned)
+            .collect();
+        let [one, two] = <[String; 2]>::try_from(hosts).expect("two conductor hosts");
+        Self {
+            dir,
+            endpoint: endpoint.parse().expect("endpoint URL"),
+            conductors: [one, two],
+        }
+    }
+
+    /// SIGKILLs conductor `n` (1 or 2), master and worker: a crash.
+    pub fn kill_conductor(&self, n: usize) {
+        let out = std::process::Command::new(stack_script())
+            .args(["ha-ironic", "kill"])
+            .arg(&self.dir)
+            .arg(n.to_string())
+            .output()
+            .expect("run tests/env/stack");
+        assert!(
+            out.status.success(),
+            "ha-ironic kill failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    pub async fn client(&self) -> IronicClient {
+        IronicClient::connect(ClientConfig::new(self.endpoint.clone()))
+            .await
+            .expect("connect to the scaled-out Ironic")
+    }
+}
+
+impl Drop for HaIronic {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(stack_script())
+            .args(["ha-ironic", "stop"])
+            .arg(&self.dir)
+            .output();
+    }
+}
+
 /// A sushy-emulator of our own (fake driver, `systems` systems named and numbered as
 /// the stack's own, state in its own directory), stopped when dropped.
 pub struct PrivateSushy {

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{IronicProvisioner, last_error, step_name};
+use super::{IronicProvisioner, conductor_died, last_error, step_name};
 use crate::ironic::{
     IronicError, Node, PatchOp, ProvisionRequest as Req, ProvisionState, ProvisionTarget,
 };
@@ -98,7 +98,8 @@ impl IronicProvisioner {
     }
 
     /// Follows cleaning that an operation started: waits while Ironic cleans; once
-    /// cleaning failed, retries when the user asked for it, else fails with
+    /// cleaning failed, retries when the user asked for it or when Ironic failed it
+    /// only because its conductor died (a take-over or a restart), else fails with
     /// `failure` and Ironic's last error.
     pub(super) async fn follow_cleaning(
         &self,
@@ -107,7 +108,7 @@ impl IronicProvisioner {
         failure: &str,
     ) -> ProvisionerResult<Progress> {
         match node.state() {
-            ProvisionState::CleanFailed if host.restart_on_failure => {
+            ProvisionState::CleanFailed if host.restart_on_failure || conductor_died(node) => {
                 self.recover_failed_cleaning(host, node).await
             }
             ProvisionState::CleanFailed => Ok(Outcome::failed(

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{IronicProvisioner, capabilities, last_error, sentence, step_name};
+use super::{IronicProvisioner, capabilities, conductor_died, last_error, sentence, step_name};
 use crate::bmc::BmcType;
 use crate::ironic::{
     IronicError, Node, PatchOp, ProvisionRequest as Req, ProvisionState, ProvisionTarget,
@@ -34,7 +34,11 @@ impl IronicProvisioner {
                 let same = configdrive::deploy_settings(&host.id, host.boot_mode, request)
                     .map(|s| Self::same_image(&node, &s))
                     .unwrap_or(false);
-                if same && !host.restart_on_failure {
+                let conductor_died = conductor_died(&node);
+                if conductor_died {
+                    tracing::info!(host = %host.id, node = %node.uuid, "Ironic failed the deploy only because its conductor died; deploying again");
+                }
+                if !deploy_again(conductor_died, same, host.restart_on_failure) {
                     let url = node
                         .instance_info
                         .get("image_source")
@@ -198,5 +202,34 @@ impl IronicProvisioner {
         req.deploy_steps = settings.deploy_steps;
         self.transition(host, node, req, Progress::started(), "start provisioning")
             .await
+    }
+}
+
+/// Whether a node in `deploy failed` is deployed again rather than the failure
+/// reported: when its conductor died (a take-over or a restart failed it, not the
+/// deploy itself), for a new image, or when the user asked to retry.
+fn deploy_again(conductor_died: bool, same_image: bool, restart_on_failure: bool) -> bool {
+    conductor_died || !same_image || restart_on_failure
+}
+
+#[cfg(test)]
+mod tests {
+    use super::deploy_again;
+
+    #[test]
+    fn a_deploy_failed_because_its_conductor_died_is_deployed_again_without_a_retry_asked() {
+        for (conductor_died, same_image, restart, again) in [
+            (true, true, false, true),
+            (true, false, false, true),
+            (false, true, false, false),
+            (false, true, true, true),
+            (false, false, false, true),
+        ] {
+            assert_eq!(
+                deploy_again(conductor_died, same_image, restart),
+                again,
+                "conductor died {conductor_died}, same image {same_image}, retry asked {restart}"
+            );
+        }
     }
 }

@@ -13,7 +13,7 @@
 //! `clean failed`, where the wipe is owed again); the note goes once the node is
 //! available.
 
-use super::{IronicProvisioner, last_error};
+use super::{IronicProvisioner, conductor_died, last_error};
 use crate::ironic::{
     IronicError, Node, PatchOp, ProvisionRequest as Req, ProvisionState, ProvisionTarget,
 };
@@ -152,7 +152,8 @@ impl IronicProvisioner {
             &updated_at,
             wipe.as_ref(),
             host.cleaning_mode,
-            host.restart_on_failure,
+            // A step Ironic failed only because its conductor died runs again as if asked to.
+            host.restart_on_failure || conductor_died(&node),
         ) {
             Next::Undeploy { retry, wipe } => self.undeploy(host, &node, retry, wipe).await,
             Next::Follow => self.follow_cleaning(host, &node, "Cleaning failed").await,

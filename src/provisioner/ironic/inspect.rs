@@ -1,6 +1,6 @@
 //! Inspection: started in `manageable`, read back as hardware details when done.
 
-use super::{IronicProvisioner, last_error};
+use super::{IronicProvisioner, conductor_died, last_error};
 use crate::ironic::{PatchOp, ProvisionState, ProvisionTarget};
 use crate::provisioner::types::{Host, InspectStatus, Outcome};
 use crate::provisioner::{ProvisionerResult, hardware};
@@ -56,7 +56,8 @@ impl IronicProvisioner {
                     .last_error
                     .as_deref()
                     .is_some_and(|e| e.contains("abort"));
-                if host.restart_on_failure || aborted {
+                // A conductor that died mid-inspection is not the host's error either.
+                if host.restart_on_failure || aborted || conductor_died(&node) {
                     start().await
                 } else {
                     Ok(Outcome::failed(

@@ -133,6 +133,24 @@ fn last_error(node: &Node) -> String {
     sentence(node.last_error.as_deref().unwrap_or_default())
 }
 
+/// Ironic's `last_error` when it failed an operation only because the conductor
+/// running it died: another conductor took the node over (a deploy or cleaning), or a
+/// conductor (re)started and found the node stuck in a state nobody can resume
+/// (`... state can't be resumed by conductor HOST. Moving to fail state.`: deploying,
+/// cleaning, inspecting, deleting, …).
+const CONDUCTOR_DIED: [&str; 2] = [
+    "Operation was aborted due to conductor take over",
+    "can't be resumed by conductor",
+];
+
+/// Whether `node`'s last operation failed only because its conductor died: not the
+/// host's error, and Ironic allows the operation again from the failed state.
+fn conductor_died(node: &Node) -> bool {
+    node.last_error
+        .as_deref()
+        .is_some_and(|e| CONDUCTOR_DIED.iter().any(|m| e.contains(m)))
+}
+
 fn step_name(step: &Option<Value>) -> Option<String> {
     let step = step.as_ref()?;
     let name = step.get("step")?.as_str()?;
@@ -382,6 +400,32 @@ mod tests {
             "Failed to get power state for node n. Error: HTTP GET http://b/redfish/v1/Systems/1 returned code 401. Base.1.0.GeneralError: Incorrect username or password."
         );
         assert!(sentence(&"x".repeat(1000)).chars().count() <= 401);
+    }
+
+    #[test]
+    fn only_a_conductor_that_died_reads_as_one() {
+        let node = |last_error: Option<&str>| -> Node {
+            serde_json::from_value(json!({
+                "uuid": "u", "driver": "fake-hardware",
+                "provision_state": "deploy failed", "last_error": last_error,
+            }))
+            .expect("node")
+        };
+        for died in [
+            "Operation was aborted due to conductor take over",
+            "The deploying state can't be resumed by conductor 127.0.0.2. Moving to fail state.",
+            "The inspecting state can't be resumed by conductor ironic-0. Moving to fail state.",
+        ] {
+            assert!(conductor_died(&node(Some(died))), "{died}");
+        }
+        for other in [
+            None,
+            Some("Deploy step deploy.deploy failed: image checksum mismatch."),
+            // A power request aborted by a take-over says nothing about the deploy.
+            Some("Pending power operation was aborted due to conductor take over"),
+        ] {
+            assert!(!conductor_died(&node(other)), "{other:?}");
+        }
     }
 
     #[test]
