@@ -85,15 +85,9 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
         .await
         .map_err(store_err(host))?;
     let host = newer.as_ref().unwrap_or(host);
-    let with_finalizer;
-    let host = match take_in_and_gate(host, ctx, gate).await? {
-        Gated::Done(next) => return Ok(next),
-        Gated::Proceed => host,
-        Gated::FinalizerAdded => {
-            with_finalizer = with_our_finalizer(host);
-            &with_finalizer
-        }
-    };
+    if let Some(next) = take_in_and_gate(host, ctx, gate).await? {
+        return Ok(next);
+    }
     let loaded = load(host, ctx).await?;
     if let Some(poll) = loaded.waiting_for_image {
         return Ok(Next::After(poll));
@@ -103,29 +97,19 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
     steps.run().await
 }
 
-/// What the gate let through.
-enum Gated {
-    /// The reconcile ends here (a write the next reconcile sees, or nothing to do).
-    Done(Next),
-    /// Go on with the host as read.
-    Proceed,
-    /// bmo's finalizer was just added to a host with no state yet: go on to its
-    /// first state in this turn.
-    FinalizerAdded,
-}
-
-/// Takes in the status annotations and adds bmo's finalizer.
+/// Takes in the status annotations and adds bmo's finalizer; `Some` when that ends
+/// the reconcile (a write, which the next reconcile sees, or nothing left to do).
 async fn take_in_and_gate<P: Provisioner, S: Store>(
     host: &BareMetalHost,
     ctx: &Context<P, S>,
     gate: Gate,
-) -> Result<Gated, ReconcileError> {
+) -> Result<Option<Next>, ReconcileError> {
     let owners = ctx.node_owners.get();
     if status_annotations::take_in(host, &ctx.store, owners.map(|o| o as &dyn NodeOwners))
         .await
         .map_err(store_err(host))?
     {
-        return Ok(Gated::Done(Next::After(Duration::ZERO)));
+        return Ok(Some(Next::After(Duration::ZERO)));
     }
     match gate {
         Gate::AddFinalizer => {
@@ -133,27 +117,11 @@ async fn take_in_and_gate<P: Provisioner, S: Store>(
                 .add_finalizer(host)
                 .await
                 .map_err(store_err(host))?;
-            // A new host shows its first state in the same turn instead of waiting
-            // for another behind hundreds of others (1000 hosts applied at once). Its
-            // first step writes only the status, which needs no newer copy.
-            if host.provisioning_state() == ProvisioningState::None {
-                return Ok(Gated::FinalizerAdded);
-            }
-            Ok(Gated::Done(Next::After(Duration::ZERO)))
+            Ok(Some(Next::After(Duration::ZERO)))
         }
-        Gate::Released | Gate::Paused | Gate::MovedAway => Ok(Gated::Done(Next::OnChange)),
-        Gate::Proceed => Ok(Gated::Proceed),
+        Gate::Released | Gate::Paused | Gate::MovedAway => Ok(Some(Next::OnChange)),
+        Gate::Proceed => Ok(None),
     }
-}
-
-/// `host` as it is once bmo's finalizer is added.
-fn with_our_finalizer(host: &BareMetalHost) -> BareMetalHost {
-    let mut host = host.clone();
-    host.metadata
-        .finalizers
-        .get_or_insert_with(Vec::new)
-        .push(crate::api::host::FINALIZER.to_owned());
-    host
 }
 
 /// The steps of one reconcile and what they learned so far.
