@@ -182,10 +182,21 @@ impl BmoRun {
     ) -> Result<u64> {
         let mut peak_rss = 0u64;
         let mut last_report = Instant::now();
+        let mut all_stated = false;
         loop {
             peak_rss = peak_rss.max(status_kib(self.pid(), "VmRSS").unwrap_or(0));
             let (available, provisioned, errors) = match self.progress.lock() {
-                Ok(p) => (p.available.len(), p.provisioned.len(), p.errors.len()),
+                Ok(p) => {
+                    if !all_stated && p.stated.len() >= n {
+                        all_stated = true;
+                        let latest = spread(first_state_latencies(&p)).max;
+                        eprintln!(
+                            "scale: N={n}: {:.1} s: every host shows a state, each within {latest:.2} s of its creation",
+                            t0.elapsed().as_secs_f64()
+                        );
+                    }
+                    (p.available.len(), p.provisioned.len(), p.errors.len())
+                }
                 Err(_) => bail!("progress lock poisoned"),
             };
             let done = match work {
@@ -226,6 +237,7 @@ impl BmoRun {
                 .map(|t| t.duration_since(t0).as_secs_f64())
                 .collect::<Vec<_>>()
         };
+        r.bmo_first_state = spread(first_state_latencies(&p));
         r.bmo_available = spread(since(&p.available));
         r.bmo_provisioned = spread(since(&p.provisioned));
         r.errors = p.errors.len();
@@ -263,6 +275,14 @@ impl BmoRun {
         print_breakdown("Ironic requests, idle", &ironic_idle_kinds);
         peak_rss
     }
+}
+
+/// Per host, the seconds from the watch's first sight of it to its first state.
+fn first_state_latencies(p: &Progress) -> Vec<f64> {
+    p.stated
+        .iter()
+        .filter_map(|(host, stated)| Some(stated.duration_since(*p.seen.get(host)?).as_secs_f64()))
+        .collect()
 }
 
 /// The requests of the kinds `firmware` picks (the firmware controllers' reads).

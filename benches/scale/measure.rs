@@ -75,6 +75,8 @@ pub struct RunResult {
     pub work: Work,
     pub bmo_available: Spread,
     pub bmo_provisioned: Spread,
+    /// Per host, from its creation to its first provisioning state (bmo).
+    pub bmo_first_state: Spread,
     pub direct_available: Spread,
     pub direct_provisioned: Spread,
     pub bmo_peak_rss_mib: f64,

@@ -152,6 +152,10 @@ pub async fn apply_hosts(
 
 #[derive(Default)]
 pub struct Progress {
+    /// When the watch first saw each host (its creation, as bmo's watch sees it).
+    pub seen: HashMap<String, Instant>,
+    /// When each host first showed a provisioning state.
+    pub stated: HashMap<String, Instant>,
     pub available: HashMap<String, Instant>,
     pub provisioned: HashMap<String, Instant>,
     pub errors: HashMap<String, String>,
@@ -164,6 +168,10 @@ impl Progress {
         let name = obj.metadata.name.clone().unwrap_or_default();
         let status = &obj.data["status"];
         let state = status["provisioning"]["state"].as_str().unwrap_or_default();
+        self.seen.entry(name.clone()).or_insert(now);
+        if !state.is_empty() {
+            self.stated.entry(name.clone()).or_insert(now);
+        }
         if matches!(
             state,
             "available" | "ready" | "provisioning" | "provisioned"
