@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 
 use crate::dhcp_watch::DhcpWatch;
 use crate::lab::{Firmware, HTTP_PORT, Lab, PROVISIONING_IP, Vm, VmSpec};
+use crate::live_iso::{disk_digest, serve_live_iso};
 use crate::support::{Stack, new_namespace, unique_name};
 use crate::vm_e2e::{create_secret, nic_of};
 use crate::watch::{Watch, state_is, tail, wait_console};
@@ -302,6 +303,8 @@ async fn vm_without_dhcp_boots_the_agent_from_virtual_media_on_a_static_address_
         seen.frames, seen.from_mac, seen.requests
     );
 
+    boot_a_live_iso(&mut watch, &lab, &vm).await;
+
     // Leaving: the host is deleted without cleaning (the point was the deployment).
     watch
         .patch(json!({"spec": {"automatedCleaningMode": "disabled"}}))
@@ -318,6 +321,80 @@ async fn vm_without_dhcp_boots_the_agent_from_virtual_media_on_a_static_address_
         .await;
     watch.mark("deleted, node gone");
     print_phases(&watch);
+}
+
+/// Upstream's `live_iso`: the host is deprovisioned without cleaning, then given a
+/// live ISO (`format: live-iso`, Ironic's `ramdisk` deploy interface with
+/// `boot_iso`) that the BMC inserts and the VM boots; the ISO's marker shows on the
+/// console and the disk is unchanged; deprovisioning returns it to available.
+async fn boot_a_live_iso(watch: &mut Watch<'_>, lab: &Lab, vm: &Vm) {
+    watch.mark("deprovisioning without cleaning");
+    let (iso_url, marker) = serve_live_iso(lab);
+    watch
+        .patch(json!({"spec": {
+            "automatedCleaningMode": "disabled",
+            "image": null, "userData": null, "networkData": null
+        }}))
+        .await;
+    watch
+        .until(
+            "available after deprovisioning without cleaning",
+            Duration::from_secs(600),
+            state_is("available"),
+        )
+        .await;
+    let before = disk_digest(&vm.disk);
+    watch.mark("deprovisioned, disk digest taken");
+    watch
+        .patch(json!({"spec": {"image": {"url": iso_url, "format": "live-iso"}}}))
+        .await;
+    watch
+        .until(
+            "provisioned with the live ISO",
+            Duration::from_secs(600),
+            state_is("provisioned"),
+        )
+        .await;
+    let node = watch
+        .ironic
+        .get_node(&watch.node)
+        .await
+        .expect("read the node")
+        .expect("the host's node exists");
+    let raw = serde_json::to_value(&node).expect("node as JSON");
+    assert_eq!(raw["deploy_interface"], json!("ramdisk"), "{raw}");
+    assert_eq!(raw["instance_info"]["boot_iso"], json!(iso_url), "{raw}");
+    // The test OS's /init prints its command line: the ISO's kernel and initramfs
+    // ran, not the disk's.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !vm
+        .console()
+        .lines()
+        .any(|l| l.contains("bmo-test-os: cmdline") && l.contains(&marker))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the live ISO's marker {marker} on its /init's console line:\n{}\n{}",
+            tail(&vm.console(), 60),
+            lab.logs_tail()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    watch.mark("live ISO booted, its marker on the console");
+    assert_eq!(
+        disk_digest(&vm.disk),
+        before,
+        "the live ISO wrote nothing to the disk"
+    );
+    watch.patch(json!({"spec": {"image": null}})).await;
+    watch
+        .until(
+            "available after the live ISO",
+            Duration::from_secs(600),
+            state_is("available"),
+        )
+        .await;
+    watch.mark("live ISO deprovisioned");
 }
 
 /// The agent came up from virtual media: the node boots by Redfish virtual media
@@ -363,7 +440,11 @@ fn print_phases(w: &Watch<'_>) {
     let deploying = w.at("ironic: deploying", provisioning);
     let provisioned = w.at("host: provisioned", deploying);
     let booted = w.at("deployed OS booted from disk on its address", provisioned);
-    let deleted = w.at("deleted, node gone", booted);
+    let deprovisioning = w.at("deprovisioning without cleaning", booted);
+    let live_start = w.at("deprovisioned, disk digest taken", deprovisioning);
+    let live_booted = w.at("live ISO booted, its marker on the console", live_start);
+    let live_done = w.at("live ISO deprovisioned", live_booted);
+    let deleted = w.at("deleted, node gone", live_done);
     println!("\nvm_vmedia phases (seconds; TCG, {VM_CPUS} vCPUs, {VM_MEMORY_MIB} MiB, UEFI)");
     println!("| phase | s |\n|---|---:|");
     for (phase, s) in [
@@ -384,7 +465,19 @@ fn print_phases(w: &Watch<'_>) {
             "first boot of the image from disk (→ its address on the console)",
             span(provisioned, booted),
         ),
-        ("deletion (no cleaning)", span(booted, deleted)),
+        (
+            "deprovisioning without cleaning (→ available)",
+            span(deprovisioning, live_start),
+        ),
+        (
+            "live ISO: inserted and booted (→ its marker on the console)",
+            span(live_start, live_booted),
+        ),
+        (
+            "live ISO: deprovisioning (→ available)",
+            span(live_booted, live_done),
+        ),
+        ("deletion (no cleaning)", span(live_done, deleted)),
         ("total", secs(deleted)),
     ] {
         println!("| {phase} | {s:.1} |");
