@@ -83,6 +83,13 @@ impl Watch<'_> {
                 status["provisioning"]["state"].as_str().unwrap_or(""),
                 status["operationalStatus"].as_str().unwrap_or("")
             ));
+            let reboot = host["metadata"]["annotations"]
+                .get("reboot.metal3.io")
+                .is_some();
+            self.note(format!(
+                "power: on {} reboot annotation {reboot}",
+                status["poweredOn"]
+            ));
             let step = &status["provisioning"]["currentStep"];
             if let (Some(kind), Some(name)) = (step["type"].as_str(), step["name"].as_str()) {
                 self.note(format!("step: {kind} {name}"));
