@@ -377,8 +377,7 @@ impl Lab {
 
     /// As [`Self::define_vm`], with `boot_dev` (`network` or `hd`) first in the
     /// firmware's boot order. A VM that boots from virtual media gets `hd`: its BMC
-    /// puts the CD first when it inserts one. With `hd` the NIC has no boot ROM
-    /// under BIOS either, so SeaBIOS never network-boots it.
+    /// puts the CD first when it inserts one.
     pub fn define_vm_booting(&mut self, spec: VmSpec<'_>, boot_dev: &str) -> Vm {
         let VmSpec {
             name,
@@ -406,18 +405,14 @@ impl Lab {
         } else {
             ("", "")
         };
-        let no_rom = "\n      <rom enabled='no'/>";
         let (loader, rom) = match firmware {
-            Firmware::Bios if boot_dev == "hd" => {
-                ("    <bios useserial='yes'/>".to_owned(), no_rom)
-            }
             Firmware::Bios => ("    <bios useserial='yes'/>".to_owned(), ""),
             Firmware::Uefi => (
                 format!(
                     "    <loader readonly='yes' type='pflash'>{OVMF_CODE}</loader>\n    <nvram template='{OVMF_VARS}'>{}</nvram>",
                     self.path().join(format!("{name}.vars.fd")).display()
                 ),
-                no_rom,
+                "\n      <rom enabled='no'/>",
             ),
         };
         let xml = format!(
