@@ -470,6 +470,30 @@ impl Lab {
         }
     }
 
+    /// Gives the defined, not yet started `vm` another virtio disk (`vdb`, a sparse
+    /// file of `gib` GiB next to its first); its path.
+    pub fn add_disk(&self, vm: &Vm, gib: u64) -> PathBuf {
+        let disk = self.path().join(format!("{}-vdb.img", vm.name));
+        let file = std::fs::File::create(&disk).expect("disk image");
+        file.set_len(gib << 30).expect("size disk image");
+        virsh(&[
+            "attach-disk",
+            &vm.name,
+            &disk.display().to_string(),
+            "vdb",
+            "--config",
+            "--targetbus",
+            "virtio",
+            "--driver",
+            "qemu",
+            "--subdriver",
+            "raw",
+            "--cache",
+            "writeback",
+        ]);
+        disk
+    }
+
     /// Waits until sushy-emulator lists the VM.
     pub async fn wait_for_bmc(&self, vm: &Vm) {
         let url = format!(

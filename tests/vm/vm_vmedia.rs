@@ -10,7 +10,20 @@
 //! `spec.networkData` (another address) from the config drive, shows it on its
 //! console and answers a ping there. Upstream's `network_data` and `inspection`
 //! scenarios over virtual media, in one VM lifecycle.
+//!
+//! The same lifecycle goes on with upstream's `automated_cleaning` and `live_iso`.
+//! The VM has a second disk (1 GiB, too small to be the agent's root device). The
+//! first deployment's user data is a script, which the test OS runs: it makes an ext2
+//! filesystem on the second disk and writes FIRST.TXT on the image's EFI system
+//! partition (the host sees both with `blkid -p` and mtools on the disk files).
+//! Deprovisioning with metadata cleaning boots the agent from Ironic's ISO again and
+//! erases both filesystems (blkid finds none). A reprovision boots the image again,
+//! and its own user data finds no FIRST.TXT. Then the host is deprovisioned without
+//! cleaning and given a live ISO (bmo's ISO writer, the test OS's kernel and
+//! initramfs, a marker on the kernel command line): the VM boots it from virtual
+//! media, its /init prints the marker, and the disk's data hash the same as before.
 
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -22,6 +35,7 @@ use serde_json::{Value, json};
 
 use crate::dhcp_watch::DhcpWatch;
 use crate::lab::{Firmware, HTTP_PORT, Lab, PROVISIONING_IP, Vm, VmSpec};
+use crate::live_iso::{disk_digest, serve_live_iso};
 use crate::support::{Stack, new_namespace, unique_name};
 use crate::vm_e2e::{create_secret, nic_of};
 use crate::watch::{Watch, state_is, tail, wait_console};
@@ -29,6 +43,9 @@ use crate::watch::{Watch, state_is, tail, wait_console};
 const VM_MEMORY_MIB: u32 = 2560;
 const VM_CPUS: u32 = 2;
 const VM_DISK_GIB: u64 = 5;
+const SECOND_DISK_GIB: u64 = 1;
+/// Where the UEFI test OS's EFI system partition starts (sector 2048).
+const ESP_OFFSET: u64 = 1 << 20;
 /// The agent's address (preprovisioning network data) and the deployed OS's
 /// (`spec.networkData`), both outside any DHCP range.
 const AGENT_IP: &str = "10.77.0.60";
@@ -165,11 +182,14 @@ async fn vm_without_dhcp_boots_the_agent_from_virtual_media_on_a_static_address_
         },
         "hd",
     );
+    // Too small for the agent's root device (4 GiB at least): the image goes to vda.
+    let second_disk = lab.add_disk(&vm, SECOND_DISK_GIB);
     let dhcp = DhcpWatch::start(lab.ns.handle(), "br0", &vm.mac);
     lab.wait_for_bmc(&vm).await;
     let (image_url, checksum) = serve_uefi_image(&lab);
 
     let marker = unique_name("BMO-VMEDIA-MARKER");
+    let marker2 = unique_name("BMO-VMEDIA-SECOND");
     for (name, data) in [
         (
             "vm-bmc",
@@ -177,7 +197,11 @@ async fn vm_without_dhcp_boots_the_agent_from_virtual_media_on_a_static_address_
         ),
         (
             "vm-user-data",
-            vec![("userData", &*format!("#!/bin/sh\necho {marker}\n"))],
+            vec![("userData", &*first_user_data(&marker))],
+        ),
+        (
+            "vm-user-data-2",
+            vec![("userData", &*second_user_data(&marker2))],
         ),
     ] {
         create_secret(&client, &ns, name, &data).await;
@@ -273,6 +297,7 @@ async fn vm_without_dhcp_boots_the_agent_from_virtual_media_on_a_static_address_
         tail(&console, 40)
     );
     watch.mark("deployed OS booted from disk on its address");
+    check_first_deployment_wrote(&vm, &second_disk, &marker);
     wait_ping(&lab, OS_IP).await;
     watch.mark("deployed OS answers on its address");
 
@@ -302,6 +327,11 @@ async fn vm_without_dhcp_boots_the_agent_from_virtual_media_on_a_static_address_
         seen.frames, seen.from_mac, seen.requests
     );
 
+    let image =
+        json!({"url": image_url, "checksum": checksum, "checksumType": "sha256", "format": "raw"});
+    metadata_clean_and_reprovision(&mut watch, &second_disk, image, &marker2).await;
+    boot_a_live_iso(&mut watch, &lab, &vm).await;
+
     // Leaving: the host is deleted without cleaning (the point was the deployment).
     watch
         .patch(json!({"spec": {"automatedCleaningMode": "disabled"}}))
@@ -318,6 +348,221 @@ async fn vm_without_dhcp_boots_the_agent_from_virtual_media_on_a_static_address_
         .await;
     watch.mark("deleted, node gone");
     print_phases(&watch);
+}
+
+/// The first deployment's user data: a file on the image's EFI system partition
+/// and an ext2 filesystem on the second disk.
+fn first_user_data(marker: &str) -> String {
+    format!(
+        "#!/bin/sh\necho {marker}\nmke2fs -F -L BMO2ND /dev/vdb >/dev/null 2>&1 && echo 'second disk: ext2 made'\nmkdir -p /mnt2 && mount -t vfat /dev/vda1 /mnt2 && echo {marker} >/mnt2/FIRST.TXT && umount /mnt2 && echo 'first disk: FIRST.TXT written'\n"
+    )
+}
+
+/// The second deployment's user data: looks for the first one's file.
+fn second_user_data(marker: &str) -> String {
+    format!(
+        "#!/bin/sh\necho {marker}\nmkdir -p /mnt2 && mount -t vfat -o ro /dev/vda1 /mnt2 && ls /mnt2 | tr '\\n' ' ' && echo && if [ -e /mnt2/FIRST.TXT ]; then echo 'FIRST.TXT is there'; else echo 'no FIRST.TXT'; fi\n"
+    )
+}
+
+/// The filesystem type `blkid -p` finds at `offset` in a disk image (probing the
+/// file itself, not a cache), or "" for none.
+fn fs_type(disk: &Path, offset: u64) -> String {
+    let out = Command::new("blkid")
+        .args(["-p", "-o", "value", "-s", "TYPE", "-O", &offset.to_string()])
+        .arg(disk)
+        .output()
+        .expect("run blkid");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// FIRST.TXT on the first disk's EFI system partition, read with mtools, or None
+/// when that partition or the file is not there.
+fn first_file(vm: &Vm) -> Option<String> {
+    let out = Command::new("mtype")
+        .arg("-i")
+        .arg(format!("{}@@{ESP_OFFSET}", vm.disk.display()))
+        .arg("::FIRST.TXT")
+        .env("MTOOLS_SKIP_CHECK", "1")
+        .output()
+        .expect("run mtype");
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The first deployment's user data ran: the guest says so, and the host finds its
+/// file and the second disk's ext2.
+fn check_first_deployment_wrote(vm: &Vm, second_disk: &Path, marker: &str) {
+    let console = vm.console();
+    for line in [
+        "bmo-test-os: user_data ran: second disk: ext2 made",
+        "bmo-test-os: user_data ran: first disk: FIRST.TXT written",
+    ] {
+        assert!(console.contains(line), "{line}:\n{}", tail(&console, 40));
+    }
+    assert_eq!(
+        fs_type(second_disk, 0),
+        "ext2",
+        "the second disk's filesystem"
+    );
+    assert_eq!(fs_type(&vm.disk, ESP_OFFSET), "vfat", "the image's ESP");
+    assert!(
+        first_file(vm).is_some_and(|t| t.contains(marker)),
+        "FIRST.TXT on the first disk"
+    );
+}
+
+/// Upstream's `automated_cleaning`: deprovisioning with metadata cleaning (the agent
+/// from Ironic's ISO again) erases the filesystems on both disks; a reprovision then
+/// boots the image with no trace of the first deployment's files.
+async fn metadata_clean_and_reprovision(
+    watch: &mut Watch<'_>,
+    second_disk: &Path,
+    image: Value,
+    marker2: &str,
+) {
+    let (vm, lab) = (watch.vm, watch.lab);
+    watch.mark("deprovisioning with metadata cleaning");
+    let start = watch.at("deprovisioning with metadata cleaning", None);
+    watch
+        .patch(json!({"spec": {"image": null, "userData": null}}))
+        .await;
+    watch
+        .until(
+            "available after metadata cleaning",
+            Duration::from_secs(900),
+            state_is("available"),
+        )
+        .await;
+    assert!(
+        watch.at("ironic: clean wait", start).is_some(),
+        "the agent cleaned the node: {:?}",
+        watch.marks
+    );
+    watch.mark("metadata cleaned, available");
+    assert_eq!(
+        fs_type(second_disk, 0),
+        "",
+        "the second disk's ext2 is gone"
+    );
+    assert_eq!(
+        fs_type(&vm.disk, ESP_OFFSET),
+        "",
+        "the first disk's EFI system partition (holding FIRST.TXT) is gone"
+    );
+
+    watch
+        .patch(json!({"spec": {"image": image, "userData": {"name": "vm-user-data-2"}}}))
+        .await;
+    watch
+        .until(
+            "provisioned again",
+            Duration::from_secs(900),
+            state_is("provisioned"),
+        )
+        .await;
+    let t = Duration::from_secs(300);
+    wait_console(vm, lab, "bmo-test-os: ready", 2, t).await;
+    let console = vm.console();
+    let second = console
+        .split("bmo-test-os: booted")
+        .last()
+        .unwrap_or_default();
+    assert!(
+        second.contains(&format!("bmo-test-os: user_data ran: {marker2}"))
+            && second.contains("bmo-test-os: user_data ran: no FIRST.TXT"),
+        "the second deployment booted without the first one's file:\n{}",
+        tail(second, 30)
+    );
+    assert_eq!(
+        fs_type(&vm.disk, ESP_OFFSET),
+        "vfat",
+        "the image's ESP again"
+    );
+    assert_eq!(
+        first_file(vm),
+        None,
+        "no FIRST.TXT on the reprovisioned disk"
+    );
+    assert_eq!(fs_type(second_disk, 0), "", "the second disk stays blank");
+    watch.mark("reprovisioned OS booted, first deployment's files gone");
+}
+
+/// Upstream's `live_iso`: the host is deprovisioned without cleaning, then given a
+/// live ISO (`format: live-iso`, Ironic's `ramdisk` deploy interface with
+/// `boot_iso`) that the BMC inserts and the VM boots; the ISO's marker shows on the
+/// console and the disk is unchanged; deprovisioning returns it to available.
+async fn boot_a_live_iso(watch: &mut Watch<'_>, lab: &Lab, vm: &Vm) {
+    watch.mark("deprovisioning without cleaning");
+    // The live OS reads the disk's config drive and runs its user data: the
+    // reprovisioned deployment's, which only reads (the digest would tell).
+    let (iso_url, marker) = serve_live_iso(lab);
+    watch
+        .patch(json!({"spec": {
+            "automatedCleaningMode": "disabled",
+            "image": null, "userData": null, "networkData": null
+        }}))
+        .await;
+    watch
+        .until(
+            "available after deprovisioning without cleaning",
+            Duration::from_secs(600),
+            state_is("available"),
+        )
+        .await;
+    let before = disk_digest(&vm.disk);
+    watch.mark("deprovisioned, disk digest taken");
+    watch
+        .patch(json!({"spec": {"image": {"url": iso_url, "format": "live-iso"}}}))
+        .await;
+    watch
+        .until(
+            "provisioned with the live ISO",
+            Duration::from_secs(600),
+            state_is("provisioned"),
+        )
+        .await;
+    let node = watch
+        .ironic
+        .get_node(&watch.node)
+        .await
+        .expect("read the node")
+        .expect("the host's node exists");
+    let raw = serde_json::to_value(&node).expect("node as JSON");
+    assert_eq!(raw["deploy_interface"], json!("ramdisk"), "{raw}");
+    assert_eq!(raw["instance_info"]["boot_iso"], json!(iso_url), "{raw}");
+    // The test OS's /init prints its command line: the ISO's kernel and initramfs
+    // ran, not the disk's.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !vm
+        .console()
+        .lines()
+        .any(|l| l.contains("bmo-test-os: cmdline") && l.contains(&marker))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the live ISO's marker {marker} on its /init's console line:\n{}\n{}",
+            tail(&vm.console(), 60),
+            lab.logs_tail()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    watch.mark("live ISO booted, its marker on the console");
+    assert_eq!(
+        disk_digest(&vm.disk),
+        before,
+        "the live ISO wrote nothing to the disk"
+    );
+    watch.patch(json!({"spec": {"image": null}})).await;
+    watch
+        .until(
+            "available after the live ISO",
+            Duration::from_secs(600),
+            state_is("available"),
+        )
+        .await;
+    watch.mark("live ISO deprovisioned");
 }
 
 /// The agent came up from virtual media: the node boots by Redfish virtual media
@@ -363,7 +608,17 @@ fn print_phases(w: &Watch<'_>) {
     let deploying = w.at("ironic: deploying", provisioning);
     let provisioned = w.at("host: provisioned", deploying);
     let booted = w.at("deployed OS booted from disk on its address", provisioned);
-    let deleted = w.at("deleted, node gone", booted);
+    let cleaning = w.at("deprovisioning with metadata cleaning", booted);
+    let cleaned = w.at("metadata cleaned, available", cleaning);
+    let reprovisioned = w.at(
+        "reprovisioned OS booted, first deployment's files gone",
+        cleaned,
+    );
+    let deprovisioning = w.at("deprovisioning without cleaning", reprovisioned);
+    let live_start = w.at("deprovisioned, disk digest taken", deprovisioning);
+    let live_booted = w.at("live ISO booted, its marker on the console", live_start);
+    let live_done = w.at("live ISO deprovisioned", live_booted);
+    let deleted = w.at("deleted, node gone", live_done);
     println!("\nvm_vmedia phases (seconds; TCG, {VM_CPUS} vCPUs, {VM_MEMORY_MIB} MiB, UEFI)");
     println!("| phase | s |\n|---|---:|");
     for (phase, s) in [
@@ -384,7 +639,27 @@ fn print_phases(w: &Watch<'_>) {
             "first boot of the image from disk (→ its address on the console)",
             span(provisioned, booted),
         ),
-        ("deletion (no cleaning)", span(booted, deleted)),
+        (
+            "deprovisioning, metadata cleaning of both disks (agent booted again → available)",
+            span(cleaning, cleaned),
+        ),
+        (
+            "reprovisioning (fast track) and boot (→ the OS's user data ran)",
+            span(cleaned, reprovisioned),
+        ),
+        (
+            "deprovisioning without cleaning (→ available)",
+            span(deprovisioning, live_start),
+        ),
+        (
+            "live ISO: inserted and booted (→ its marker on the console)",
+            span(live_start, live_booted),
+        ),
+        (
+            "live ISO: deprovisioning (→ available)",
+            span(live_booted, live_done),
+        ),
+        ("deletion (no cleaning)", span(live_done, deleted)),
         ("total", secs(deleted)),
     ] {
         println!("| {phase} | {s:.1} |");
