@@ -74,6 +74,7 @@ async fn boot(dir: &Path, iso: &Path, name: &str, firmware: &[String], marker: &
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "72 s past the vm binary's CI budget; vm_servicing boots bmo's ISO through Ironic under UEFI in CI; run with --include-ignored"]
 async fn bmo_built_agent_iso_boots_under_bios_and_uefi() {
     let _alone = crate::support::exclusive("vm_iso");
     let stack = Stack::get();
