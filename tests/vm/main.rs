@@ -19,6 +19,7 @@ mod support;
 mod dhcp_watch;
 mod lab;
 mod live_iso;
+mod re_inspection;
 mod vbmc;
 mod vm_e2e;
 mod vm_ipv6;

@@ -17,7 +17,9 @@
 //! filesystem on the second disk and writes FIRST.TXT on the image's EFI system
 //! partition (the host sees both with `blkid -p` and mtools on the disk files).
 //! Deprovisioning with metadata cleaning boots the agent from Ironic's ISO again and
-//! erases both filesystems (blkid finds none). A reprovision boots the image again,
+//! erases both filesystems (blkid finds none). Upstream's `re_inspection`
+//! (re_inspection.rs) follows: the agent gets a new address and reports it. A
+//! reprovision boots the image again,
 //! and its own user data finds no FIRST.TXT. Then the host is deprovisioned without
 //! cleaning and given a live ISO (bmo's ISO writer, the test OS's kernel and
 //! initramfs, a marker on the kernel command line): the VM boots it from virtual
@@ -36,6 +38,7 @@ use serde_json::{Value, json};
 use crate::dhcp_watch::DhcpWatch;
 use crate::lab::{Firmware, HTTP_PORT, Lab, PROVISIONING_IP, Vm, VmSpec};
 use crate::live_iso::{disk_digest, serve_live_iso};
+use crate::re_inspection::re_inspect_on_a_new_address;
 use crate::support::{Stack, new_namespace, unique_name};
 use crate::vm_e2e::{create_secret, nic_of};
 use crate::watch::{Watch, state_is, tail, wait_console};
@@ -50,6 +53,8 @@ const ESP_OFFSET: u64 = 1 << 20;
 /// (`spec.networkData`), both outside any DHCP range.
 const AGENT_IP: &str = "10.77.0.60";
 const OS_IP: &str = "10.77.0.61";
+/// The agent's address after re-inspection, from a second network data Secret.
+const AGENT_IP_2: &str = "10.77.0.62";
 
 /// OpenStack network data: one physical link (the NIC with `mac`) with a static
 /// IPv4 address on the provisioning network.
@@ -216,6 +221,14 @@ async fn vm_without_dhcp_boots_the_agent_from_virtual_media_on_a_static_address_
     )
     .await;
     create_secret(&client, &ns, "vm-os-net", &[("networkData", &os_net)]).await;
+    let agent_net_2 = static_network_data(&vm.mac, AGENT_IP_2);
+    create_secret(
+        &client,
+        &ns,
+        "vm-preprov-net-2",
+        &[("networkData", &agent_net_2)],
+    )
+    .await;
 
     let api: Api<BareMetalHost> = Api::namespaced(client.clone(), &ns);
     let name = "vm-vmedia";
@@ -451,6 +464,7 @@ async fn metadata_clean_and_reprovision(
         "",
         "the first disk's EFI system partition (holding FIRST.TXT) is gone"
     );
+    re_inspect_on_a_new_address(watch, "vm-preprov-net-2", AGENT_IP_2).await;
 
     watch
         .patch(json!({"spec": {"image": image, "userData": {"name": "vm-user-data-2"}}}))
@@ -610,9 +624,10 @@ fn print_phases(w: &Watch<'_>) {
     let booted = w.at("deployed OS booted from disk on its address", provisioned);
     let cleaning = w.at("deprovisioning with metadata cleaning", booted);
     let cleaned = w.at("metadata cleaned, available", cleaning);
+    let reinspected = w.at("re-inspected, available", cleaned);
     let reprovisioned = w.at(
         "reprovisioned OS booted, first deployment's files gone",
-        cleaned,
+        reinspected,
     );
     let deprovisioning = w.at("deprovisioning without cleaning", reprovisioned);
     let live_start = w.at("deprovisioned, disk digest taken", deprovisioning);
@@ -644,8 +659,12 @@ fn print_phases(w: &Watch<'_>) {
             span(cleaning, cleaned),
         ),
         (
+            "re-inspection on a new agent address (annotation → agent booted again → available)",
+            span(cleaned, reinspected),
+        ),
+        (
             "reprovisioning (fast track) and boot (→ the OS's user data ran)",
-            span(cleaned, reprovisioned),
+            span(reinspected, reprovisioned),
         ),
         (
             "deprovisioning without cleaning (→ available)",
