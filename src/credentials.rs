@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use k8s_openapi::api::core::v1::Secret;
+
 /// A secret string (BMC password, Ironic password). `Debug` and `Display` print `***`;
 /// the value is only reachable through [`SecretString::expose`], so every place that
 /// sends it somewhere is easy to find.
@@ -21,6 +23,16 @@ impl SecretString {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+}
+
+/// A Secret's values by key, or the first key whose value is not UTF-8 text.
+pub fn secret_values(secret: &Secret) -> Result<Vec<(String, SecretString)>, String> {
+    let data = secret.data.clone().unwrap_or_default();
+    let text = |(key, value): (String, k8s_openapi::ByteString)| match String::from_utf8(value.0) {
+        Ok(value) => Ok((key, SecretString::new(value))),
+        Err(_) => Err(key),
+    };
+    data.into_iter().map(text).collect()
 }
 
 impl fmt::Debug for SecretString {

@@ -35,7 +35,7 @@ pub async fn run(
     // Claims come from tenant namespaces, so they are watched everywhere; the hosts
     // they bind are those bmo manages (WATCH_NAMESPACE, when set).
     let claims = Api::all(client.clone());
-    let own = runtime::own_watch(claims, |_| (), runtime::spec_annotations_finalizers());
+    let own = runtime::own_spec_watch(claims);
     let hosts: Api<BareMetalHost> = api_in(&client, namespace.as_deref());
     let secrets: Api<PartialObjectMeta<Secret>> = Api::all(client);
     // A claim's Secret made or changed: copied again at once.
@@ -58,8 +58,8 @@ impl<S: ClaimStore + 'static> Reconciler for ClaimContext<S> {
         tracing::info_span!("hostclaim", namespace, name)
     }
 
-    async fn reconcile(self: Arc<Self>, claim: Arc<HostClaim>) -> Result<Action, ClaimError> {
-        reconcile_claim(&claim, &self).await
+    async fn reconcile(&self, claim: &HostClaim) -> Result<Action, ClaimError> {
+        reconcile_claim(claim, self).await
     }
 }
 

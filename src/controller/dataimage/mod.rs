@@ -29,6 +29,7 @@ use crate::api::images::DATA_IMAGE_FINALIZER;
 use crate::api::{BareMetalHost, DataImage, DataImageStatus};
 use crate::bmc::AddressGuard;
 use crate::controller::runtime::seams::{BeforePowerOn, SeamError};
+use crate::controller::runtime::steps::OUT_OF_STEPS;
 use crate::controller::runtime::store::{
     HostEvent, Kind, KubeClient, ObjectError, ObjectStore, Read, StatusApply, StoreError,
     name_of as namespaced, owner_reference,
@@ -287,7 +288,7 @@ pub async fn reconcile<P: DataImageProvisioner, S: ObjectStore>(
             Taken::Step => {}
         }
     }
-    Ok(Next::After(Duration::from_secs(1)))
+    Ok(OUT_OF_STEPS)
 }
 
 /// What taking a step came to.

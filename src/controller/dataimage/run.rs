@@ -76,7 +76,7 @@ impl<P: DataImageProvisioner + 'static, S: ObjectStore + 'static> Reconciler
         tracing::info_span!("dataimage", %namespace, %name)
     }
 
-    async fn reconcile(self: Arc<Self>, image: Arc<DataImage>) -> Result<Action, DataImageError> {
-        super::reconcile(&image, &self).await.map(Action::from)
+    async fn reconcile(&self, image: &DataImage) -> Result<Action, DataImageError> {
+        super::reconcile(image, self).await.map(Action::from)
     }
 }

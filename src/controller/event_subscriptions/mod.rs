@@ -1,31 +1,29 @@
 //! The BMCEventSubscription controller: once the named host has an Ironic node, it
 //! subscribes the host's BMC to Redfish events through Ironic (headers from the
-//! `httpHeadersRef` Secret; their values never reach a message), records the id in
+//! `httpHeadersRef` Secret, never in a message), records the id in
 //! `status.subscriptionID`, and deletes the subscription before the object goes.
 //! [`state_machine`] decides, [`EventSubscriber`] acts, [`ObjectStore`] stores.
 
-mod run;
 pub mod state_machine;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
+use kube::runtime::controller::Action;
 
-pub use run::run;
 use state_machine::{Facts, Step};
 
-use crate::api::BMCEventSubscription;
 use crate::api::events::BMC_EVENT_SUBSCRIPTION_FINALIZER as FINALIZER;
+use crate::api::{BMCEventSubscription, BareMetalHost};
 use crate::controller::runtime::Next;
+use crate::controller::runtime::controller::{self as runtime, Reconciler, fingerprint};
+use crate::controller::runtime::shared_watch::Subscription;
+use crate::controller::runtime::steps::{self, MAX_STEPS, OUT_OF_STEPS, PROVISIONER_RETRY};
 use crate::controller::runtime::store::{Kind, KubeClient, ObjectError, ObjectStore};
+use crate::controller::runtime::watch::api_in;
 use crate::provisioner::{EventSubscriber, SubscriptionAnswer};
-
-/// Look again this soon after the provisioner could not answer.
-pub const PROVISIONER_RETRY: Duration = Duration::from_secs(30);
-
-/// Steps one reconcile takes at most.
-const MAX_STEPS: usize = 10;
 
 /// Its status is applied as it is, its events posted as upstream's controller.
 impl Kind for BMCEventSubscription {}
@@ -53,14 +51,8 @@ pub async fn reconcile<P: EventSubscriber, S: ObjectStore>(
         let step = state_machine::next(subscription, &facts);
         tracing::debug!(?step, "event subscription step");
         match step {
-            Step::Idle => return Ok(Next::OnChange),
             Step::LoadHost(name) => {
                 facts.host = Some(store.get(&namespace, &name).await.map_err(&store_err)?);
-            }
-            // The finalizer write wakes the next reconcile.
-            Step::SetFinalizer(present) => {
-                let set = store.set_finalizer(subscription, FINALIZER, present).await;
-                return set.map(|()| Next::OnChange).map_err(store_err);
             }
             Step::ReadHeaders(name) => {
                 let secret = store.get::<Secret>(&namespace, &name).await;
@@ -78,18 +70,51 @@ pub async fn reconcile<P: EventSubscriber, S: ObjectStore>(
                 }
                 facts.deleted = Some(answer);
             }
-            Step::Save {
-                status,
-                event,
-                retry,
-            } => {
-                let saved = store.save(subscription, &status, event.as_slice()).await;
-                saved.map_err(store_err)?;
-                return Ok(retry.map_or(Next::OnChange, Next::After));
+            Step::End(outcome) => {
+                let finished = steps::finish(store, subscription, FINALIZER, outcome).await;
+                return finished.map_err(store_err);
             }
         }
     }
-    Ok(Next::After(Duration::from_secs(1)))
+    Ok(OUT_OF_STEPS)
+}
+
+/// What of a host matters here: which object it is, its node, and its state (a BMC
+/// that refused while the host was registering may accept once it is registered).
+fn host_node(host: &BareMetalHost) -> Option<u64> {
+    let node = host.status.as_ref().map(|s| &s.provisioning);
+    fingerprint((&host.metadata.uid, node.map(|p| (&p.id, p.state))))
+}
+
+/// Runs the controller until `shutdown` resolves: a subscription wakes on its spec,
+/// annotations and finalizers (not on bmo's status writes, as upstream), and on its
+/// host's changes in `hosts`, the shared watch.
+pub async fn run<P: EventSubscriber + 'static>(
+    ctx: Arc<SubscriptionContext<P, KubeClient>>,
+    hosts: Subscription<BareMetalHost>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let own = runtime::own_spec_watch(api_in(ctx.store.client(), ctx.namespace.as_deref()));
+    let names =
+        |s: &BMCEventSubscription, _: &str, host: &str| s.spec.host_name.as_deref() == Some(host);
+    let controller = runtime::wake_naming_shared(own, hosts, host_node, names);
+    runtime::run(controller, ctx, shutdown).await;
+}
+
+impl<P: EventSubscriber + 'static, S: ObjectStore + 'static> Reconciler
+    for SubscriptionContext<P, S>
+{
+    type Object = BMCEventSubscription;
+    type Error = SubscriptionError;
+    const ERROR_RETRY: Duration = PROVISIONER_RETRY;
+
+    fn span(namespace: &str, name: &str) -> tracing::Span {
+        tracing::info_span!("bmceventsubscription", %namespace, %name)
+    }
+
+    async fn reconcile(&self, s: &BMCEventSubscription) -> Result<Action, SubscriptionError> {
+        reconcile(s, self).await.map(Action::from)
+    }
 }
 
 #[cfg(test)]

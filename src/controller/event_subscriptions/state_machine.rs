@@ -8,14 +8,18 @@ use kube::ResourceExt;
 
 use crate::api::events::BMC_EVENT_SUBSCRIPTION_FINALIZER as FINALIZER;
 use crate::api::{BMCEventSubscription, BMCEventSubscriptionStatus as Status, BareMetalHost};
-use crate::controller::runtime::node_of;
+use crate::controller::runtime::steps::HasError;
+use crate::controller::runtime::steps::Outcome::{self, Finalizer, Idle};
 use crate::controller::runtime::store::{HostEvent, has_finalizer};
-use crate::credentials::SecretString;
+use crate::controller::runtime::{bmc_of, node_of};
+use crate::credentials::secret_values;
 use crate::provisioner::{NodeRef, SubscriptionAnswer as Answer, SubscriptionRequest};
 
 /// Look again this long after a refusal (a missing host or Secret, a BMC that said
 /// no): the spec cannot change, but the BMC, the host or the Secret can.
 pub const RETRY: Duration = Duration::from_secs(300);
+/// The reason of a refusal's warning event.
+const FAILED: &str = "SubscriptionFailed";
 
 /// What the reconcile found so far; `None` is "not looked at yet".
 #[derive(Debug, Clone, Default)]
@@ -31,51 +35,51 @@ pub struct Facts {
 /// The next thing to do (header values print as `***`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
-    /// Nothing until the subscription or its host changes.
-    Idle,
     /// Read the host of this name.
     LoadHost(String),
-    /// Add (`true`) or remove the finalizer.
-    SetFinalizer(bool),
     /// Read the header Secret of this name and build the request with it.
     ReadHeaders(String),
     Create(NodeRef, SubscriptionRequest),
     Delete(NodeRef, String),
-    /// `retry`: look again after it; `None` when only a change can help.
-    Save {
-        status: Status,
-        event: Option<HostEvent>,
-        retry: Option<Duration>,
-    },
+    End(Outcome<Status>),
+}
+
+impl HasError for Status {
+    fn error_mut(&mut self) -> &mut Option<String> {
+        &mut self.error
+    }
 }
 
 /// The next step for `subscription`, from `facts`.
 pub fn next(subscription: &BMCEventSubscription, facts: &Facts) -> Step {
     let finalized = has_finalizer(subscription, FINALIZER);
     let deleting = subscription.metadata.deletion_timestamp.is_some();
-    let status = subscription.status.clone().unwrap_or_default();
+    let mut status = subscription.status.clone().unwrap_or_default();
     let id = status.subscription_id.clone().filter(|id| !id.is_empty());
+    let host_name = subscription.spec.host_name.clone().unwrap_or_default();
     if deleting && !finalized {
-        return Step::Idle;
+        return Step::End(Idle);
     }
     let Some(host) = &facts.host else {
-        return Step::LoadHost(subscription.spec.host_name.clone().unwrap_or_default());
+        return Step::LoadHost(host_name);
     };
     if deleting {
-        return deletion(subscription, facts, id, host.as_ref());
+        return deletion(facts, status, host.as_ref());
     }
     let Some(host) = host else {
-        let what = format!("BareMetalHost {}", host_key(subscription));
-        let message = format!("{what} not found: create it, or delete this BMCEventSubscription");
-        return refused(status, message, None);
+        let namespace = subscription.namespace().unwrap_or_default();
+        let message = format!(
+            "BareMetalHost {namespace}/{host_name} not found: create it, or delete this BMCEventSubscription"
+        );
+        return Step::End(Outcome::failed(status, FAILED, message, None));
     };
     if !finalized {
-        return Step::SetFinalizer(true);
+        return Step::End(Finalizer(true));
     }
     // Made through the host's node; the host's status write recording it wakes this.
     let node = node_of(host);
     if id.is_some() || node.provisioning_id.is_none() {
-        return Step::Idle;
+        return Step::End(Idle);
     }
     let request = match (&facts.request, &subscription.spec.http_headers_ref) {
         (Some(request), _) => request.clone(),
@@ -84,44 +88,31 @@ pub fn next(subscription: &BMCEventSubscription, facts: &Facts) -> Step {
     };
     let request = match request {
         Ok(request) => request,
-        Err(why) => return refused(status, why, Some(RETRY)),
+        Err(why) => return Step::End(Outcome::failed(status, FAILED, why, Some(RETRY))),
     };
-    match &facts.created {
-        None => Step::Create(node, request),
-        Some(Answer::Done(id)) => Step::Save {
-            status: Status {
-                subscription_id: Some(id.clone()),
-                error: None,
-            },
-            event: Some(HostEvent::normal(
-                "SubscriptionCreated",
-                &format!(
-                    "{} sends its events to {} (subscription {id})",
-                    bmc_of(subscription, host),
-                    request.destination
-                ),
-            )),
-            retry: None,
-        },
-        Some(Answer::Refused(why)) => refused(
-            status,
-            refusal_message(subscription, host, why),
-            Some(RETRY),
-        ),
+    let created = match &facts.created {
+        None => return Step::Create(node, request),
+        Some(Answer::Done(id)) => id,
+        Some(Answer::Refused(why)) => {
+            let message = refusal_message(subscription, host, why);
+            return Step::End(Outcome::failed(status, FAILED, message, Some(RETRY)));
+        }
         // The node went away: the host controller registers it again.
-        Some(Answer::NoNode) => Step::Idle,
-    }
+        Some(Answer::NoNode) => return Step::End(Idle),
+    };
+    let (bmc, to) = (bmc_of(host), request.destination);
+    let message = format!("{bmc} sends its events to {to} (subscription {created})");
+    let event = HostEvent::normal("SubscriptionCreated", &message);
+    status.subscription_id = Some(created.clone());
+    status.error = None;
+    Step::End(Outcome::saved(status, event))
 }
 
-fn deletion(
-    subscription: &BMCEventSubscription,
-    facts: &Facts,
-    id: Option<String>,
-    host: Option<&BareMetalHost>,
-) -> Step {
+fn deletion(facts: &Facts, status: Status, host: Option<&BareMetalHost>) -> Step {
+    let id = status.subscription_id.clone().filter(|id| !id.is_empty());
     // Without a host there is no node to ask: nothing bmo can delete.
     let (Some(id), Some(host)) = (id, host) else {
-        return Step::SetFinalizer(false);
+        return Step::End(Finalizer(false));
     };
     match &facts.deleted {
         None => Step::Delete(node_of(host), id),
@@ -129,12 +120,11 @@ fn deletion(
             let message = format!(
                 "{} did not delete event subscription {id}: {why}. \
                  bmo tries again; to give up on it, remove the finalizer {FINALIZER}",
-                bmc_of(subscription, host),
+                bmc_of(host),
             );
-            let status = subscription.status.clone().unwrap_or_default();
-            refused(status, message, Some(RETRY))
+            Step::End(Outcome::failed(status, FAILED, message, Some(RETRY)))
         }
-        Some(Answer::Done(())) | Some(Answer::NoNode) => Step::SetFinalizer(false),
+        Some(Answer::Done(())) | Some(Answer::NoNode) => Step::End(Finalizer(false)),
     }
 }
 
@@ -152,11 +142,8 @@ pub fn request(
     let Some(reference) = &subscription.spec.http_headers_ref else {
         return Ok(request);
     };
-    let namespace = subscription.namespace().unwrap_or_default();
-    let name = format!(
-        "{namespace}/{}",
-        reference.name.as_deref().unwrap_or_default()
-    );
+    let name = reference.name.as_deref().unwrap_or_default();
+    let name = format!("{}/{name}", subscription.namespace().unwrap_or_default());
     let why = "failed to retrieve HTTP headers secret";
     let Some(secret) = secret else {
         return Err(format!(
@@ -164,35 +151,13 @@ pub fn request(
              create it, bmo tries again every 5 minutes"
         ));
     };
-    for (key, value) in secret.data.clone().unwrap_or_default() {
-        let Ok(value) = String::from_utf8(value.0) else {
-            return Err(format!(
-                "{why}: key {key} of Secret {name} is not UTF-8 text, \
-                 so it cannot be an HTTP header value"
-            ));
-        };
-        request.http_headers.push((key, SecretString::new(value)));
-    }
+    request.http_headers = secret_values(secret).map_err(|key| {
+        format!("{why}: key {key} of Secret {name} is not UTF-8 text, so it cannot be an HTTP header value")
+    })?;
     Ok(request)
 }
 
-/// Saves `message` as the error (with a warning event), unless it is already there.
-fn refused(mut status: Status, message: String, retry: Option<Duration>) -> Step {
-    let event = (status.error.as_ref() != Some(&message))
-        .then(|| HostEvent::warning("SubscriptionFailed", &message));
-    if event.is_none() && retry.is_none() {
-        return Step::Idle;
-    }
-    status.error = Some(message);
-    Step::Save {
-        status,
-        event,
-        retry,
-    }
-}
-
-/// What the user reads when the BMC (or Ironic for it) said no: who refused, what,
-/// and what to do about it.
+/// What the user reads when the BMC (or Ironic for it) said no, and what to do.
 fn refusal_message(subscription: &BMCEventSubscription, host: &BareMetalHost, why: &str) -> String {
     let fix = if why.contains("EventService") {
         "this BMC offers no Redfish EventService, so it cannot send events; \
@@ -205,24 +170,7 @@ fn refusal_message(subscription: &BMCEventSubscription, host: &BareMetalHost, wh
     };
     format!(
         "{} refused the event subscription to {}: {why}. Fix: {fix}",
-        bmc_of(subscription, host),
+        bmc_of(host),
         subscription.spec.destination.as_deref().unwrap_or_default(),
     )
-}
-
-/// `namespace/hostName`.
-fn host_key(subscription: &BMCEventSubscription) -> String {
-    let namespace = subscription.namespace().unwrap_or_default();
-    format!(
-        "{namespace}/{}",
-        subscription.spec.host_name.as_deref().unwrap_or_default()
-    )
-}
-
-/// "BMC address of BareMetalHost namespace/name", the address without the
-/// credentials a user may have put in it (the address guard's rule).
-fn bmc_of(subscription: &BMCEventSubscription, host: &BareMetalHost) -> String {
-    let address = host.spec.bmc.as_ref().map_or("", |b| b.address.as_str());
-    let address = crate::bmc::redact_userinfo(address);
-    format!("BMC {address} of BareMetalHost {}", host_key(subscription))
 }

@@ -1,16 +1,8 @@
 //! What the firmware controllers (settings, components, policy) share: their
-//! context, their error, and how far one reconcile goes.
+//! context and their error.
 
-use std::time::Duration;
-
+pub use crate::controller::runtime::steps::PROVISIONER_RETRY;
 use crate::controller::runtime::store::{KubeClient, ObjectError};
-
-/// Look again this soon after the provisioner could not answer (upstream's delay).
-pub const PROVISIONER_RETRY: Duration = Duration::from_secs(30);
-
-/// Steps one reconcile takes at most (each a read or a write); more means objects
-/// keep changing under it, and it looks again shortly.
-pub const MAX_STEPS: usize = 10;
 
 /// What the firmware controllers share.
 pub struct FirmwareContext<P, S = KubeClient> {

@@ -215,26 +215,21 @@ where
 
     /// Both kinds for one host, and its HostUpdatePolicy: each is reconciled even
     /// when another could not be; the sooner look-again wins.
-    async fn reconcile(self: Arc<Self>, host: Arc<BareMetalHost>) -> Result<Action, FirmwareError> {
+    async fn reconcile(&self, host: &BareMetalHost) -> Result<Action, FirmwareError> {
         let namespace = host.namespace().unwrap_or_default();
         let name = host.name_any();
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let span = tracing::info_span!("hostfirmwaresettings", %namespace, %name);
-        let settings = super::reconcile(&host, &self, now.clone())
+        let settings = super::reconcile(host, self, now.clone())
             .instrument(span)
             .await;
         let span = tracing::info_span!("hostfirmwarecomponents", %namespace, %name);
-        let components = super::components::reconcile(&host, &self, now)
+        let components = super::components::reconcile(host, self, now)
             .instrument(span)
             .await;
         let span = tracing::info_span!("hostupdatepolicy", %namespace, %name);
-        let policy = super::policy::reconcile(&host, &self)
-            .instrument(span)
-            .await;
-        Ok(Action::from(sooner(
-            sooner(settings?, components?),
-            policy?,
-        )))
+        let policy = super::policy::reconcile(host, self).instrument(span).await;
+        Ok(sooner(sooner(settings?, components?), policy?).into())
     }
 }
 

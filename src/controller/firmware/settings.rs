@@ -1,16 +1,15 @@
 //! One reconcile of a host's HostFirmwareSettings: [`super::state_machine`] decides,
 //! the provisioner reads the BIOS, [`super::store`] writes.
 
-use std::time::Duration;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
-use super::context::{FirmwareContext, FirmwareError, MAX_STEPS, PROVISIONER_RETRY};
+use super::context::{FirmwareContext, FirmwareError};
 use super::state_machine::{self, Facts, Lookup, StatusStep, Step, warnings};
 use super::store::{self, FirmwareStore};
 use crate::api::BareMetalHost;
 use crate::api::firmware::{FirmwareSchema, HostFirmwareSettings};
+use crate::controller::runtime::steps::{MAX_STEPS, OUT_OF_STEPS, PROVISIONER_RETRY};
 use crate::controller::runtime::store::{ObjectError, Read, StoreError, owner_reference};
 use crate::controller::runtime::{Next, node_of};
 use crate::provisioner::FirmwareReader;
@@ -43,7 +42,7 @@ pub async fn reconcile<P: FirmwareReader, S: FirmwareStore>(
             return Ok(next);
         }
     }
-    Ok(Next::After(Duration::from_secs(1)))
+    Ok(OUT_OF_STEPS)
 }
 
 /// Takes `step`; `Some` ends the reconcile.

@@ -132,16 +132,13 @@ impl Reconciler for BuildContext {
         tracing::info_span!("preprovisioningimage", namespace, name)
     }
 
-    async fn reconcile(
-        self: Arc<Self>,
-        image: Arc<PreprovisioningImage>,
-    ) -> Result<Action, ObjectError> {
+    async fn reconcile(&self, image: &PreprovisioningImage) -> Result<Action, ObjectError> {
         let reconciled = if image.metadata.deletion_timestamp.is_some() {
-            release(&image, &self).await
+            release(image, self).await
         } else {
-            reconcile_image(&image, &self).await
+            reconcile_image(image, self).await
         };
-        reconciled.map_err(ObjectError::about(image.as_ref()))
+        reconciled.map_err(ObjectError::about(image))
     }
 }
 

@@ -1,6 +1,7 @@
 //! A kind's controller on kube-runtime: the kind says what it reconciles and how
 //! ([`Reconciler`]) and builds its `Controller` with what wakes an object (its own
-//! watch from [`own_watch`], the objects it names through [`wake_naming`], plus any
+//! watch from [`own_watch`], the objects it names through [`wake_naming`] (or
+//! [`wake_naming_shared`] from a shared watch), plus any
 //! `.watches` or `.reconcile_on` of its own); [`run`] does the rest: a span per
 //! reconcile, the error policy ([`Reconciler::retry`]), the log line of a reconcile
 //! that did not finish, and the stop at shutdown.
@@ -21,6 +22,7 @@ use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
 use super::observed::observed;
+use super::shared_watch::Subscription;
 use super::store::StoreError;
 use super::turns::Turns;
 use super::watch::{WatchBackoff, run_until_shutdown};
@@ -57,9 +59,9 @@ pub trait Reconciler: Send + Sync + Sized + 'static {
 
     /// One reconcile of `object`, in its span.
     fn reconcile(
-        self: Arc<Self>,
-        object: Arc<Self::Object>,
-    ) -> impl Future<Output = Result<Action, Self::Error>> + Send + 'static;
+        &self,
+        object: &Self::Object,
+    ) -> impl Future<Output = Result<Action, Self::Error>> + Send;
 
     /// After a reconcile of `object` failed with `error`: logs it (unless it lost a
     /// race) and says when to try again.
@@ -113,6 +115,14 @@ where
     own_watch_with(api, trim, change, WatchBackoff::default)
 }
 
+/// [`own_watch`] of objects kept whole that wake on [`spec_annotations_finalizers`].
+pub fn own_spec_watch<K>(api: Api<K>) -> Controller<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    own_watch(api, |_| (), spec_annotations_finalizers())
+}
+
 /// [`own_watch`], trying a failed watch again on `backoff`'s pauses.
 pub fn own_watch_with<K, B>(
     api: Api<K>,
@@ -157,6 +167,21 @@ where
             .map(|object| ObjectRef::from_obj(object.as_ref()))
             .collect::<Vec<_>>()
     })
+}
+
+/// [`wake_naming`] for the objects of a shared watch whose `change` hash moved.
+pub fn wake_naming_shared<K, O>(
+    controller: Controller<K>,
+    shared: Subscription<O>,
+    change: impl Predicate<O> + Send + 'static,
+    names: impl Fn(&K, &str, &str) -> bool + Send + Sync + 'static,
+) -> Controller<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    O: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let changes = shared.changed(change).map(|o| Ok(Arc::unwrap_or_clone(o)));
+    wake_naming(controller, changes, names)
 }
 
 /// Runs `controller` (its wakes added) until `shutdown` resolves, reconciling with
@@ -216,7 +241,7 @@ fn reconcile_in_span<R: Reconciler>(
 ) -> impl Future<Output = Result<Action, R::Error>> + Send + 'static {
     let span = R::span(&object.namespace().unwrap_or_default(), &object.name_any());
     let controller = R::kind().to_lowercase();
-    async move { observed(&controller, ctx.reconcile(object)).await }.instrument(span)
+    async move { observed(&controller, ctx.reconcile(&object)).await }.instrument(span)
 }
 
 fn error_policy<R: Reconciler>(object: Arc<R::Object>, error: &R::Error, ctx: Arc<R>) -> Action {

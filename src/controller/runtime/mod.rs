@@ -4,14 +4,16 @@
 //! ([`shared_watch`]), the namespaces watched, the backoff of a failed watch and the
 //! shutdown grace ([`watch`]), turns in line for reconciles ([`turns`]), the store
 //! helpers every kind's store uses ([`store`]), conditions ([`conditions`]),
-//! controller-runtime's reconcile series ([`observed`]) and the seams where one
-//! controller acts for another kind ([`seams`]).
+//! controller-runtime's reconcile series ([`observed`]), a reconcile in steps
+//! ([`steps`]) and the seams where one controller acts for another kind
+//! ([`seams`]).
 
 pub mod conditions;
 pub mod controller;
 pub mod observed;
 pub mod seams;
 pub mod shared_watch;
+pub mod steps;
 pub mod store;
 pub mod turns;
 pub mod watch;
@@ -48,6 +50,15 @@ pub fn backoff(error_count: i64, max: Duration) -> Duration {
     let random = std::hash::RandomState::new().build_hasher().finish();
     let fraction = 0.5 + (random % 500) as f64 / 1000.0;
     full.mul_f64(fraction).max(Duration::from_secs(1))
+}
+
+/// "BMC address of BareMetalHost namespace/name", as messages name a host's BMC: the
+/// address without the credentials a user may have put in it (the address guard's
+/// rule).
+pub fn bmc_of(host: &BareMetalHost) -> String {
+    let address = host.spec.bmc.as_ref().map_or("", |b| b.address.as_str());
+    let address = crate::bmc::redact_userinfo(address);
+    format!("BMC {address} of BareMetalHost {}", store::name_of(host))
 }
 
 /// The host's Ironic node as the provisioner names it: by the host, and by its

@@ -21,9 +21,10 @@ use state_machine::{Facts, Step};
 
 use super::state_machine::{StatusStep, warnings};
 
-use super::context::{FirmwareContext, FirmwareError, MAX_STEPS};
+use super::context::{FirmwareContext, FirmwareError};
 use crate::api::BareMetalHost;
 use crate::api::firmware::{HostFirmwareComponents, HostFirmwareComponentsSpec};
+use crate::controller::runtime::steps::{MAX_STEPS, OUT_OF_STEPS};
 use crate::controller::runtime::store::{
     ObjectError, ObjectStore, Read, StoreError, owner_reference,
 };
@@ -67,7 +68,7 @@ pub async fn reconcile<P: FirmwareReader, S: ObjectStore>(
             }
         }
     }
-    Ok(Next::After(Duration::from_secs(1)))
+    Ok(OUT_OF_STEPS)
 }
 
 /// What taking a step came to.
