@@ -19,7 +19,8 @@
 //! Deprovisioning with metadata cleaning boots the agent from Ironic's ISO again and
 //! erases both filesystems (blkid finds none). Upstream's `re_inspection`
 //! (re_inspection.rs) follows: the agent gets a new address and reports it. A
-//! reprovision boots the image again,
+//! reprovision, detached by force while Ironic deploys and re-attached
+//! (forced_detach.rs, upstream's `forced_detachment`), boots the image again,
 //! and its own user data finds no FIRST.TXT. Then the host is deprovisioned without
 //! cleaning and given a live ISO (bmo's ISO writer, the test OS's kernel and
 //! initramfs, a marker on the kernel command line): the VM boots it from virtual
@@ -36,6 +37,7 @@ use kube::api::{DeleteParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::dhcp_watch::DhcpWatch;
+use crate::forced_detach::force_detach_while_deploying_then_reattach;
 use crate::lab::{Firmware, HTTP_PORT, Lab, PROVISIONING_IP, Vm, VmSpec};
 use crate::live_iso::{disk_digest, serve_live_iso};
 use crate::re_inspection::re_inspect_on_a_new_address;
@@ -469,13 +471,7 @@ async fn metadata_clean_and_reprovision(
     watch
         .patch(json!({"spec": {"image": image, "userData": {"name": "vm-user-data-2"}}}))
         .await;
-    watch
-        .until(
-            "provisioned again",
-            Duration::from_secs(900),
-            state_is("provisioned"),
-        )
-        .await;
+    force_detach_while_deploying_then_reattach(watch).await;
     let t = Duration::from_secs(300);
     wait_console(vm, lab, "bmo-test-os: ready", 2, t).await;
     let console = vm.console();
@@ -625,9 +621,11 @@ fn print_phases(w: &Watch<'_>) {
     let cleaning = w.at("deprovisioning with metadata cleaning", booted);
     let cleaned = w.at("metadata cleaned, available", cleaning);
     let reinspected = w.at("re-inspected, available", cleaned);
+    let detached = w.at("forced detachment while deploying", reinspected);
+    let reattached = w.at("detached while provisioning", detached);
     let reprovisioned = w.at(
         "reprovisioned OS booted, first deployment's files gone",
-        reinspected,
+        reattached,
     );
     let deprovisioning = w.at("deprovisioning without cleaning", reprovisioned);
     let live_start = w.at("deprovisioned, disk digest taken", deprovisioning);
@@ -663,8 +661,13 @@ fn print_phases(w: &Watch<'_>) {
             span(cleaned, reinspected),
         ),
         (
-            "reprovisioning (fast track) and boot (→ the OS's user data ran)",
-            span(reinspected, reprovisioned),
+            "reprovisioning (fast track) until Ironic deploys",
+            span(reinspected, detached),
+        ),
+        ("forced detachment (→ detached)", span(detached, reattached)),
+        (
+            "re-attached: new node, cleaning, deployment and boot (→ the OS's user data ran)",
+            span(reattached, reprovisioned),
         ),
         (
             "deprovisioning without cleaning (→ available)",
