@@ -340,6 +340,7 @@ impl NetbootConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netboot::dhcp::range::assert_refused_with_form;
 
     #[test]
     fn dhcp_hosts_are_mac_ip_pairs_and_a_bad_one_names_the_variable_and_form() {
@@ -401,14 +402,11 @@ mod tests {
 
     #[test]
     fn a_bad_dhcp_range_names_the_variable_and_the_accepted_form() {
-        for bad in [
+        assert_refused_with_form::<DhcpRanges>(&[
             "172.22.0.10-172.22.0.100",
             "172.22.0.100,172.22.0.10",
             "a,b",
             "1.1.1.1,1.1.1.2,40",
-        ] {
-            let e = bad.parse::<DhcpRanges>().expect_err(bad);
-            assert!(e.contains("DHCP_RANGE") && e.contains(RANGE_FORM), "{e}");
-        }
+        ]);
     }
 }

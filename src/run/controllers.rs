@@ -123,28 +123,22 @@ pub(super) fn start_controllers(
         namespace.as_deref(),
         stop,
     ));
-    tasks.push(start_firmware(
+    tasks.extend(start_firmware_and_subscriptions(
         config,
         kube,
         provisioner.clone(),
         firmware_feeds,
+        subscription_hosts,
         stop,
     ));
     let data_image_ctx = Arc::new(controller::dataimage::DataImageContext {
-        provisioner: provisioner.clone(),
+        provisioner,
         store: data_image_store,
         namespace: config.watch_namespace.clone(),
         max_backoff,
     });
     let data_images = controller::dataimage::run(data_image_ctx, data_image_hosts, stop.stopped());
     tasks.push(tokio::spawn(data_images));
-    tasks.push(start_event_subscriptions(
-        config,
-        kube,
-        provisioner,
-        subscription_hosts,
-        stop,
-    ));
     tracing::info!(
         namespace = config.watch_namespace.as_deref().unwrap_or("(all)"),
         concurrency = config.concurrency,
@@ -153,45 +147,42 @@ pub(super) fn start_controllers(
     tasks
 }
 
-/// The controllers of HostFirmwareSettings, FirmwareSchemas and HostFirmwareComponents.
-fn start_firmware(
+/// The controllers of HostFirmwareSettings, FirmwareSchemas and HostFirmwareComponents
+/// (on `feeds`), and of BMCEventSubscriptions (on `hosts`): each on the provisioner
+/// with a client of its own, naming this bmo, in the watched namespace.
+fn start_firmware_and_subscriptions(
     config: &Config,
     kube: &kube::Client,
     provisioner: IronicProvisioner,
     feeds: controller::runtime::shared_watch::Feeds,
-    stop: &Stop,
-) -> tokio::task::JoinHandle<()> {
-    let ctx = Arc::new(controller::firmware::FirmwareContext {
-        provisioner,
-        store: KubeClient::new(kube.clone(), config.pod_name.clone()),
-        namespace: config.watch_namespace.clone(),
-    });
-    tokio::spawn(controller::firmware::run(
-        ctx,
-        config.concurrency,
-        feeds,
-        stop.stopped(),
-    ))
-}
-
-/// The BMCEventSubscription controller.
-fn start_event_subscriptions(
-    config: &Config,
-    kube: &kube::Client,
-    provisioner: IronicProvisioner,
     hosts: Subscription<BareMetalHost>,
     stop: &Stop,
-) -> tokio::task::JoinHandle<()> {
-    let subscriptions_ctx = Arc::new(controller::event_subscriptions::SubscriptionContext {
-        provisioner,
-        store: KubeClient::new(kube.clone(), config.pod_name.clone()),
-        namespace: config.watch_namespace.clone(),
+) -> [tokio::task::JoinHandle<()>; 2] {
+    let store = || KubeClient::new(kube.clone(), config.pod_name.clone());
+    let namespace = config.watch_namespace.clone();
+    let firmware = Arc::new(controller::firmware::FirmwareContext {
+        provisioner: provisioner.clone(),
+        store: store(),
+        namespace: namespace.clone(),
     });
-    tokio::spawn(controller::event_subscriptions::run(
-        subscriptions_ctx,
-        hosts,
-        stop.stopped(),
-    ))
+    let subscriptions = Arc::new(controller::event_subscriptions::SubscriptionContext {
+        provisioner,
+        store: store(),
+        namespace,
+    });
+    [
+        tokio::spawn(controller::firmware::run(
+            firmware,
+            config.concurrency,
+            feeds,
+            stop.stopped(),
+        )),
+        tokio::spawn(controller::event_subscriptions::run(
+            subscriptions,
+            hosts,
+            stop.stopped(),
+        )),
+    ]
 }
 
 /// The host controller's context: its store, provisioner and settings, and what the

@@ -17,6 +17,19 @@ pub enum ReconcileError {
     Provisioner(#[from] ProvisionerError),
 }
 
+impl ReconcileError {
+    /// A write lost a race with another writer: the watch brings the newer object.
+    pub fn is_conflict(&self) -> bool {
+        matches!(
+            self,
+            ReconcileError::Store {
+                source: StoreError::Conflict,
+                ..
+            }
+        )
+    }
+}
+
 /// Wraps a store error with the host it concerns.
 pub(super) fn store_err(host: &BareMetalHost) -> impl FnOnce(StoreError) -> ReconcileError + '_ {
     move |source| ReconcileError::Store {

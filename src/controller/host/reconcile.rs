@@ -15,7 +15,7 @@ use super::save::{self, Extras, save};
 use super::state_machine::{
     self, CallResult, Facts, Gate, RegistrationCheck, SpecProblem, Step, Update,
 };
-use super::store::{Store, StoreError};
+use super::store::Store;
 use super::{act, legacy_firmware, status_annotations};
 use crate::api::{
     BareMetalHost, HardwareDetails, HostUpdatePolicy, OperationalStatus, ProvisioningState,
@@ -41,10 +41,7 @@ pub(super) async fn reconcile<P: Provisioner, S: Store>(
     let span = tracing::info_span!("host", host = %host.namespaced_name());
     match reconcile_host(&host, &ctx).instrument(span.clone()).await {
         // The watch brings the newer object; look again with it shortly.
-        Err(ReconcileError::Store {
-            source: StoreError::Conflict,
-            ..
-        }) => Ok(Action::requeue(Duration::from_secs(1))),
+        Err(e) if e.is_conflict() => Ok(Action::requeue(Duration::from_secs(1))),
         // Not the host's error: said in a condition, retried soon, errorCount kept.
         Err(ReconcileError::Provisioner(e)) => match e.unreachable() {
             Some(ironic) => save::provisioner_unreachable(&host, &ctx, ironic)

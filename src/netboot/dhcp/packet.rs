@@ -83,12 +83,6 @@ pub struct ClientRequest {
 }
 
 impl ClientRequest {
-    pub fn vendor_class_str(&self) -> Option<String> {
-        self.vendor_class
-            .as_deref()
-            .map(|v| String::from_utf8_lossy(v).into_owned())
-    }
-
     fn vendor_class_starts(&self, prefix: &[u8]) -> bool {
         self.vendor_class
             .as_deref()

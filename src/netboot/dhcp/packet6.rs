@@ -131,12 +131,6 @@ pub struct ClientRequest6 {
 }
 
 impl ClientRequest6 {
-    pub fn vendor_class_str(&self) -> Option<String> {
-        self.vendor_class
-            .as_deref()
-            .map(|v| String::from_utf8_lossy(v).into_owned())
-    }
-
     pub fn is_pxe(&self) -> bool {
         self.vendor_class
             .as_deref()

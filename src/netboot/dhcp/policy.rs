@@ -161,12 +161,8 @@ impl Policy {
         if no_lease_asked && leases.get(&req.mac).is_none() {
             return true;
         }
-        let sighting = Sighting {
-            hostname_raw: req.hostname_raw.clone(),
-            arch: req.arch,
-            vendor_class: req.vendor_class_str(),
-            ipxe: req.ipxe,
-        };
+        let vendor_class = req.vendor_class.as_deref();
+        let sighting = Sighting::new(req.hostname_raw.clone(), req.arch, vendor_class, req.ipxe);
         leases.see(req.mac, sighting, matches!(self.mode, Mode::Proxy))
     }
 

@@ -117,12 +117,8 @@ impl Policy6 {
         if releasing && leases.get(&mac).is_none() {
             return true;
         }
-        let sighting = Sighting {
-            hostname_raw: req.fqdn.clone(),
-            arch: req.arch,
-            vendor_class: req.vendor_class_str(),
-            ipxe: req.ipxe,
-        };
+        let vendor_class = req.vendor_class.as_deref();
+        let sighting = Sighting::new(req.fqdn.clone(), req.arch, vendor_class, req.ipxe);
         let proxy = matches!(self.mode, Mode6::Proxy);
         if req.duid.is_empty() {
             return leases.see(mac, sighting, proxy);

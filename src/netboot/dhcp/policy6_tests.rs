@@ -5,8 +5,9 @@ use crate::netboot::hosts::StaticHosts;
 
 const MAC: MacAddr = MacAddr([0x52, 0x54, 0, 0, 0, 1]);
 
-fn policy(mode: Mode6) -> Policy6 {
-    Policy6 {
+/// A policy in `mode` and an empty lease table, as each test starts.
+fn setup(mode: Mode6) -> (Policy6, LeaseTable) {
+    let policy = Policy6 {
         mode,
         server_duid: vec![0, 3, 0, 1, 2, 0, 0, 0, 0, 9],
         server_ip: "fd00::1".parse().unwrap(),
@@ -15,7 +16,8 @@ fn policy(mode: Mode6) -> Policy6 {
         lease_secs: 3600,
         hosts: HostDirectory::new(StaticHosts::new(None)),
         known_only: false,
-    }
+    };
+    (policy, LeaseTable::in_memory())
 }
 
 fn full() -> Mode6 {
@@ -57,8 +59,7 @@ fn ask(p: &Policy6, leases: &LeaseTable, kind: u8, extra: &[(u16, &[u8])]) -> Op
 
 #[test]
 fn uefi_pxe_gets_an_address_then_binds_it_with_the_tftp_loader() {
-    let p = policy(full());
-    let leases = LeaseTable::in_memory();
+    let (p, leases) = setup(full());
     let pxe = vendor(b"PXEClient:Arch:00007:UNDI:003016");
     let ia = ia_na(1, &[]);
     let sol: &[(u16, &[u8])] = &[(3, &ia), (6, &[0, 59, 0, 60]), (16, &pxe), (61, &[0, 7])];
@@ -94,8 +95,7 @@ fn uefi_pxe_gets_an_address_then_binds_it_with_the_tftp_loader() {
 
 #[test]
 fn http_boot_and_ipxe_get_http_urls_with_the_vendor_class_echoed() {
-    let p = policy(full());
-    let leases = LeaseTable::in_memory();
+    let (p, leases) = setup(full());
     let http = vendor(b"HTTPClient:Arch:00016:UNDI:003001");
     let ia = ia_na(1, &[]);
     let adv = ask(&p, &leases, 1, &[(3, &ia), (16, &http), (61, &[0, 16])]).unwrap();
@@ -125,8 +125,7 @@ fn http_boot_and_ipxe_get_http_urls_with_the_vendor_class_echoed() {
 
 #[test]
 fn proxy_mode_gives_boot_information_and_no_address() {
-    let p = policy(Mode6::Proxy);
-    let leases = LeaseTable::in_memory();
+    let (p, leases) = setup(Mode6::Proxy);
     let ia = ia_na(1, &[]);
     let sol: &[(u16, &[u8])] = &[(3, &ia), (61, &[0, 7])];
     let adv = ask(&p, &leases, 1, sol).unwrap();
@@ -144,8 +143,7 @@ fn proxy_mode_gives_boot_information_and_no_address() {
 
 #[test]
 fn fqdn_becomes_the_hostname_only_when_valid_and_the_cap_holds() {
-    let mut p = policy(full());
-    let leases = LeaseTable::in_memory();
+    let (mut p, leases) = setup(full());
     let ia = ia_na(1, &[]);
     ask(&p, &leases, 1, &[(3, &ia), (39, b"\x00\x05bad\x1b!")]).unwrap();
     assert_eq!(leases.get(&MAC).unwrap().hostname, None);

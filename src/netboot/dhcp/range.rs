@@ -251,6 +251,16 @@ impl std::str::FromStr for Range {
     }
 }
 
+/// Asserts that parsing each of `bad` as `T` fails with a message that names the
+/// variable and the accepted form, for the tests of each of the range types.
+#[cfg(test)]
+pub(crate) fn assert_refused_with_form<T: FromStr<Err = String> + std::fmt::Debug>(bad: &[&str]) {
+    for bad in bad {
+        let e = bad.parse::<T>().expect_err(bad);
+        assert!(e.contains("DHCP_RANGE") && e.contains(RANGE_FORM), "{e}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,14 +337,11 @@ mod tests {
         let wide = Range6::parse("fd00::,fd00::ffff:ffff:ffff,64").unwrap();
         assert_eq!(wide.size(), 1 << 32);
         assert!(!wide.contains("fd00::ffff:ffff:ffff".parse().unwrap()));
-        for bad in [
+        assert_refused_with_form::<DhcpRange>(&[
             "fd00::9,fd00::1",
             "fd00::1,10.0.0.1",
             "fd00::1,fd00::2,129",
             "fd00::1",
-        ] {
-            let e = bad.parse::<DhcpRange>().expect_err(bad);
-            assert!(e.contains("DHCP_RANGE") && e.contains(RANGE_FORM), "{e}");
-        }
+        ]);
     }
 }

@@ -105,6 +105,24 @@ pub struct Sighting {
     pub ipxe: bool,
 }
 
+impl Sighting {
+    /// What a DHCPv4 or DHCPv6 request shows: its raw host name, architecture, vendor
+    /// class (as text, invalid UTF-8 replaced) and whether iPXE sent it.
+    pub fn new(
+        hostname_raw: Option<Vec<u8>>,
+        arch: Option<u16>,
+        vendor_class: Option<&[u8]>,
+        ipxe: bool,
+    ) -> Self {
+        Self {
+            hostname_raw,
+            arch,
+            vendor_class: vendor_class.map(|v| String::from_utf8_lossy(v).into_owned()),
+            ipxe,
+        }
+    }
+}
+
 /// A change the controller may react to (e.g. discovery of unknown MACs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseEvent {

@@ -83,13 +83,7 @@ async fn a_lost_finalizer_race_keeps_the_other_writer_and_retries() {
         .add_foreign_finalizer("example.com/other", NS, "c");
     let result = reconcile_host(&read, &ctx).await;
     assert!(
-        matches!(
-            result,
-            Err(ReconcileError::Store {
-                source: StoreError::Conflict,
-                ..
-            })
-        ),
+        result.as_ref().is_err_and(ReconcileError::is_conflict),
         "{result:?}"
     );
     let stored = ctx.store.host(NS, "c").expect("host");

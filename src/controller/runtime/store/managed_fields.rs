@@ -160,6 +160,16 @@ mod tests {
         }
     }
 
+    /// `manager`'s Update of `fields` (below `f:status`) of the status subresource.
+    fn status_update(manager: &str, fields: Value) -> ManagedFieldsEntry {
+        entry(manager, "Update", "status", json!({"f:status": fields}))
+    }
+
+    /// `manager`'s Apply of `fields` (below `f:status`) of the status subresource.
+    fn status_apply(manager: &str, fields: Value) -> ManagedFieldsEntry {
+        entry(manager, "Apply", "status", json!({"f:status": fields}))
+    }
+
     fn now() -> Time {
         Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
     }
@@ -174,17 +184,13 @@ mod tests {
                 "",
                 json!({"f:metadata": {"f:finalizers": {".": {}, "v:\"baremetalhost.metal3.io\"": {}}}}),
             ),
-            entry(
+            status_update(
                 UPSTREAM_FIELD_MANAGER,
-                "Update",
-                "status",
-                json!({"f:status": {".": {}, "f:errorType": {}, "f:provisioning": {".": {}, "f:image": {"f:url": {}}}}}),
+                json!({".": {}, "f:errorType": {}, "f:provisioning": {".": {}, "f:image": {"f:url": {}}}}),
             ),
-            entry(
+            status_apply(
                 "bmo",
-                "Apply",
-                "status",
-                json!({"f:status": {"f:provisioning": {"f:state": {}}, "f:errorCount": {}}}),
+                json!({"f:provisioning": {"f:state": {}}, "f:errorCount": {}}),
             ),
         ];
         let taken =
@@ -215,18 +221,8 @@ mod tests {
     #[test]
     fn an_apply_entry_is_made_when_bmo_never_wrote_the_status() {
         let managed = vec![
-            entry(
-                "kubectl-edit",
-                "Update",
-                "status",
-                json!({"f:status": {"f:poweredOn": {}}}),
-            ),
-            entry(
-                UPSTREAM_FIELD_MANAGER,
-                "Update",
-                "status",
-                json!({"f:status": {"f:errorMessage": {}}}),
-            ),
+            status_update("kubectl-edit", json!({"f:poweredOn": {}})),
+            status_update(UPSTREAM_FIELD_MANAGER, json!({"f:errorMessage": {}})),
         ];
         let taken =
             take_over_updates(&managed, "bmo", "status", &now()).expect("something to take");
@@ -241,24 +237,14 @@ mod tests {
     #[test]
     fn nothing_to_do_without_updates_of_the_subresource() {
         let managed = vec![
-            entry(
-                "bmo",
-                "Apply",
-                "status",
-                json!({"f:status": {"f:errorCount": {}}}),
-            ),
+            status_apply("bmo", json!({"f:errorCount": {}})),
             entry(
                 UPSTREAM_FIELD_MANAGER,
                 "Update",
                 "",
                 json!({"f:spec": {"f:online": {}}}),
             ),
-            entry(
-                "other",
-                "Apply",
-                "status",
-                json!({"f:status": {"f:poweredOn": {}}}),
-            ),
+            status_apply("other", json!({"f:poweredOn": {}})),
         ];
         assert_eq!(take_over_updates(&managed, "bmo", "status", &now()), None);
         assert_eq!(take_over_updates(&[], "bmo", "status", &now()), None);
@@ -377,12 +363,7 @@ mod tests {
     fn caches_keep_managed_fields_only_when_a_status_update_must_be_taken_over() {
         use crate::api::BareMetalHost;
         let applied_only = vec![
-            entry(
-                "bmo",
-                "Apply",
-                "status",
-                json!({"f:status": {"f:errorCount": {}}}),
-            ),
+            status_apply("bmo", json!({"f:errorCount": {}})),
             entry("kubectl", "Update", "", json!({"f:spec": {"f:online": {}}})),
         ];
         let mut host = BareMetalHost::new("host-0", Default::default());
@@ -391,11 +372,9 @@ mod tests {
         assert_eq!(host.metadata.managed_fields, None);
 
         let mut migrated = applied_only;
-        migrated.push(entry(
+        migrated.push(status_update(
             UPSTREAM_FIELD_MANAGER,
-            "Update",
-            "status",
-            json!({"f:status": {"f:errorType": {}}}),
+            json!({"f:errorType": {}}),
         ));
         host.metadata.managed_fields = Some(migrated.clone());
         trim(&mut host);
