@@ -19,7 +19,7 @@ use super::known_hosts::ClusterHosts;
 use super::node_owners::HostsOwningNodes;
 use super::store::{SECRET_LABEL, Store};
 use super::{Context, ReconcileError, reconcile, steady};
-use crate::api::BareMetalHost;
+use crate::api::{BareMetalHost, ProvisioningState};
 use crate::api::firmware::{HostFirmwareComponents, HostFirmwareSettings};
 use crate::controller::runtime::backoff;
 use crate::controller::runtime::conditions::conditions_fingerprint;
@@ -36,6 +36,10 @@ use crate::provisioner::Provisioner;
 
 /// How long reconciles in flight may take to finish after the shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Hosts with no state yet reconciled at once, beside `BMO_CONCURRENCY`'s turns
+/// (docs/performance.md, "First state"): their reconciles only write to the API
+/// server (finalizer, Secret, status, event), a few tens of milliseconds each.
+const NEW_HOSTS_AT_ONCE: usize = 32;
 
 /// Runs the host controller until `shutdown` resolves.
 ///
@@ -84,11 +88,15 @@ pub async fn run_with<P: Provisioner + 'static>(
     let known_hosts = reader.clone();
     let listed = reader.clone();
     let slot_offers = ctx.clone();
-    let turns = Arc::new(Turns::new(
-        ctx.settings.concurrency,
-        reader.clone(),
-        move |host| HostRank::of(host, &slot_offers.slots),
-    ));
+    // A host with no state yet needs only Kubernetes writes to show one.
+    let turns = Arc::new(
+        Turns::new(ctx.settings.concurrency, reader.clone(), move |host| {
+            HostRank::of(host, &slot_offers.slots)
+        })
+        .with_quick_lane(NEW_HOSTS_AT_ONCE, |host| {
+            host.provisioning_state() == ProvisioningState::None
+        }),
+    );
     let shutdown = shutdown.shared();
     // A new provisioning IP changes every node's deploy image URLs.
     let address_changes = futures::stream::unfold(ctx.deploy_images.clone(), |images| async {
