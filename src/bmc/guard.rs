@@ -14,10 +14,15 @@
 //!
 //! The name is resolved here and again by Ironic: a name whose answer changes in
 //! between (DNS rebinding) is not caught. A name that does not resolve here is let
-//! through; Ironic cannot reach it either.
+//! through; Ironic cannot reach it either. A name's answer is reused for
+//! [`RESOLVED_FOR`]: every reconcile checks its host's image URL, and a thousand
+//! hosts naming one image server made a burst of lookups the resolver answered late
+//! or not at all (some ran into [`RESOLVE_TIMEOUT`]).
 
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::time::Duration;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use url::Url;
@@ -43,6 +48,16 @@ pub const METADATA_NAMES: &[&str] = &[
 
 /// How long a name may take to resolve before it is let through unchecked.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a name's addresses (or its failure to resolve) are reused.
+const RESOLVED_FOR: Duration = Duration::from_secs(30);
+
+/// One lookup of a name, shared by every check that asks while it is fresh.
+type Lookup = Arc<tokio::sync::OnceCell<Vec<IpAddr>>>;
+
+/// The lookups of the last [`RESOLVED_FOR`], by name: the answer does not depend on
+/// a guard's settings, so the process shares them.
+static RESOLVED: LazyLock<Mutex<HashMap<String, (Instant, Lookup)>>> =
+    LazyLock::new(Mutex::default);
 
 /// Settings of the check (flattened into `bmo run`'s configuration).
 #[derive(Debug, Clone, Default, Args)]
@@ -333,7 +348,18 @@ fn number(part: &str) -> Option<u32> {
 }
 
 /// The addresses `name` resolves to; none when it does not resolve in time.
+/// `name`'s addresses, looked up once per [`RESOLVED_FOR`] however many ask.
 async fn resolve(name: &str) -> Vec<IpAddr> {
+    let lookup = {
+        let mut resolved = RESOLVED.lock().unwrap_or_else(PoisonError::into_inner);
+        resolved.retain(|_, (at, _)| at.elapsed() < RESOLVED_FOR);
+        let entry = resolved.entry(name.to_owned());
+        entry.or_insert_with(|| (Instant::now(), Lookup::default())).1.clone()
+    };
+    lookup.get_or_init(|| look_up(name)).await.clone()
+}
+
+async fn look_up(name: &str) -> Vec<IpAddr> {
     match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((name, 0))).await {
         Ok(Ok(addrs)) => addrs.map(|a| a.ip()).collect(),
         Ok(Err(_)) | Err(_) => Vec::new(),
