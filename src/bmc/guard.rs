@@ -354,7 +354,10 @@ async fn resolve(name: &str) -> Vec<IpAddr> {
         let mut resolved = RESOLVED.lock().unwrap_or_else(PoisonError::into_inner);
         resolved.retain(|_, (at, _)| at.elapsed() < RESOLVED_FOR);
         let entry = resolved.entry(name.to_owned());
-        entry.or_insert_with(|| (Instant::now(), Lookup::default())).1.clone()
+        entry
+            .or_insert_with(|| (Instant::now(), Lookup::default()))
+            .1
+            .clone()
     };
     lookup.get_or_init(|| look_up(name)).await.clone()
 }
