@@ -259,6 +259,10 @@ impl Lab {
             format!("endpoint_override = http://{url_host}:@IRONIC_PORT@"),
             "[agent]".to_owned(),
             "deploy_logs_collect = never".to_owned(),
+            // Ironic spaces ipmitool commands 5 s apart for slow hardware BMCs;
+            // VirtualBMC answers at once.
+            "[ipmi]".to_owned(),
+            "min_command_interval = 1".to_owned(),
         ];
         if virtual_media {
             conf.extend(virtual_media_ironic_conf());

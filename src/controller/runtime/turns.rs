@@ -379,6 +379,44 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_quick_lane_passes_the_line_but_keeps_its_own_limit() {
+        let (reader, _writer) = cached(&["slow", "waiting", "new-1", "new-2"]);
+        let turns = Arc::new(
+            Turns::new(1, reader, |_| ()).with_quick_lane(1, |h| h.name_any().starts_with("new")),
+        );
+        let line = turns.take(&host("slow", 1), std::future::pending()).await;
+        assert!(line.is_some(), "the line's one turn, held");
+        let (waiting, mut order) = queue_waiters(&turns, &["waiting"]).await;
+        let quick = turns
+            .take(&host("new-1", 1), std::future::pending())
+            .now_or_never()
+            .flatten();
+        assert!(
+            quick.is_some(),
+            "a picked host's turn comes while the line is full"
+        );
+        assert!(
+            turns
+                .take(&host("new-2", 1), std::future::pending())
+                .now_or_never()
+                .is_none(),
+            "the lane's own turn is taken: the next picked host waits for it"
+        );
+        drop(quick);
+        assert!(
+            turns
+                .take(&host("new-2", 1), std::future::pending())
+                .now_or_never()
+                .flatten()
+                .is_some(),
+            "the lane's turn came back"
+        );
+        assert!(order.try_recv().is_err(), "the line still waits");
+        pass_on(line, waiting).await;
+        assert_eq!(order.recv().await, Some(("waiting", Some(1))));
+    }
+
+    #[tokio::test]
     async fn a_waiting_host_ranked_anew_moves_up() {
         let (reader, _writer) = cached(&["a", "b", "c"]);
         // c ranks first once it is "offered a slot", as the freed slot's wake-up
