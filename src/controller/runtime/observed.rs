@@ -54,26 +54,30 @@ static RECONCILES: LazyLock<Reconciles> = LazyLock::new(|| Reconciles {
 /// Adds the series to `registry` (prometheus-client appends `_total` to counters).
 pub fn register(registry: &mut Registry) {
     let r = &*RECONCILES;
-    registry.register(
-        "controller_runtime_reconcile",
-        "Total number of reconciliations per controller",
-        r.total.clone(),
-    );
-    registry.register(
-        "controller_runtime_reconcile_errors",
-        "Total number of reconciliation errors per controller",
-        r.errors.clone(),
-    );
-    registry.register(
-        "controller_runtime_reconcile_time_seconds",
-        "Length of time per reconciliation per controller",
-        r.time.clone(),
-    );
-    registry.register(
-        "controller_runtime_active_workers",
-        "Number of currently used workers per controller",
-        r.active.clone(),
-    );
+    // controller-runtime's names; each help text ends "per controller".
+    let [total, errors, time, active] = [
+        (
+            "controller_runtime_reconcile",
+            "Total number of reconciliations",
+        ),
+        (
+            "controller_runtime_reconcile_errors",
+            "Total number of reconciliation errors",
+        ),
+        (
+            "controller_runtime_reconcile_time_seconds",
+            "Length of time per reconciliation",
+        ),
+        (
+            "controller_runtime_active_workers",
+            "Number of currently used workers",
+        ),
+    ]
+    .map(|(name, help)| (name, format!("{help} per controller")));
+    registry.register(total.0, total.1, r.total.clone());
+    registry.register(errors.0, errors.1, r.errors.clone());
+    registry.register(time.0, time.1, r.time.clone());
+    registry.register(active.0, active.1, r.active.clone());
 }
 
 /// Runs one reconcile of `controller`, counting it as controller-runtime does:

@@ -318,6 +318,13 @@ mod tests {
         (waiting, order)
     }
 
+    /// A turn for `name` if one is free now.
+    fn turn_now<'a, R: Ord>(turns: &'a Turns<R>, name: &str) -> Option<Turn<'a, R>> {
+        let host = host(name, 1);
+        let taken = turns.take(&host, std::future::pending()).now_or_never();
+        taken.flatten().map(|(turn, _)| turn)
+    }
+
     /// Gives the turn held as `first` back and waits until every one `waiting` had its
     /// own.
     async fn pass_on<T>(first: T, waiting: Vec<tokio::task::JoinHandle<()>>) {
@@ -387,30 +394,16 @@ mod tests {
         let line = turns.take(&host("slow", 1), std::future::pending()).await;
         assert!(line.is_some(), "the line's one turn, held");
         let (waiting, mut order) = queue_waiters(&turns, &["waiting"]).await;
-        let quick = turns
-            .take(&host("new-1", 1), std::future::pending())
-            .now_or_never()
-            .flatten();
+        let quick = turn_now(&turns, "new-1");
         assert!(
             quick.is_some(),
             "a picked host's turn comes while the line is full"
         );
-        assert!(
-            turns
-                .take(&host("new-2", 1), std::future::pending())
-                .now_or_never()
-                .is_none(),
-            "the lane's own turn is taken: the next picked host waits for it"
-        );
+        let next = turn_now(&turns, "new-2");
+        assert!(next.is_none(), "the lane's one turn is taken: new-2 waits");
         drop(quick);
-        assert!(
-            turns
-                .take(&host("new-2", 1), std::future::pending())
-                .now_or_never()
-                .flatten()
-                .is_some(),
-            "the lane's turn came back"
-        );
+        let next = turn_now(&turns, "new-2");
+        assert!(next.is_some(), "the lane's turn came back");
         assert!(order.try_recv().is_err(), "the line still waits");
         pass_on(line, waiting).await;
         assert_eq!(order.recv().await, Some(("waiting", Some(1))));
