@@ -195,6 +195,19 @@ async fn externally_provisioned_is_left_by_deprovisioning_or_as_provisioned_and_
         .await;
     site.until_state("later", ProvisioningState::ExternallyProvisioned)
         .await;
+    // The next reconciles leave it so, without an error: its node is available in
+    // Ironic, which upstream's adoption leaves be.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        let host = site.hosts.get("later").await.expect("host");
+        assert_eq!(
+            host.provisioning_state(),
+            ProvisioningState::ExternallyProvisioned
+        );
+        let status = host.status.unwrap_or_default();
+        assert_eq!(status.error_type, None, "{}", status.error_message);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 #[tokio::test]
