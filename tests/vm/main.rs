@@ -17,7 +17,6 @@
 mod support;
 
 mod dhcp_watch;
-mod externally_provisioned;
 mod fast_inspection;
 mod forced_detach;
 mod lab;

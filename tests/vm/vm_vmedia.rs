@@ -25,8 +25,6 @@
 //! cleaning and given a live ISO (bmo's ISO writer, the test OS's kernel and
 //! initramfs, a marker on the kernel command line): the VM boots it from virtual
 //! media, its /init prints the marker, and the disk's data hash the same as before.
-//! Deprovisioned, the host is marked externally provisioned (externally_provisioned.rs)
-//! and adopted without a deployment before it is deleted.
 
 use std::path::Path;
 use std::process::Command;
@@ -39,7 +37,6 @@ use kube::api::{DeleteParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::dhcp_watch::DhcpWatch;
-use crate::externally_provisioned::externally_provisioned_from_available;
 use crate::forced_detach::force_detach_while_deploying_then_reattach;
 use crate::lab::{Firmware, HTTP_PORT, Lab, PROVISIONING_IP, Vm, VmSpec};
 use crate::live_iso::{disk_digest, serve_live_iso};
@@ -349,7 +346,6 @@ async fn vm_without_dhcp_boots_the_agent_from_virtual_media_on_a_static_address_
         json!({"url": image_url, "checksum": checksum, "checksumType": "sha256", "format": "raw"});
     metadata_clean_and_reprovision(&mut watch, &second_disk, image, &marker2).await;
     boot_a_live_iso(&mut watch, &lab, &vm).await;
-    externally_provisioned_from_available(&mut watch).await;
 
     // Leaving: the host is deleted without cleaning (the point was the deployment).
     watch
@@ -635,8 +631,7 @@ fn print_phases(w: &Watch<'_>) {
     let live_start = w.at("deprovisioned, disk digest taken", deprovisioning);
     let live_booted = w.at("live ISO booted, its marker on the console", live_start);
     let live_done = w.at("live ISO deprovisioned", live_booted);
-    let external = w.at("externally provisioned, node active", live_done);
-    let deleted = w.at("deleted, node gone", external);
+    let deleted = w.at("deleted, node gone", live_done);
     println!("\nvm_vmedia phases (seconds; TCG, {VM_CPUS} vCPUs, {VM_MEMORY_MIB} MiB, UEFI)");
     println!("| phase | s |\n|---|---:|");
     for (phase, s) in [
@@ -686,11 +681,7 @@ fn print_phases(w: &Watch<'_>) {
             "live ISO: deprovisioning (→ available)",
             span(live_booted, live_done),
         ),
-        (
-            "marked externally provisioned (→ adopted, node active)",
-            span(live_done, external),
-        ),
-        ("deletion (no cleaning)", span(external, deleted)),
+        ("deletion (no cleaning)", span(live_done, deleted)),
         ("total", secs(deleted)),
     ] {
         println!("| {phase} | {s:.1} |");
