@@ -14,7 +14,6 @@ use serde_json::{Value, json};
 
 use crate::lab::{Lab, Vm};
 use crate::support::eventually;
-use crate::vm_e2e::create_secret;
 
 /// Waits until `name` is gone from `hosts`.
 pub async fn until_deleted(hosts: &Api<BareMetalHost>, name: &str) {
@@ -28,28 +27,24 @@ pub async fn until_deleted(hosts: &Api<BareMetalHost>, name: &str) {
     .await;
 }
 
-/// Creates a fast-inspected host for `vm` with a BMC Secret of its own (`credentials`:
-/// username and password), checks what inspection found against the VM's
-/// definition, then deletes the host.
+/// Creates a fast-inspected host for `vm` (its BMC Secret `credentials`), checks
+/// what inspection found against the VM's definition, then deletes the host.
 pub async fn fast_inspection_reads_the_vm_through_its_bmc(
     client: &kube::Client,
     ns: &str,
     lab: &Lab,
     vm: &Vm,
-    credentials: [(&str, &str); 2],
+    credentials: &str,
     (cpus, memory_mib): (u32, u32),
 ) {
     let name = "fast-inspected";
-    // Its own Secret: the previous host's went with it (its owner).
-    create_secret(client, ns, "fast-inspected-bmc", &credentials).await;
     let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), ns);
     let host: BareMetalHost = serde_json::from_value(json!({
         "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
         "metadata": {"name": name},
         "spec": {
-            "online": false, "bootMACAddress": vm.mac, "bootMode": "UEFI",
-            "inspectionMode": "fast",
-            "bmc": {"address": lab.redfish_address(vm), "credentialsName": "fast-inspected-bmc"}
+            "bootMACAddress": vm.mac, "bootMode": "UEFI", "inspectionMode": "fast",
+            "bmc": {"address": lab.redfish_address(vm), "credentialsName": credentials}
         }
     }))
     .expect("host");

@@ -529,7 +529,7 @@ async fn bios_settings_change_on_a_provisioned_vm_through_servicing() {
         &ns,
         &lab,
         &vm,
-        [("username", "admin"), ("password", "password")],
+        "serviced-bmc",
         (VM_CPUS, VM_MEMORY_MIB),
     )
     .await;
