@@ -17,7 +17,6 @@
 mod support;
 
 mod dhcp_watch;
-mod fast_inspection;
 mod forced_detach;
 mod lab;
 mod live_iso;
