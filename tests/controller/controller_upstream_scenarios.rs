@@ -189,24 +189,54 @@ async fn externally_provisioned_is_left_by_deprovisioning_or_as_provisioned_and_
         "the image counts as provisioned"
     );
 
+    // From available into externally provisioned, as upstream's adoption takes the
+    // node: `later`'s, manageable since its inspection, is adopted (active); `bare`'s,
+    // available since its deprovisioning, is left as it is.
     site.until_state("later", ProvisioningState::Available)
         .await;
-    site.patch("later", json!({"spec": {"externallyProvisioned": true}}))
+    site.externally_provisioned_from_available("later", "active")
         .await;
-    site.until_state("later", ProvisioningState::ExternallyProvisioned)
+    site.externally_provisioned_from_available("bare", "available")
         .await;
-    // The next reconciles leave it so, without an error: its node is available in
-    // Ironic, which upstream's adoption leaves be.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while std::time::Instant::now() < deadline {
-        let host = site.hosts.get("later").await.expect("host");
-        assert_eq!(
-            host.provisioning_state(),
-            ProvisioningState::ExternallyProvisioned
-        );
-        let status = host.status.unwrap_or_default();
-        assert_eq!(status.error_type, None, "{}", status.error_message);
-        tokio::time::sleep(Duration::from_millis(500)).await;
+}
+
+impl Site {
+    /// Marks the available host `name` externally provisioned, then checks that it
+    /// stays so without an error through the reconciles after, and that its node
+    /// ends in `node_state`.
+    async fn externally_provisioned_from_available(&self, name: &str, node_state: &str) {
+        self.patch(name, json!({"spec": {"externallyProvisioned": true}}))
+            .await;
+        self.until_state(name, ProvisioningState::ExternallyProvisioned)
+            .await;
+        // An annotation change makes bmo reconcile at once: the registration check
+        // and the adoption that follows it.
+        self.patch(
+            name,
+            json!({"metadata": {"annotations": {"test.bmo/poke": "1"}}}),
+        )
+        .await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            let host = self.hosts.get(name).await.expect("host");
+            assert_eq!(
+                host.provisioning_state(),
+                ProvisioningState::ExternallyProvisioned
+            );
+            let status = host.status.unwrap_or_default();
+            assert_eq!(status.error_type, None, "{name}: {}", status.error_message);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let host = self.hosts.get(name).await.expect("host");
+        let node = host.status.expect("status").provisioning.id;
+        let node = Stack::get()
+            .ironic()
+            .await
+            .get_node(&node)
+            .await
+            .expect("Ironic answers")
+            .expect("the node");
+        assert_eq!(node.provision_state(), node_state, "{name}'s node");
     }
 }
 

@@ -123,7 +123,10 @@ impl IronicProvisioner {
                 }
                 Ok(Outcome::done(Progress::default()))
             }
-            _ => Self::unexpected(&node, Progress::default(), "adopt the host"),
+            // As upstream: a node in any other state (`available` for a host marked
+            // externally provisioned after inspection, say) is left as it is; the
+            // spec, not the node, records what runs on the host.
+            _ => Ok(Outcome::done(Progress::default())),
         }
     }
 
