@@ -94,8 +94,9 @@ pub async fn reconcile_host<P: Provisioner, S: Store>(
     steps.run().await
 }
 
-/// Takes in the status annotations and adds bmo's finalizer; `Some` when that ends
-/// the reconcile (a write, which the next reconcile sees, or nothing left to do).
+/// Takes in the status annotations, writes a new host's first state and adds bmo's
+/// finalizer; `Some` when that ends the reconcile (a write, which the next reconcile
+/// sees, or nothing left to do).
 async fn take_in_and_gate<P: Provisioner, S: Store>(
     host: &BareMetalHost,
     ctx: &Context<P, S>,
@@ -114,7 +115,13 @@ async fn take_in_and_gate<P: Provisioner, S: Store>(
                 .add_finalizer(host)
                 .await
                 .map_err(store_err(host))?;
-            Ok(Some(Next::After(Duration::ZERO)))
+            // A new host shows its state in the same reconcile, with nothing read for
+            // it. (The finalizer goes first: its write, guarded by the resourceVersion
+            // while the host has no finalizers, would fail after the status write.)
+            Ok(Some(match state_machine::first_state(host) {
+                Some(update) => save(host, ctx, update, Extras::default()).await?,
+                None => Next::After(Duration::ZERO),
+            }))
         }
         Gate::Released | Gate::Paused | Gate::MovedAway => Ok(Some(Next::OnChange)),
         Gate::Proceed => Ok(None),

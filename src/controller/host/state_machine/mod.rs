@@ -28,7 +28,7 @@ pub use facts::{
     ServicingAllowed, SpecProblem,
 };
 pub use next::next;
-pub use plan::plan;
+pub use plan::{first_state, plan};
 pub use queries::{
     delete_delayed_by_detach, hardware_profile, needs_provisioning, needs_registration,
     provisioning_cancelled, root_device_hints, with_reported_power,

@@ -159,6 +159,18 @@ fn plan_state(host: &BareMetalHost, st: &BareMetalHostStatus, facts: &Facts, sta
     }
 }
 
+/// The first state of a host just created (no status at all), decided from its spec
+/// alone, so that the write that shows it needs nothing read first. `None` when the
+/// host needs the whole reconcile (a status, deletion, a detached annotation).
+pub fn first_state(host: &BareMetalHost) -> Option<Update> {
+    let fresh =
+        host.status.is_none() && host.metadata.deletion_timestamp.is_none() && !detached(host);
+    match plan_unregistered(host, State::None) {
+        Step::Transition(update) if fresh => Some(update),
+        _ => None,
+    }
+}
+
 /// A host with no state yet or unmanaged: registered once it has BMC details.
 fn plan_unregistered(host: &BareMetalHost, state: State) -> Step {
     if host.has_bmc_details() {

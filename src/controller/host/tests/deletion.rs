@@ -27,7 +27,9 @@ async fn deletion_from(state: State, spec: serde_json::Value) {
 
 #[tokio::test]
 async fn deletion_from_every_state_releases_the_host() {
-    for state in TO_PROVISIONED {
+    // Not from no state: the reconcile that adds the finalizer also writes the first
+    // state, and a host without the finalizer is simply gone.
+    for state in TO_PROVISIONED.into_iter().filter(|s| *s != State::None) {
         deletion_from(state, json!({})).await;
     }
     deletion_from(

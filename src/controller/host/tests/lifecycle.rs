@@ -129,3 +129,26 @@ async fn the_running_clean_step_is_in_the_status_until_the_host_is_prepared() {
         "no step runs once the host is prepared"
     );
 }
+
+#[tokio::test]
+async fn a_new_host_shows_its_first_state_and_holds_the_finalizer_after_one_reconcile() {
+    // No Secret yet: the first state needs nothing read.
+    let ctx = context();
+    ctx.store.put_host(host("n", json!({})));
+    assert_eq!(
+        step(&ctx, "n").await,
+        Next::After(Duration::from_millis(200))
+    );
+    let stored = ctx.store.host(NS, "n").expect("host");
+    assert_eq!(state_of(&stored), State::Registering);
+    assert!(stored.finalizers().iter().any(|f| f == FINALIZER));
+    assert_eq!(event_reasons(&ctx), ["Registering"]);
+    // The next reconcile reads the Secret, and says that it is missing.
+    step(&ctx, "n").await;
+    let status = ctx
+        .store
+        .host(NS, "n")
+        .and_then(|h| h.status)
+        .expect("status");
+    assert_eq!(status.error_type, Some(ErrorType::Registration));
+}

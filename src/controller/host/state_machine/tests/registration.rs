@@ -164,3 +164,25 @@ fn the_hardware_profile_is_recorded_once_registered_and_an_explicit_one_gives_hi
         .expect("recorded");
     assert_eq!(recorded.device_name.as_deref(), Some("/dev/vdb"));
 }
+
+#[test]
+fn a_new_host_gets_its_first_state_from_its_spec_alone_and_others_take_the_whole_reconcile() {
+    let mut new = host(json!({}), "", json!({}));
+    new.status = None;
+    // The same step the whole reconcile takes with everything loaded.
+    let first = first_state(&new).expect("a first state");
+    assert_eq!(first.state, Some(State::Registering));
+    assert_eq!(next(&new, &facts()), Step::Transition(first));
+    let mut no_bmc = host(json!({"bmc": null}), "", json!({}));
+    no_bmc.status = None;
+    assert_eq!(
+        first_state(&no_bmc).and_then(|u| u.state),
+        Some(State::Unmanaged)
+    );
+    // A status (a host taken over from elsewhere), deletion or a detached annotation:
+    // not a plain new host.
+    assert_eq!(first_state(&host(json!({}), "", json!({}))), None);
+    assert_eq!(first_state(&deleting(new.clone())), None);
+    let detached = with_annotation(new, "baremetalhost.metal3.io/detached", "");
+    assert_eq!(first_state(&detached), None);
+}
