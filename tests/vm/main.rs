@@ -17,6 +17,7 @@
 mod support;
 
 mod dhcp_watch;
+mod externally_provisioned;
 mod forced_detach;
 mod lab;
 mod live_iso;

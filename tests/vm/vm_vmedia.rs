@@ -25,6 +25,8 @@
 //! cleaning and given a live ISO (bmo's ISO writer, the test OS's kernel and
 //! initramfs, a marker on the kernel command line): the VM boots it from virtual
 //! media, its /init prints the marker, and the disk's data hash the same as before.
+//! Deprovisioned, the host is marked externally provisioned (externally_provisioned.rs)
+//! with nothing deployed and its node left available, then deleted.
 
 use std::path::Path;
 use std::process::Command;
@@ -37,6 +39,7 @@ use kube::api::{DeleteParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::dhcp_watch::DhcpWatch;
+use crate::externally_provisioned::externally_provisioned_from_available;
 use crate::forced_detach::force_detach_while_deploying_then_reattach;
 use crate::lab::{Firmware, HTTP_PORT, Lab, PROVISIONING_IP, Vm, VmSpec};
 use crate::live_iso::{disk_digest, serve_live_iso};
@@ -346,6 +349,7 @@ async fn vm_without_dhcp_boots_the_agent_from_virtual_media_on_a_static_address_
         json!({"url": image_url, "checksum": checksum, "checksumType": "sha256", "format": "raw"});
     metadata_clean_and_reprovision(&mut watch, &second_disk, image, &marker2).await;
     boot_a_live_iso(&mut watch, &lab, &vm).await;
+    externally_provisioned_from_available(&mut watch).await;
 
     // Leaving: the host is deleted without cleaning (the point was the deployment).
     watch
@@ -631,7 +635,11 @@ fn print_phases(w: &Watch<'_>) {
     let live_start = w.at("deprovisioned, disk digest taken", deprovisioning);
     let live_booted = w.at("live ISO booted, its marker on the console", live_start);
     let live_done = w.at("live ISO deprovisioned", live_booted);
-    let deleted = w.at("deleted, node gone", live_done);
+    let external = w.at(
+        "externally provisioned, node available, no error",
+        live_done,
+    );
+    let deleted = w.at("deleted, node gone", external);
     println!("\nvm_vmedia phases (seconds; TCG, {VM_CPUS} vCPUs, {VM_MEMORY_MIB} MiB, UEFI)");
     println!("| phase | s |\n|---|---:|");
     for (phase, s) in [
@@ -681,7 +689,11 @@ fn print_phases(w: &Watch<'_>) {
             "live ISO: deprovisioning (→ available)",
             span(live_booted, live_done),
         ),
-        ("deletion (no cleaning)", span(live_done, deleted)),
+        (
+            "marked externally provisioned (node left available, 20 s without error)",
+            span(live_done, external),
+        ),
+        ("deletion (no cleaning)", span(external, deleted)),
         ("total", secs(deleted)),
     ] {
         println!("| {phase} | {s:.1} |");
