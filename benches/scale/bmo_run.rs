@@ -109,6 +109,7 @@ impl BmoRun {
             &ctx.stack_dir,
             &format!("scale-{}-{n}-{run}-bmo", ctx.stamp),
             &ctx.settings.ironic_conf,
+            ctx.settings.ironic_conductors,
         )?;
         let ironic_proxy =
             start_proxy(&ironic.endpoint.replace("/v1/", ""), None, Flavor::Ironic).await?;
@@ -323,7 +324,7 @@ pub async fn run_bmo(
     tokio::time::sleep(Duration::from_secs(1)).await;
     let start = bmo.snapshot();
     r.kube_startup = start.kube;
-    let ironic_cpu_start = bmo.ironic.cpu_seconds();
+    let ironic_cpu_start = bmo.ironic.cpu_by_process();
 
     let t0 = Instant::now();
     apply_hosts(admin, &bmo.ns, work, bmo.sushy.as_ref(), run, n).await?;
@@ -333,7 +334,7 @@ pub async fn run_bmo(
     );
     let mut peak_rss = bmo.wait_for_target(n, work, t0, s.timeout).await?;
     let done = bmo.snapshot();
-    r.ironic_cpu_bmo = bmo.ironic.cpu_seconds() - ironic_cpu_start;
+    r.ironic_cpu_bmo = print_ironic_cpu(n, &ironic_cpu_start, &bmo.ironic.cpu_by_process());
     bmo.record_times(t0, n, r)?;
     r.kube_provisioning = done.kube - start.kube;
     r.ironic_provisioning = done.ironic - start.ironic;
@@ -351,4 +352,31 @@ pub async fn run_bmo(
     let hwm = status_kib(bmo.pid(), "VmHWM").unwrap_or(0);
     r.bmo_peak_rss_mib = peak_rss.max(hwm) as f64 / 1024.0;
     Ok(())
+}
+
+/// Prints the Ironic processes' CPU seconds between `start` and `end` (by process when
+/// Ironic is scaled out) and returns their sum.
+fn print_ironic_cpu(n: usize, start: &[(String, f64)], end: &[(String, f64)]) -> f64 {
+    let used: Vec<(&str, f64)> = end
+        .iter()
+        .map(|(name, cpu)| {
+            let before = start
+                .iter()
+                .find(|(s, _)| s == name)
+                .map_or(0.0, |(_, c)| *c);
+            (name.as_str(), cpu - before)
+        })
+        .collect();
+    let total = used.iter().map(|(_, cpu)| cpu).sum();
+    if used.len() > 1 {
+        let parts: Vec<String> = used
+            .iter()
+            .map(|(name, cpu)| format!("{name} {cpu:.0} s"))
+            .collect();
+        eprintln!(
+            "scale: N={n}: Ironic CPU {total:.0} s: {}",
+            parts.join(", ")
+        );
+    }
+    total
 }

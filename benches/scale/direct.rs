@@ -369,6 +369,7 @@ pub async fn run_direct(
         &ctx.stack_dir,
         &format!("scale-{}-{n}-{run}-{name}", ctx.stamp),
         &s.ironic_conf,
+        s.ironic_conductors,
     )?;
     let proxy = start_proxy(&ironic.endpoint.replace("/v1/", ""), None, Flavor::Ironic).await?;
     let direct = Arc::new(Direct::new(ctx, proxy.port, sushy.as_ref(), n, as_bmo)?);

@@ -33,6 +33,10 @@
 //!   BMO_SCALE_PROVISIONING_LIMIT bmo's PROVISIONING_LIMIT and the direct driver's
 //!                                hosts in flight (bmo's default, 20)
 //!   BMO_SCALE_DIRECT_POLL_MS     how often the direct driver polls a node (1000)
+//!   BMO_SCALE_IRONIC_CONDUCTORS  0: one Ironic process on SQLite (default); 1 or 2:
+//!                                ironic-api and that many conductors on MariaDB, as
+//!                                `tests/env/stack ha-ironic` runs them (CPU printed
+//!                                by process)
 //!   BMO_SCALE_IRONIC_CONF        extra lines for the Ironic config, `;`-separated
 //!   BMO_STACK_ENV                the stack's env file (target/test-stack.env)
 //!   BMO_SCALE_BMO                the bmo binary to measure (the one cargo built), to

@@ -21,6 +21,9 @@ pub struct Settings {
     /// A second direct run that also does the Ironic work bmo's features add.
     pub run_direct_as_bmo: bool,
     pub ironic_conf: Vec<String>,
+    /// 0: the one-process Ironic on SQLite; 1 or 2: ironic-api and that many
+    /// conductors on MariaDB (`tests/env/stack ha-ironic`).
+    pub ironic_conductors: usize,
 }
 
 fn env_or<T: std::str::FromStr>(key: &str, default: T) -> Result<T> {
@@ -71,6 +74,10 @@ impl Settings {
         {
             bail!("BMO_SCALE_HALVES: {unknown} is not bmo, direct or direct-as-bmo");
         }
+        let ironic_conductors = env_or("BMO_SCALE_IRONIC_CONDUCTORS", 0)?;
+        if ironic_conductors > 2 {
+            bail!("BMO_SCALE_IRONIC_CONDUCTORS: 0 (one process), 1 or 2");
+        }
         Ok(Settings {
             hosts,
             works,
@@ -90,6 +97,7 @@ impl Settings {
                 .filter(|s| !s.is_empty())
                 .map(str::to_owned)
                 .collect(),
+            ironic_conductors,
         })
     }
 }

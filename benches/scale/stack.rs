@@ -53,56 +53,90 @@ impl StackEnv {
     }
 }
 
-/// An empty Ironic of our own, stopped when dropped.
+/// An empty Ironic of our own, stopped when dropped: one process on SQLite
+/// (`private-ironic`), or scaled out as ironic-standalone-operator runs it (`ha-ironic`:
+/// ironic-api and `conductors` conductors on MariaDB).
 pub struct PrivateIronic {
     script: PathBuf,
+    command: &'static str,
     dir: PathBuf,
     pub endpoint: String,
-    pid: u32,
+    /// The name and process group of each of its processes, as the script lists them.
+    processes: Vec<(String, u32)>,
 }
 
 impl PrivateIronic {
-    pub fn start(repo: &Path, stack_dir: &Path, name: &str, conf: &[String]) -> Result<Self> {
+    /// `conductors`: 0 for the one-process Ironic, 1 or 2 for the scaled-out one.
+    pub fn start(
+        repo: &Path,
+        stack_dir: &Path,
+        name: &str,
+        conf: &[String],
+        conductors: usize,
+    ) -> Result<Self> {
         let script = repo.join("tests/env/stack");
+        let command = if conductors == 0 {
+            "private-ironic"
+        } else {
+            "ha-ironic"
+        };
         let dir = stack_dir.join(name);
         let out = Command::new(&script)
-            .args(["private-ironic", "start"])
+            .args([command, "start"])
             .arg(&dir)
             .args(conf)
+            .env("BMO_HA_CONDUCTORS", conductors.to_string())
             .stderr(Stdio::inherit())
             .output()
-            .context("run tests/env/stack private-ironic start")?;
+            .with_context(|| format!("run tests/env/stack {command} start"))?;
         if !out.status.success() {
-            bail!("private-ironic start failed ({})", out.status);
+            bail!("{command} start failed ({})", out.status);
         }
         let endpoint = String::from_utf8_lossy(&out.stdout)
             .lines()
-            .last()
+            .map(str::trim)
+            .rfind(|l| l.ends_with("/v1/"))
             .unwrap_or_default()
-            .trim()
             .to_owned();
         let pids = std::fs::read_to_string(dir.join("pids")).context("private Ironic pids")?;
-        let pid = pids
+        // `pid name` lines; the scaled-out Ironic's database counts as Ironic's work.
+        let processes: Vec<(String, u32)> = pids
             .lines()
-            .find_map(|l| l.strip_suffix(" ironic")?.parse().ok())
-            .context("no ironic pid in the private Ironic's pids file")?;
+            .filter_map(|l| {
+                let (pid, name) = l.trim().split_once(' ')?;
+                Some((name.to_owned(), pid.parse().ok()?))
+            })
+            .filter(|(name, _)| name.starts_with("ironic") || name == "mariadb")
+            .collect();
+        if processes.is_empty() {
+            bail!("no Ironic process in {}", dir.join("pids").display());
+        }
         Ok(PrivateIronic {
             script,
+            command,
             dir,
             endpoint,
-            pid,
+            processes,
         })
     }
 
     pub fn cpu_seconds(&self) -> f64 {
-        group_cpu_seconds(self.pid)
+        self.cpu_by_process().iter().map(|(_, cpu)| cpu).sum()
+    }
+
+    /// CPU seconds of each process (with its workers), by the script's names.
+    pub fn cpu_by_process(&self) -> Vec<(String, f64)> {
+        self.processes
+            .iter()
+            .map(|(name, pgid)| (name.clone(), group_cpu_seconds(*pgid)))
+            .collect()
     }
 }
 
 impl Drop for PrivateIronic {
     fn drop(&mut self) {
         let _ = Command::new(&self.script)
-            .args(["private-ironic", "stop"])
+            .args([self.command, "stop"])
             .arg(&self.dir)
             .status();
     }
