@@ -690,7 +690,7 @@ fn print_phases(w: &Watch<'_>) {
             span(live_booted, live_done),
         ),
         (
-            "marked externally provisioned (node left available, 20 s without error)",
+            "marked externally provisioned (node left available, 10 s without error)",
             span(live_done, external),
         ),
         ("deletion (no cleaning)", span(external, deleted)),
