@@ -37,6 +37,12 @@ pub fn recorded_node(host: &BareMetalHost) -> Option<&str> {
         .filter(|id| !id.is_empty())
 }
 
+/// When `host` was created, as a sortable key; a host without one sorts last.
+fn created_at(host: &BareMetalHost) -> (bool, Option<k8s_openapi::jiff::Timestamp>) {
+    let created = host.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    (created.is_none(), created)
+}
+
 fn id_of(host: &BareMetalHost) -> HostId {
     HostId::new(
         host.metadata.namespace.clone().unwrap_or_default(),
@@ -60,12 +66,15 @@ impl NodeOwners for HostsOwningNodes {
             }
         }
         // Recorded by another host. Asked only for nodes not named after the asking
-        // host, which is rare: one pass over the cache.
+        // host, which is rare: one pass over the cache. When several others record
+        // it (a tenant may write any status), the oldest is named: the host that had
+        // the node first, not the latest claimant.
         self.hosts
             .state()
             .iter()
             .map(|h| (id_of(h), h))
-            .find(|(id, h)| id != host && recorded_node(h) == Some(uuid))
+            .filter(|(id, h)| id != host && recorded_node(h) == Some(uuid))
+            .min_by_key(|(id, h)| (created_at(h), id.to_string()))
             .map(|(id, _)| id)
     }
 }
@@ -114,5 +123,33 @@ mod tests {
             "a node whose host no longer exists here (moved by clusterctl, renamed on adoption)"
         );
         assert_eq!(owners.other_owner(&attacker, "uuid-new", None), None);
+    }
+
+    #[test]
+    fn of_several_hosts_recording_a_node_the_oldest_is_its_owner() {
+        let created = |host: &mut BareMetalHost, seconds: i64| {
+            let at = k8s_openapi::jiff::Timestamp::from_second(seconds).expect("a time");
+            host.metadata.creation_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at));
+        };
+        let mut victim = host("site", "victim", "uuid-v");
+        created(&mut victim, 1_000);
+        // Later, and first in name order: a copycat that wrote the node into its status.
+        let mut copycat = host("site", "a-copycat", "uuid-v");
+        created(&mut copycat, 2_000);
+        let (reader, mut writer) = kube::runtime::reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Apply(copycat));
+        writer.apply_watcher_event(&watcher::Event::Apply(victim));
+        let owners = HostsOwningNodes::new(reader);
+
+        assert_eq!(
+            owners.other_owner(&HostId::new("site", "intruder"), "uuid-v", None),
+            Some(HostId::new("site", "victim"))
+        );
+        assert_eq!(
+            owners.other_owner(&HostId::new("site", "victim"), "uuid-v", None),
+            Some(HostId::new("site", "a-copycat")),
+            "the owner itself is told of the other claimant"
+        );
     }
 }
