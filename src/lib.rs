@@ -21,4 +21,5 @@ pub mod run;
 pub mod secure_metrics;
 pub mod telemetry;
 pub mod tls;
+pub mod turn_lending;
 pub mod version;

@@ -50,6 +50,10 @@ struct Snapshot {
     bmo_cpu: f64,
 }
 
+/// How long after the last host reached the target the benchmark waits for the
+/// firmware objects to be filled.
+const FIRMWARE_WAIT: Duration = Duration::from_secs(600);
+
 /// `bmo run` for the namespace, talking to both servers through the proxies.
 fn spawn_bmo(
     ctx: &Ctx,
@@ -226,6 +230,50 @@ impl BmoRun {
         }
     }
 
+    /// Waits (up to `FIRMWARE_WAIT` after the target) until every host's
+    /// HostFirmwareSettings and every HostFirmwareComponents is filled; the seconds
+    /// from `t0` until then, `None` if they were not; bmo's highest RSS on the way
+    /// (KiB).
+    async fn wait_for_firmware(&self, n: usize, t0: Instant) -> Result<(Option<f64>, u64)> {
+        let deadline = Instant::now() + FIRMWARE_WAIT;
+        let mut peak_rss = 0u64;
+        loop {
+            peak_rss = peak_rss.max(status_kib(self.pid(), "VmRSS").unwrap_or(0));
+            let (settings, components, all, last) = match self.progress.lock() {
+                Ok(p) => (
+                    p.settings.filled.len(),
+                    format!(
+                        "{} of {}",
+                        p.components.filled.len(),
+                        p.components.seen.len()
+                    ),
+                    p.settings.filled.len() >= n && p.components.all_filled(),
+                    p.settings
+                        .filled
+                        .values()
+                        .chain(p.components.filled.values())
+                        .max()
+                        .map(|t| t.duration_since(t0).as_secs_f64()),
+                ),
+                Err(_) => bail!("progress lock poisoned"),
+            };
+            if all {
+                eprintln!(
+                    "scale: N={n}: firmware objects filled at {:.1} s: {settings} HostFirmwareSettings, HostFirmwareComponents {components}",
+                    last.unwrap_or_default()
+                );
+                return Ok((last, peak_rss));
+            }
+            if Instant::now() > deadline {
+                eprintln!(
+                    "scale: N={n}: after {FIRMWARE_WAIT:?} more, {settings} of {n} HostFirmwareSettings and HostFirmwareComponents {components} filled"
+                );
+                return Ok((None, peak_rss));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     /// Each host's time from `t0` to available and provisioned, and the hosts that
     /// reported an error (the first three printed).
     fn record_times(&self, t0: Instant, n: usize, r: &mut RunResult) -> Result<()> {
@@ -333,6 +381,9 @@ pub async fn run_bmo(
         t0.elapsed().as_secs_f64()
     );
     let mut peak_rss = bmo.wait_for_target(n, work, t0, s.timeout).await?;
+    let (filled, rss) = bmo.wait_for_firmware(n, t0).await?;
+    peak_rss = peak_rss.max(rss);
+    r.bmo_firmware_filled = filled;
     let done = bmo.snapshot();
     r.ironic_cpu_bmo = print_ironic_cpu(n, &ironic_cpu_start, &bmo.ironic.cpu_by_process());
     bmo.record_times(t0, n, r)?;

@@ -77,6 +77,9 @@ pub struct RunResult {
     pub bmo_provisioned: Spread,
     /// Per host, from its creation to its first provisioning state (bmo).
     pub bmo_first_state: Spread,
+    /// From the start until every host's HostFirmwareSettings and
+    /// HostFirmwareComponents was filled (bmo), if all were.
+    pub bmo_firmware_filled: Option<f64>,
     pub direct_available: Spread,
     pub direct_provisioned: Spread,
     pub bmo_peak_rss_mib: f64,

@@ -63,6 +63,13 @@ fn time_rows(t: &mut Table) {
         "bmo: per host, creation to first state, p50 / p95 / max (s)",
         |r| fmt_spread(r.bmo_first_state),
     );
+    t.row(
+        "bmo: every HostFirmwareSettings and HostFirmwareComponents filled, from the start / after the last host reached the target (s)",
+        |r| match r.bmo_firmware_filled {
+            Some(t) => format!("{t:.1} / {:.1}", t - r.bmo_target().max),
+            None => "not all".to_owned(),
+        },
+    );
     t.row("bmo: per host to available, p50 / p95 / max (s)", |r| {
         fmt_spread(r.bmo_available)
     });
@@ -191,7 +198,7 @@ pub fn table(results: &[RunResult]) -> String {
 
 pub fn csv(results: &[RunResult]) -> String {
     let mut out = String::from(
-        "work,hosts,bmo_available_p50_s,bmo_available_p95_s,bmo_available_max_s,bmo_provisioned_p50_s,bmo_provisioned_p95_s,bmo_provisioned_max_s,direct_available_p50_s,direct_available_p95_s,direct_available_max_s,direct_provisioned_p50_s,direct_provisioned_p95_s,direct_provisioned_max_s,ratio_target,bmo_peak_rss_mib,bmo_cpu_provisioning_s,bmo_cpu_idle_s,ironic_cpu_bmo_s,ironic_cpu_direct_s,kube_requests_startup,kube_requests_provisioning,ironic_requests_provisioning,ironic_requests_direct,idle_minutes,kube_requests_idle,ironic_requests_idle,kube_idle_per_host_min,ironic_idle_per_host_min,kube_idle_firmware,ironic_idle_firmware,hosts_with_errors,direct_as_bmo_target_max_s,ratio_target_as_bmo,ironic_cpu_direct_as_bmo_s,ironic_requests_direct_as_bmo,bmo_first_state_p50_s,bmo_first_state_p95_s,bmo_first_state_max_s\n",
+        "work,hosts,bmo_available_p50_s,bmo_available_p95_s,bmo_available_max_s,bmo_provisioned_p50_s,bmo_provisioned_p95_s,bmo_provisioned_max_s,direct_available_p50_s,direct_available_p95_s,direct_available_max_s,direct_provisioned_p50_s,direct_provisioned_p95_s,direct_provisioned_max_s,ratio_target,bmo_peak_rss_mib,bmo_cpu_provisioning_s,bmo_cpu_idle_s,ironic_cpu_bmo_s,ironic_cpu_direct_s,kube_requests_startup,kube_requests_provisioning,ironic_requests_provisioning,ironic_requests_direct,idle_minutes,kube_requests_idle,ironic_requests_idle,kube_idle_per_host_min,ironic_idle_per_host_min,kube_idle_firmware,ironic_idle_firmware,hosts_with_errors,direct_as_bmo_target_max_s,ratio_target_as_bmo,ironic_cpu_direct_as_bmo_s,ironic_requests_direct_as_bmo,bmo_first_state_p50_s,bmo_first_state_p95_s,bmo_first_state_max_s,bmo_firmware_filled_s\n",
     );
     for r in results {
         let s = |s: Spread| format!("{:.3},{:.3},{:.3}", s.p50, s.p95, s.max);
@@ -210,7 +217,7 @@ pub fn csv(results: &[RunResult]) -> String {
         );
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{:.3},{:.1},{:.2},{:.2},{:.2},{:.2},{},{},{},{},{:.2},{},{},{:.3},{:.3},{},{},{},{as_bmo},{}",
+            "{},{},{},{},{},{},{:.3},{:.1},{:.2},{:.2},{:.2},{:.2},{},{},{},{},{:.2},{},{},{:.3},{:.3},{},{},{},{as_bmo},{},{}",
             r.work.label(),
             r.n,
             s(r.bmo_available),
@@ -236,6 +243,8 @@ pub fn csv(results: &[RunResult]) -> String {
             r.ironic_idle_firmware,
             r.errors,
             s(r.bmo_first_state),
+            r.bmo_firmware_filled
+                .map_or_else(String::new, |t| format!("{t:.3}")),
         );
     }
     out

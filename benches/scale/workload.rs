@@ -2,7 +2,7 @@
 //! Secrets the benchmark applies, and the watch that records when each host reaches
 //! available and provisioned.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -159,7 +159,34 @@ pub struct Progress {
     pub available: HashMap<String, Instant>,
     pub provisioned: HashMap<String, Instant>,
     pub errors: HashMap<String, String>,
+    /// The hosts' HostFirmwareSettings and HostFirmwareComponents (made only for a
+    /// node that reports firmware components: none on fake hardware).
+    pub settings: Filled,
+    pub components: Filled,
     pub synced: bool,
+}
+
+/// Firmware objects by name, and when each first held what the firmware controllers
+/// read (`status.lastUpdated` set).
+#[derive(Default)]
+pub struct Filled {
+    pub seen: HashSet<String>,
+    pub filled: HashMap<String, Instant>,
+}
+
+impl Filled {
+    fn record(&mut self, obj: &DynamicObject, now: Instant) {
+        let name = obj.metadata.name.clone().unwrap_or_default();
+        if !obj.data["status"]["lastUpdated"].is_null() {
+            self.filled.entry(name.clone()).or_insert(now);
+        }
+        self.seen.insert(name);
+    }
+
+    /// Whether every object seen is filled.
+    pub fn all_filled(&self) -> bool {
+        self.filled.len() >= self.seen.len()
+    }
 }
 
 impl Progress {
@@ -188,36 +215,78 @@ impl Progress {
 }
 
 /// Watches the namespace's hosts and records when each first reaches available (or
-/// later) and provisioned.
+/// later) and provisioned, and when its firmware objects are filled.
 pub fn watch_hosts(
     client: kube::Client,
     ns: &str,
 ) -> (Arc<Mutex<Progress>>, tokio::task::JoinHandle<()>) {
     let progress = Arc::new(Mutex::new(Progress::default()));
-    let api: Api<DynamicObject> = Api::namespaced_with(client, ns, &host_resource());
-    let p = progress.clone();
+    let kind = |kind: &str, plural: &str| {
+        let gvk = GroupVersionKind::gvk("metal3.io", "v1alpha1", kind);
+        Api::<DynamicObject>::namespaced_with(
+            client.clone(),
+            ns,
+            &ApiResource::from_gvk_with_plural(&gvk, plural),
+        )
+    };
+    let hosts = watch(
+        Api::namespaced_with(client.clone(), ns, &host_resource()),
+        progress.clone(),
+        Listed::MarksSynced,
+        Progress::record,
+    );
+    let settings = watch(
+        kind("HostFirmwareSettings", "hostfirmwaresettings"),
+        progress.clone(),
+        Listed::Nothing,
+        |p: &mut Progress, o, now| p.settings.record(o, now),
+    );
+    let components = watch(
+        kind("HostFirmwareComponents", "hostfirmwarecomponents"),
+        progress.clone(),
+        Listed::Nothing,
+        |p: &mut Progress, o, now| p.components.record(o, now),
+    );
     let task = tokio::spawn(async move {
-        let mut stream = watcher(api, watcher::Config::default()).boxed();
-        while let Some(event) = stream.next().await {
-            let now = Instant::now();
-            let obj = match event {
-                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,
-                Ok(watcher::Event::InitDone) => {
-                    if let Ok(mut p) = p.lock() {
-                        p.synced = true;
-                    }
-                    continue;
-                }
-                Ok(_) => continue,
-                Err(e) => {
-                    eprintln!("scale: watch error (retrying): {e}");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
-            };
-            let Ok(mut p) = p.lock() else { return };
-            p.record(&obj, now);
-        }
+        futures::join!(hosts, settings, components);
     });
     (progress, task)
+}
+
+/// What a watch's first complete list means.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Listed {
+    /// The benchmark's watch of the hosts is ready: `Progress::synced`.
+    MarksSynced,
+    Nothing,
+}
+
+/// Feeds every object `api`'s watch sees to `record`.
+async fn watch(
+    api: Api<DynamicObject>,
+    progress: Arc<Mutex<Progress>>,
+    listed: Listed,
+    record: impl Fn(&mut Progress, &DynamicObject, Instant),
+) {
+    let mut stream = watcher(api, watcher::Config::default()).boxed();
+    while let Some(event) = stream.next().await {
+        let now = Instant::now();
+        let obj = match event {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,
+            Ok(watcher::Event::InitDone) => {
+                if let (Listed::MarksSynced, Ok(mut p)) = (listed, progress.lock()) {
+                    p.synced = true;
+                }
+                continue;
+            }
+            Ok(_) => continue,
+            Err(e) => {
+                eprintln!("scale: watch error (retrying): {e}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let Ok(mut p) = progress.lock() else { return };
+        record(&mut p, &obj, now);
+    }
 }
