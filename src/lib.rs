@@ -21,5 +21,4 @@ pub mod run;
 pub mod secure_metrics;
 pub mod telemetry;
 pub mod tls;
-pub mod turn_lending;
 pub mod version;

@@ -212,15 +212,13 @@ impl IronicClient {
             .await
     }
 
-    /// A `PUT` whose answer, if any, is not needed: a state change, which takes the
-    /// node's lock and which Ironic answers slowly under load, so the caller's turn
-    /// is lent out meanwhile ([`crate::turn_lending`]).
+    /// A `PUT` whose answer, if any, is not needed.
     pub(super) async fn put<B: Serialize + ?Sized>(
         &self,
         segments: &[&str],
         body: &B,
     ) -> Result<(), IronicError> {
-        crate::turn_lending::lent_while(self.call::<Value, _>(Method::PUT, segments, Some(body)))
+        self.call::<Value, _>(Method::PUT, segments, Some(body))
             .await
             .map(drop)
     }

@@ -30,16 +30,12 @@
 //! hosts holding turns through slow Ironic writes, though it costs three quick
 //! Kubernetes writes (finalizer, Secret, status).
 //!
-//! A turn in line is lent out while its reconcile waits on a slow Ironic request
-//! ([`crate::turn_lending`]), to at most as many reconciles again as there are
-//! turns; the lender takes a turn back ahead of everyone waiting in line.
-//!
 //! Equal ranks go in the order they asked. A reconcile whose turn comes works on the
 //! host as the watch cache holds it then, not as it was when it fell due. The
 //! firmware controllers, which also reconcile BareMetalHosts, take turns the same
 //! way (their own, all of one rank).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -50,7 +46,6 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 use crate::api::BareMetalHost;
-use crate::turn_lending::{self, TurnHolder};
 
 pub struct Turns<R> {
     queue: Mutex<Queue<R>>,
@@ -71,11 +66,6 @@ struct Queue<R> {
     /// Waiting reconciles by rank, then in the order they asked.
     waiting: BTreeMap<(R, u64), Waiter>,
     asked: u64,
-    /// Reconciles taking back a turn they lent: served before `waiting`.
-    returning: VecDeque<oneshot::Sender<()>>,
-    /// Turns lent out now, and at most how many may be.
-    lent: usize,
-    lend_cap: usize,
 }
 
 /// A reconcile waiting for its turn.
@@ -129,9 +119,6 @@ impl<R: Ord> Turns<R> {
                 free: usize::from(concurrency.max(1)),
                 waiting: BTreeMap::new(),
                 asked: 0,
-                returning: VecDeque::new(),
-                lent: 0,
-                lend_cap: usize::from(concurrency.max(1)),
             }),
             hosts,
             rank: Box::new(rank),
@@ -154,15 +141,9 @@ impl<R: Ord> Turns<R> {
         self
     }
 
-    /// Hands a turn to the next reconcile still waiting (one taking back a lent turn
-    /// first), or frees it.
+    /// Hands a turn to the next waiting reconcile still waiting, or frees it.
     fn give_back(&self) {
         let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        while let Some(hand) = queue.returning.pop_front() {
-            if hand.send(()).is_ok() {
-                return;
-            }
-        }
         loop {
             let Some((_, next)) = queue.waiting.pop_first() else {
                 queue.free += 1;
@@ -248,24 +229,11 @@ impl<R: Ord> Turns<R> {
             let shutdown = shutdown.clone();
             let reconcile = reconcile.clone();
             Box::pin(async move {
-                let Some((turn, host)) = turns.take(&host, shutdown).await else {
-                    return Ok(Action::await_change());
-                };
-                // Boxed: a waiting reconcile holds only its host, not room for a
-                // whole reconcile's state (at N hosts, N of them wait).
-                let work = Box::pin(reconcile(host, ctx));
-                match turn {
-                    Turn::InLine(_) => {
-                        // The turn's accounting moves to a holder that can lend it.
-                        std::mem::forget(turn);
-                        let holder = Arc::new(HeldTurn::new(turns.clone()));
-                        turn_lending::holding(holder, work).await
-                    }
-                    Turn::Quick(_) => {
-                        let result = work.await;
-                        drop(turn);
-                        result
-                    }
+                match turns.take(&host, shutdown).await {
+                    // Boxed: a waiting reconcile holds only its host, not room for
+                    // a whole reconcile's state (at N hosts, N of them wait).
+                    Some((_turn, host)) => Box::pin(reconcile(host, ctx)).await,
+                    None => Ok(Action::await_change()),
                 }
             })
         }
@@ -295,95 +263,6 @@ impl<R: Ord + Clone> Turns<R> {
         {
             queue.waiting.insert((rank, key.1), waiter);
         }
-    }
-}
-
-/// Where a lendable turn stands.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Holding {
-    Held,
-    Lent,
-    /// Waiting to take a turn back: a turn handed over meanwhile is `Waiting`'s to
-    /// pass on if the reconcile is dropped.
-    Reclaiming,
-}
-
-/// The turn in line a reconcile holds, which it may lend while it waits on Ironic.
-/// Dropped (the reconcile ended or was cancelled), it gives back what it holds.
-struct HeldTurn<R: Ord> {
-    turns: Arc<Turns<R>>,
-    holding: Arc<Mutex<Holding>>,
-}
-
-impl<R: Ord> HeldTurn<R> {
-    fn new(turns: Arc<Turns<R>>) -> Self {
-        Self {
-            turns,
-            holding: Arc::new(Mutex::new(Holding::Held)),
-        }
-    }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-impl<R: Ord> Drop for HeldTurn<R> {
-    fn drop(&mut self) {
-        match *lock(&self.holding) {
-            Holding::Held => self.turns.give_back(),
-            Holding::Lent => lock(&self.turns.queue).lent -= 1,
-            Holding::Reclaiming => {}
-        }
-    }
-}
-
-impl<R: Ord + Send + 'static> TurnHolder for HeldTurn<R> {
-    fn lend(&self) -> bool {
-        let mut holding = lock(&self.holding);
-        {
-            let mut queue = lock(&self.turns.queue);
-            if *holding != Holding::Held || queue.lent >= queue.lend_cap {
-                return false;
-            }
-            queue.lent += 1;
-        }
-        *holding = Holding::Lent;
-        self.turns.give_back();
-        true
-    }
-
-    fn reclaim(&self) -> BoxFuture<'static, ()> {
-        let turns = self.turns.clone();
-        let holding = self.holding.clone();
-        Box::pin(async move {
-            let waiting = {
-                let mut state = lock(&holding);
-                if *state != Holding::Lent {
-                    return;
-                }
-                *state = Holding::Reclaiming;
-                let mut queue = lock(&turns.queue);
-                queue.lent -= 1;
-                if queue.free > 0 {
-                    queue.free -= 1;
-                    None
-                } else {
-                    let (hand, handed) = oneshot::channel();
-                    queue.returning.push_back(hand);
-                    Some(handed)
-                }
-            };
-            if let Some(handed) = waiting {
-                let mut waiting = Waiting {
-                    turns: &*turns,
-                    handed,
-                };
-                // The sender lives in the queue until it is used: no error here.
-                let _ = (&mut waiting.handed).await;
-            }
-            *lock(&holding) = Holding::Held;
-        })
     }
 }
 
@@ -576,49 +455,5 @@ mod tests {
                 .is_none(),
             "a host no longer in the cache"
         );
-    }
-
-    #[tokio::test]
-    async fn a_lent_turn_goes_to_the_next_in_line_and_comes_back_ahead_of_the_rest() {
-        let (reader, _writer) = cached(&["a", "b", "c"]);
-        let turns = Arc::new(Turns::new(1, reader, |_| ()));
-        std::mem::forget(turn_now(&turns, "a").expect("the free turn"));
-        let a = HeldTurn::new(turns.clone());
-
-        // b waits, then holds its turn until told to end.
-        let (b_took, mut b_has_turn) = tokio::sync::mpsc::unbounded_channel();
-        let (end_b, b_ends) = tokio::sync::oneshot::channel::<()>();
-        let b = {
-            let turns = turns.clone();
-            tokio::spawn(async move {
-                let (turn, _) = turns.take(&host("b", 1), std::future::pending()).await?;
-                std::mem::forget(turn);
-                let b = HeldTurn::new(turns.clone());
-                let _ = b_took.send(b.lend());
-                b_ends.await.ok()
-            })
-        };
-        tokio::task::yield_now().await;
-        let (c, mut order) = queue_waiters(&turns, &["c"]).await;
-
-        assert!(a.lend(), "a lends its turn");
-        assert!(!a.lend(), "a turn lent is not lent again");
-        assert_eq!(
-            b_has_turn.recv().await,
-            Some(false),
-            "b, first in line, has the turn, and cannot lend it: one turn, one lent"
-        );
-        let reclaimed = tokio::spawn(a.reclaim());
-        tokio::task::yield_now().await;
-        assert!(!reclaimed.is_finished(), "no turn is free while b holds it");
-
-        let _ = end_b.send(());
-        let _ = b.await;
-        reclaimed.await.expect("a takes its turn back");
-        assert!(order.try_recv().is_err(), "before c, who waited longer");
-        drop(a);
-        assert_eq!(order.recv().await.map(|(name, _)| name), Some("c"));
-        pass_on((), c).await;
-        assert!(turn_now(&turns, "a").is_some(), "every turn came back");
     }
 }
