@@ -206,15 +206,15 @@ async fn hosts_missing_their_secret_back_off_while_healthy_hosts_provision() {
     }
 }
 
-/// `BMO_MAX_BACKOFF` caps every step: with a 20 s cap a failing host is looked at every
-/// 10–20 s (the cap less up to half of it) instead of after 2, 4, 8… minutes.
+/// `BMO_MAX_BACKOFF` caps every step: with an 8 s cap a failing host is looked at every
+/// 4–8 s (the cap less up to half of it) instead of after 1–2, 2–4, 4–8… minutes.
 #[tokio::test]
 async fn bmo_max_backoff_caps_the_wait_between_retries() {
     // Counts reconciles and errors in windows of seconds: with this file's tests only, as
     // when this file was a binary of its own.
     let _alone = crate::support::exclusive("controller_backoff");
     const CAPPED: usize = 5;
-    const CAP_SECS: u64 = 20;
+    const CAP_SECS: u64 = 8;
     let stack = Stack::get();
     let client = stack.kube_client().await;
     bmo::api::install::install(&client, Duration::from_secs(60))
@@ -228,10 +228,10 @@ async fn bmo_max_backoff_caps_the_wait_between_retries() {
     let start = Instant::now();
     let first_errors = create_hosts_without_secret(&hosts, CAPPED, start).await;
 
-    // 130 s after the last host's first error: uncapped, each host would have 2
-    // errors (the other test); capped at 20 s, between 1 + 130/20 and 1 + 130/10, less what the
-    // reconciles themselves take.
-    let observe = first_errors.recorded + Duration::from_secs(130);
+    // 60 s after the last host's first error: uncapped, each host would still have one
+    // error (the other test); capped at 8 s, between 1 + 60/8 and 1 + 60/4, less what
+    // the reconciles themselves take.
+    let observe = first_errors.recorded + Duration::from_secs(60);
     tokio::time::sleep(observe.saturating_sub(start.elapsed())).await;
     let counts = error_counts(&hosts).await.expect("list hosts");
     let reconciled = reconciles(&health).await;
@@ -242,8 +242,8 @@ async fn bmo_max_backoff_caps_the_wait_between_retries() {
     );
     for (name, count) in counts {
         assert!(
-            (6..=15).contains(&count),
-            "{name}: {count} errors in 130 s with a {CAP_SECS} s cap"
+            (7..=17).contains(&count),
+            "{name}: {count} errors in 60 s with a {CAP_SECS} s cap"
         );
         let n = reconciled.get(&name).copied().unwrap_or_default();
         assert!(

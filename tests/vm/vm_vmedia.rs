@@ -27,6 +27,11 @@
 //! media, its /init prints the marker, and the disk's data hash the same as before.
 //! Deprovisioned, the host is marked externally provisioned (externally_provisioned.rs)
 //! with nothing deployed and its node left available, then deleted.
+//!
+//! CI runs the short lifecycle: from the metadata cleaning straight to the live ISO.
+//! The full one, with the re-inspection and the forced detachment (two more boots of
+//! the agent, about 5 minutes), is `#[ignore]`d: run it with `--include-ignored`. The
+//! controller tests cover both at fake hardware's fidelity in every run.
 
 use std::path::Path;
 use std::process::Command;
@@ -167,10 +172,32 @@ fn serve_uefi_image(lab: &Lab) -> (String, String) {
     )
 }
 
+/// How much of the lifecycle one run goes through after the metadata cleaning.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lifecycle {
+    /// Straight on to the live ISO and external provisioning: the run CI affords.
+    Short,
+    /// Re-inspection and a forced detachment during a reprovision first: two more
+    /// boots of the agent, about 5 minutes under TCG.
+    Full,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vm_without_dhcp_boots_the_agent_from_virtual_media_on_a_static_address_and_deploys() {
     // One lab at a time: each starts the machine's one libvirtd.
     let _alone = crate::support::exclusive("vm_vmedia");
+    vmedia_lifecycle(Lifecycle::Short).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the short lifecycle plus about 5 minutes under TCG, past the vm binary's CI budget; run with --include-ignored"]
+async fn vm_on_virtual_media_is_re_inspected_and_detached_by_force_while_reprovisioning() {
+    // One lab at a time: each starts the machine's one libvirtd.
+    let _alone = crate::support::exclusive("vm_vmedia_full");
+    vmedia_lifecycle(Lifecycle::Full).await;
+}
+
+async fn vmedia_lifecycle(lifecycle: Lifecycle) {
     let stack = Stack::get();
     let client = stack.kube_client().await;
     bmo::api::install::install(&client, Duration::from_secs(60))
@@ -347,7 +374,10 @@ async fn vm_without_dhcp_boots_the_agent_from_virtual_media_on_a_static_address_
 
     let image =
         json!({"url": image_url, "checksum": checksum, "checksumType": "sha256", "format": "raw"});
-    metadata_clean_and_reprovision(&mut watch, &second_disk, image, &marker2).await;
+    metadata_clean(&mut watch, &second_disk).await;
+    if lifecycle == Lifecycle::Full {
+        re_inspect_and_reprovision(&mut watch, &second_disk, image, &marker2).await;
+    }
     boot_a_live_iso(&mut watch, &lab, &vm).await;
     externally_provisioned_from_available(&mut watch).await;
 
@@ -433,15 +463,9 @@ fn check_first_deployment_wrote(vm: &Vm, second_disk: &Path, marker: &str) {
 }
 
 /// Upstream's `automated_cleaning`: deprovisioning with metadata cleaning (the agent
-/// from Ironic's ISO again) erases the filesystems on both disks; a reprovision then
-/// boots the image with no trace of the first deployment's files.
-async fn metadata_clean_and_reprovision(
-    watch: &mut Watch<'_>,
-    second_disk: &Path,
-    image: Value,
-    marker2: &str,
-) {
-    let (vm, lab) = (watch.vm, watch.lab);
+/// from Ironic's ISO again) erases the filesystems on both disks.
+async fn metadata_clean(watch: &mut Watch<'_>, second_disk: &Path) {
+    let vm = watch.vm;
     watch.mark("deprovisioning with metadata cleaning");
     let start = watch.at("deprovisioning with metadata cleaning", None);
     watch
@@ -470,6 +494,18 @@ async fn metadata_clean_and_reprovision(
         "",
         "the first disk's EFI system partition (holding FIRST.TXT) is gone"
     );
+}
+
+/// Upstream's `re_inspection` on a new agent address, then a reprovision detached by
+/// force while Ironic deploys and re-attached (`forced_detachment`), which boots the
+/// image with no trace of the first deployment's files.
+async fn re_inspect_and_reprovision(
+    watch: &mut Watch<'_>,
+    second_disk: &Path,
+    image: Value,
+    marker2: &str,
+) {
+    let (vm, lab) = (watch.vm, watch.lab);
     re_inspect_on_a_new_address(watch, "vm-preprov-net-2", AGENT_IP_2).await;
 
     watch
@@ -509,8 +545,9 @@ async fn metadata_clean_and_reprovision(
 /// console and the disk is unchanged; deprovisioning returns it to available.
 async fn boot_a_live_iso(watch: &mut Watch<'_>, lab: &Lab, vm: &Vm) {
     watch.mark("deprovisioning without cleaning");
-    // The live OS reads the disk's config drive and runs its user data: the
-    // reprovisioned deployment's, which only reads (the digest would tell).
+    // The live OS reads the disk's config drive, if any, and runs its user data: the
+    // reprovisioned deployment's, which only reads (the digest would tell); the short
+    // lifecycle's metadata cleaning left none.
     let (iso_url, marker) = serve_live_iso(lab);
     watch
         .patch(json!({"spec": {
@@ -696,6 +733,9 @@ fn print_phases(w: &Watch<'_>) {
         ("deletion (no cleaning)", span(external, deleted)),
         ("total", secs(deleted)),
     ] {
-        println!("| {phase} | {s:.1} |");
+        // The short lifecycle has no re-inspection or reprovision rows.
+        if s.is_finite() {
+            println!("| {phase} | {s:.1} |");
+        }
     }
 }
